@@ -1,0 +1,76 @@
+"""One small error tree.
+
+- ``InfrastructureError``: trustworthy turn state cannot be established or
+  persisted (corrupt file, repository failure, missing dependency). Never
+  recorded as ``turn_failed``; the caller fixes the environment and retries.
+- ``InvalidInputError``: the caller asked for something impossible (a
+  path-like id, an input for a call that is not pending). Nothing durable
+  changes.
+- ``TurnFailure``: a modelled failure of the turn itself (provider failure,
+  model-call limit). These end up in the file as ``turn_failed``.
+"""
+
+from __future__ import annotations
+
+
+class TurnError(Exception):
+    """Base of every error turncore raises on purpose."""
+
+
+class InfrastructureError(TurnError):
+    """Turn state could not be established or persisted; nothing false was written."""
+
+
+class CorruptTurnError(InfrastructureError):
+    """A turn log breaks the file format or a reducer invariant.
+
+    ``line`` is the 1-based line of the first offending event (1 for an empty
+    file); ``rule`` names what is broken.
+    """
+
+    def __init__(self, rule: str, *, path: str | None = None, line: int | None = None) -> None:
+        self.rule = rule
+        self.path = path
+        self.line = line
+        where = ""
+        if path is not None:
+            where = f"{path}:{line}: " if line is not None else f"{path}: "
+        elif line is not None:
+            where = f"line {line}: "
+        super().__init__(f"{where}{rule}")
+
+    def located(self, path: str) -> CorruptTurnError:
+        """The same error, naming the file it was found in."""
+        return CorruptTurnError(self.rule, path=path, line=self.line)
+
+
+class TurnNotFoundError(InfrastructureError):
+    """No turn file exists for the id."""
+
+
+class TurnExistsError(InfrastructureError):
+    """``create`` found a file already there."""
+
+
+class DependencyError(InfrastructureError):
+    """A live dependency (model, tool, context, agent) could not be resolved or does not match."""
+
+
+class InvalidInputError(TurnError, ValueError):
+    """The caller's input is invalid; nothing durable changed."""
+
+
+class InvalidTurnIdError(InvalidInputError):
+    """A turn id that is malformed or path-like."""
+
+
+class RejectedInputError(InvalidInputError):
+    """An external input that targets nothing pending, or arrives after the turn ended."""
+
+
+class TurnFailure(TurnError):
+    """A modelled failure of the turn; ``code`` is the spec's machine-readable discriminator."""
+
+    def __init__(self, message: str, *, code: str | None = None) -> None:
+        self.code = code
+        super().__init__(message)

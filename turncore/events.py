@@ -1,0 +1,493 @@
+"""Durable turn events (spec §7–§13) and the values they carry.
+
+One discriminated union, ``TurnEvent``, on ``type``; one module-level
+``TypeAdapter`` reused for every line read or written. Field names on the wire
+are the spec's camelCase. Events are facts: they are minted (with ``ts``) by
+whoever performs the fact, never by the reducer.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal, TypeAlias
+
+from pydantic import Discriminator, Field, Tag, TypeAdapter, field_validator
+
+from ._wire import Opt, WireModel
+from .jsonvalue import TRUSTED_JSON, JsonObject, JsonValue
+from .messages import AssistantMessage, ConversationMessage, UserMessage
+
+SCHEMA_VERSION = 1
+DEFAULT_MAX_MODEL_CALLS = 20
+
+# ---------------------------------------------------------------- agents
+
+
+class ModelDescriptor(WireModel):
+    provider: str = Field(min_length=1)
+    model: str = Field(min_length=1)
+
+    def label(self) -> str:
+        return f"{self.provider}/{self.model}"
+
+
+class AgentOverrides(WireModel):
+    model: Opt[ModelDescriptor] = None
+    composition: Opt[JsonValue] = None
+
+
+class RequestedAgent(WireModel):
+    """Caller intent: a registered agent id plus an atomic model override (§6.1)."""
+
+    agent_id: str = Field(min_length=1)
+    overrides: Opt[AgentOverrides] = None
+
+
+class ToolDescriptor(WireModel):
+    tool_id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    description: str
+    input_schema: JsonValue
+    execution: Literal["sync", "async"]
+    requires_human: bool
+
+
+class ResolvedAgent(WireModel):
+    agent_id: str = Field(min_length=1)
+    system_prompt: str
+    model: ModelDescriptor
+    tools: list[ToolDescriptor]
+
+    @field_validator("tools")
+    @classmethod
+    def _unique_names(cls, tools: list[ToolDescriptor]) -> list[ToolDescriptor]:
+        seen: set[str] = set()
+        for t in tools:
+            if t.name in seen:
+                raise ValueError(f"two tools are advertised under the name {t.name!r}")
+            seen.add(t.name)
+        return tools
+
+
+class InheritedAgentSnapshot(WireModel):
+    """§6.7: the heavy fields come from the context predecessor's snapshot."""
+
+    agent_id: str = Field(min_length=1)
+    model: ModelDescriptor
+    inherited_from: str = Field(min_length=1)
+
+
+ResolvedAgentSnapshot: TypeAlias = ResolvedAgent | InheritedAgentSnapshot
+
+
+class AgentSnapshot(WireModel):
+    requested: RequestedAgent
+    resolved: ResolvedAgentSnapshot
+
+
+class ContextRef(WireModel):
+    previous_turn_id: str = Field(min_length=1)
+
+
+def _context_kind(value: Any) -> str:
+    return "inline" if isinstance(value, list) else "ref"
+
+
+TurnContext: TypeAlias = Annotated[
+    Annotated[ContextRef, Tag("ref")] | Annotated[list[ConversationMessage], Tag("inline")],
+    Discriminator(_context_kind),
+]
+"""Either a reference to the previous turn or inline prior messages (§6.6)."""
+
+
+class TurnConfig(WireModel):
+    auto_permission: bool
+    human_available: bool
+    max_model_calls: int = Field(ge=1)
+    reasoning_effort: Opt[Literal["low", "medium", "high"]] = None
+
+
+# ---------------------------------------------------------------- usage, tools
+
+
+class TurnUsage(WireModel):
+    input_tokens: Opt[int] = None
+    output_tokens: Opt[int] = None
+    total_tokens: Opt[int] = None
+    reasoning_tokens: Opt[int] = None
+    cached_input_tokens: Opt[int] = None
+
+    def __add__(self, other: TurnUsage) -> TurnUsage:
+        def add(a: int | None, b: int | None) -> int | None:
+            if a is None:
+                return b
+            if b is None:
+                return a
+            return a + b
+
+        return TurnUsage(
+            input_tokens=add(self.input_tokens, other.input_tokens),
+            output_tokens=add(self.output_tokens, other.output_tokens),
+            total_tokens=add(self.total_tokens, other.total_tokens),
+            reasoning_tokens=add(self.reasoning_tokens, other.reasoning_tokens),
+            cached_input_tokens=add(self.cached_input_tokens, other.cached_input_tokens),
+        )
+
+
+class ToolResultData(WireModel):
+    output: JsonValue
+    is_error: bool
+    metadata: Opt[JsonValue] = None
+
+
+class ModelRequest(WireModel):
+    """What is NEW since the previous call, as refs into this turn's events (§8.3)."""
+
+    context_ref: Opt[ContextRef] = None
+    messages: list[str]
+    parameters: JsonObject
+
+
+# ---------------------------------------------------------------- step events (§8.4)
+
+
+class StepTextStart(WireModel):
+    type: Literal["text-start"] = "text-start"
+
+
+class StepTextEnd(WireModel):
+    type: Literal["text-end"] = "text-end"
+
+
+class StepReasoningStart(WireModel):
+    type: Literal["reasoning-start"] = "reasoning-start"
+
+
+class StepReasoningEnd(WireModel):
+    type: Literal["reasoning-end"] = "reasoning-end"
+
+
+class StepToolCall(WireModel):
+    type: Literal["tool-call"] = "tool-call"
+    tool_call_id: str
+    tool_name: str
+    input: JsonValue
+
+
+class StepFinish(WireModel):
+    type: Literal["finish-step"] = "finish-step"
+    finish_reason: str
+    usage: TurnUsage
+
+
+class StepError(WireModel):
+    type: Literal["error"] = "error"
+    error: str
+
+
+DurableLlmStepStreamEvent = Annotated[
+    StepTextStart
+    | StepTextEnd
+    | StepReasoningStart
+    | StepReasoningEnd
+    | StepToolCall
+    | StepFinish
+    | StepError,
+    Field(discriminator="type"),
+]
+
+# ---------------------------------------------------------------- events
+
+
+class _Event(WireModel):
+    turn_id: str
+    ts: str
+
+
+class TurnCreated(_Event):
+    type: Literal["turn_created"] = "turn_created"
+    schema_version: Literal[1]
+    session_id: str | None
+    agent: AgentSnapshot
+    context: TurnContext
+    input: UserMessage
+    config: TurnConfig
+
+
+class ModelCallRequested(_Event):
+    type: Literal["model_call_requested"] = "model_call_requested"
+    model_call_index: int = Field(ge=0)
+    request: ModelRequest
+
+
+class ModelStepEvent(_Event):
+    type: Literal["model_step_event"] = "model_step_event"
+    model_call_index: int = Field(ge=0)
+    event: DurableLlmStepStreamEvent
+
+
+class ModelCallCompleted(_Event):
+    type: Literal["model_call_completed"] = "model_call_completed"
+    model_call_index: int = Field(ge=0)
+    message: AssistantMessage
+    finish_reason: str
+    usage: TurnUsage
+    provider_metadata: Opt[JsonValue] = None
+
+
+class ModelCallFailed(_Event):
+    type: Literal["model_call_failed"] = "model_call_failed"
+    model_call_index: int = Field(ge=0)
+    error: str
+
+
+class ToolPermissionRequired(_Event):
+    type: Literal["tool_permission_required"] = "tool_permission_required"
+    tool_call_id: str
+    tool_name: str
+    request: JsonValue
+    checker_error: Opt[str] = None
+
+
+class ToolPermissionClassified(_Event):
+    type: Literal["tool_permission_classified"] = "tool_permission_classified"
+    tool_call_id: str
+    decision: Literal["allow", "deny", "defer"]
+    reason: str
+
+
+class ToolPermissionClassificationFailed(_Event):
+    type: Literal["tool_permission_classification_failed"] = "tool_permission_classification_failed"
+    tool_call_ids: list[str]
+    error: str
+
+
+class ToolPermissionResolved(_Event):
+    type: Literal["tool_permission_resolved"] = "tool_permission_resolved"
+    tool_call_id: str
+    decision: Literal["allow", "deny"]
+    source: Literal["classifier", "human", "human_unavailable"]
+    reason: Opt[str] = None
+    metadata: Opt[JsonValue] = None
+
+
+class ToolInvocationRequested(_Event):
+    type: Literal["tool_invocation_requested"] = "tool_invocation_requested"
+    tool_call_id: str
+    tool_id: str
+    tool_name: str
+    execution: Literal["sync", "async"]
+    input: JsonValue
+
+
+class ToolProgress(_Event):
+    type: Literal["tool_progress"] = "tool_progress"
+    tool_call_id: str
+    source: Literal["sync", "async"]
+    progress: JsonValue
+
+
+class ToolResult(_Event):
+    type: Literal["tool_result"] = "tool_result"
+    tool_call_id: str
+    tool_name: str
+    source: Literal["sync", "async", "runtime"]
+    result: ToolResultData
+
+
+class PendingPermission(WireModel):
+    tool_call_id: str
+    tool_name: str
+    request: JsonValue
+
+
+class PendingAsyncTool(WireModel):
+    tool_call_id: str
+    tool_id: str
+    tool_name: str
+    input: JsonValue
+
+
+class TurnSuspended(_Event):
+    type: Literal["turn_suspended"] = "turn_suspended"
+    pending_permissions: list[PendingPermission]
+    pending_async_tools: list[PendingAsyncTool]
+    usage: TurnUsage
+
+
+class TurnCompleted(_Event):
+    type: Literal["turn_completed"] = "turn_completed"
+    output: AssistantMessage
+    finish_reason: str
+    usage: TurnUsage
+
+
+class TurnFailed(_Event):
+    type: Literal["turn_failed"] = "turn_failed"
+    error: str
+    code: Opt[str] = None
+    usage: TurnUsage
+
+
+class TurnCancelled(_Event):
+    type: Literal["turn_cancelled"] = "turn_cancelled"
+    reason: Opt[str] = None
+    usage: TurnUsage
+
+
+TurnEvent = Annotated[
+    TurnCreated
+    | ModelCallRequested
+    | ModelStepEvent
+    | ModelCallCompleted
+    | ModelCallFailed
+    | ToolPermissionRequired
+    | ToolPermissionClassified
+    | ToolPermissionClassificationFailed
+    | ToolPermissionResolved
+    | ToolInvocationRequested
+    | ToolProgress
+    | ToolResult
+    | TurnSuspended
+    | TurnCompleted
+    | TurnFailed
+    | TurnCancelled,
+    Field(discriminator="type"),
+]
+
+TerminalEvent: TypeAlias = TurnCompleted | TurnFailed | TurnCancelled
+
+EVENT_TYPES: tuple[str, ...] = (
+    "turn_created",
+    "model_call_requested",
+    "model_step_event",
+    "model_call_completed",
+    "model_call_failed",
+    "tool_permission_required",
+    "tool_permission_classified",
+    "tool_permission_classification_failed",
+    "tool_permission_resolved",
+    "tool_invocation_requested",
+    "tool_progress",
+    "tool_result",
+    "turn_suspended",
+    "turn_completed",
+    "turn_failed",
+    "turn_cancelled",
+)
+
+event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
+
+
+def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
+    """Validate one decoded JSON object as a TurnEvent (raises pydantic.ValidationError)."""
+    return event_adapter.validate_python(obj, context=TRUSTED_JSON if trusted_json else None)
+
+
+# ---------------------------------------------------------------- stream-only deltas (§13)
+
+
+class TextDelta(WireModel):
+    type: Literal["text_delta"] = "text_delta"
+    turn_id: str
+    model_call_index: int
+    delta: str
+
+
+class ReasoningDelta(WireModel):
+    type: Literal["reasoning_delta"] = "reasoning_delta"
+    turn_id: str
+    model_call_index: int
+    delta: str
+
+
+TurnDelta: TypeAlias = TextDelta | ReasoningDelta
+TurnStreamEvent = Annotated[
+    TurnCreated
+    | ModelCallRequested
+    | ModelStepEvent
+    | ModelCallCompleted
+    | ModelCallFailed
+    | ToolPermissionRequired
+    | ToolPermissionClassified
+    | ToolPermissionClassificationFailed
+    | ToolPermissionResolved
+    | ToolInvocationRequested
+    | ToolProgress
+    | ToolResult
+    | TurnSuspended
+    | TurnCompleted
+    | TurnFailed
+    | TurnCancelled
+    | TextDelta
+    | ReasoningDelta,
+    Field(discriminator="type"),
+]
+
+# ---------------------------------------------------------------- external inputs (§11.2)
+
+
+class PermissionDecisionInput(WireModel):
+    type: Literal["permission_decision"] = "permission_decision"
+    tool_call_id: str = Field(min_length=1)
+    decision: Literal["allow", "deny"]
+    metadata: Opt[JsonValue] = None
+
+
+class AsyncToolProgressInput(WireModel):
+    type: Literal["async_tool_progress"] = "async_tool_progress"
+    tool_call_id: str = Field(min_length=1)
+    progress: JsonValue
+
+
+class AsyncToolResultInput(WireModel):
+    type: Literal["async_tool_result"] = "async_tool_result"
+    tool_call_id: str = Field(min_length=1)
+    result: ToolResultData
+
+
+class CancelInput(WireModel):
+    type: Literal["cancel"] = "cancel"
+    reason: Opt[str] = None
+
+
+TurnExternalInput = Annotated[
+    PermissionDecisionInput | AsyncToolProgressInput | AsyncToolResultInput | CancelInput,
+    Field(discriminator="type"),
+]
+external_input_adapter: TypeAdapter[TurnExternalInput] = TypeAdapter(TurnExternalInput)
+
+# ---------------------------------------------------------------- outcomes (§16.4)
+
+
+class CompletedOutcome(WireModel):
+    status: Literal["completed"] = "completed"
+    output: AssistantMessage
+    finish_reason: str
+    usage: TurnUsage
+
+
+class SuspendedOutcome(WireModel):
+    status: Literal["suspended"] = "suspended"
+    pending_permissions: list[PendingPermission]
+    pending_async_tools: list[PendingAsyncTool]
+    usage: TurnUsage
+
+
+class FailedOutcome(WireModel):
+    status: Literal["failed"] = "failed"
+    error: str
+    code: Opt[str] = None
+    usage: TurnUsage
+
+
+class CancelledOutcome(WireModel):
+    status: Literal["cancelled"] = "cancelled"
+    reason: Opt[str] = None
+    usage: TurnUsage
+
+
+TurnOutcome = Annotated[
+    CompletedOutcome | SuspendedOutcome | FailedOutcome | CancelledOutcome,
+    Field(discriminator="status"),
+]
+outcome_adapter: TypeAdapter[TurnOutcome] = TypeAdapter(TurnOutcome)

@@ -1,0 +1,56 @@
+"""JSON-only values (spec §5.2).
+
+Every durable value must survive a JSON round trip unchanged: NaN and
+infinities, non-string keys, bytes, tuples-as-objects and arbitrary objects are
+rejected with the path of the offending element. Lines read from disk were
+parsed by a strict JSON parser already, so validation with the
+``trusted_json`` context skips the walk (it is the hot path of every read).
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Annotated, Any, TypeAlias
+
+from pydantic import ValidationInfo, ValidatorFunctionWrapHandler, WrapValidator
+
+TRUSTED_JSON = {"trusted_json": True}
+
+
+def json_problem(value: Any, path: str = "$") -> str | None:
+    """Describe the first non-JSON element of ``value``, or return None if it is pure JSON."""
+    stack: list[tuple[Any, str]] = [(value, path)]
+    while stack:
+        item, where = stack.pop()
+        if item is None or isinstance(item, (str, bool, int)):
+            continue
+        if isinstance(item, float):
+            if not math.isfinite(item):
+                return f"{where} is {item!r}; JSON has no NaN or infinity"
+            continue
+        if isinstance(item, list):
+            stack.extend((v, f"{where}[{i}]") for i, v in enumerate(item))
+            continue
+        if isinstance(item, dict):
+            for k, v in item.items():
+                if not isinstance(k, str):
+                    return f"{where} has non-string key {k!r}; JSON object keys are strings"
+                stack.append((v, f"{where}.{k}"))
+            continue
+        return f"{where} is a {type(item).__name__}; only JSON values are allowed"
+    return None
+
+
+def _validate_json_value(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+    ctx = info.context
+    if not (isinstance(ctx, dict) and ctx.get("trusted_json")):
+        problem = json_problem(value, info.field_name or "$")
+        if problem is not None:
+            raise ValueError(problem)
+    return handler(value)
+
+
+JsonValue: TypeAlias = Annotated[Any, WrapValidator(_validate_json_value)]
+"""Any JSON value: null, bool, int, finite float, str, list, or object with string keys."""
+
+JsonObject: TypeAlias = Annotated[dict[str, Any], WrapValidator(_validate_json_value)]
