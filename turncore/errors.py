@@ -74,3 +74,7 @@ class TurnFailure(TurnError):
     def __init__(self, message: str, *, code: str | None = None) -> None:
         self.code = code
         super().__init__(message)
+
+
+class ContextResolutionError(DependencyError):
+    """A context reference (or inherited agent snapshot) could not be materialized."""

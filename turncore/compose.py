@@ -1,0 +1,183 @@
+"""The request composer (spec §8.3): durable file in, provider-neutral request out.
+
+The model activity transmits exactly what ``compose_model_request`` returns,
+and ``turns inspect`` calls the same function, so the durable file plus the
+composer reproduce what the model was sent; the two views cannot diverge.
+
+``next_model_request`` is the other half: the refs a new model call must
+record (what is new since the previous call), derived from the state alone.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ._wire import Opt, WireModel
+from .errors import CorruptTurnError
+from .events import (
+    ContextRef,
+    ModelDescriptor,
+    ModelRequest,
+    ResolvedAgent,
+    ToolDescriptor,
+)
+from .jsonvalue import JsonObject, JsonValue
+from .messages import (
+    AssistantMessage,
+    ConversationMessage,
+    ToolMessage,
+    ToolResultOutput,
+    ToolResultPart,
+)
+from .reducer import ModelCallState, TurnState
+
+
+class ToolDefinition(WireModel):
+    """What the model sees of a tool: name, description and JSON Schema; no authority."""
+
+    name: str
+    description: str
+    input_schema: JsonValue
+
+    @classmethod
+    def of(cls, descriptor: ToolDescriptor) -> ToolDefinition:
+        return cls(
+            name=descriptor.name,
+            description=descriptor.description,
+            input_schema=descriptor.input_schema,
+        )
+
+
+class ComposedRequest(WireModel):
+    """The exact provider-neutral request of one model call."""
+
+    model: ModelDescriptor
+    system: str
+    tools: list[ToolDefinition]
+    messages: list[ConversationMessage]
+    parameters: JsonObject
+    model_call_index: int
+    reasoning_effort: Opt[str] = None
+
+
+def next_model_request(state: TurnState, parameters: dict[str, JsonValue] | None = None) -> ModelRequest:
+    """The ``request`` of the next model call: only what is new since the previous call.
+
+    Call 0 is ``["context"?, "input"]`` (with ``contextRef`` for a referenced
+    prefix); call N is the previous response and its batch's results in the
+    model's order; a re-issue after an interrupted call is ``[]``.
+    """
+    params = dict(parameters or {})
+    if not state.model_calls:
+        context = state.definition.context
+        if isinstance(context, ContextRef):
+            return ModelRequest(context_ref=context, messages=["input"], parameters=params)
+        refs = ["context", "input"] if context else ["input"]
+        return ModelRequest(messages=refs, parameters=params)
+    previous = state.model_calls[-1]
+    if previous.response is None:
+        return ModelRequest(messages=[], parameters=params)
+    refs = [f"assistant:{previous.index}"]
+    refs += [
+        f"toolResult:{t.tool_call_id}"
+        for t in sorted(
+            (t for t in state.tool_calls if t.model_call_index == previous.index),
+            key=lambda t: t.order,
+        )
+    ]
+    return ModelRequest(messages=refs, parameters=params)
+
+
+def compose_model_request(
+    agent: ResolvedAgent,
+    context: Sequence[ConversationMessage],
+    state: TurnState,
+    model_call_index: int,
+) -> ComposedRequest:
+    """Rebuild the request of model call ``model_call_index`` from durable state.
+
+    ``agent`` is the materialized agent snapshot (§6.7) and ``context`` the
+    materialized context as transmitted (``ContextResolver.resolve``): it is
+    placed where call 0's ``contextRef`` or ``context`` ref puts it.
+    """
+    if model_call_index >= len(state.model_calls):
+        raise CorruptTurnError(f"model call {model_call_index} has not been requested")
+    messages: list[ConversationMessage] = []
+    definition = state.definition
+    by_index = {m.index: m for m in state.model_calls}
+    for call in state.model_calls[: model_call_index + 1]:
+        if call.request.context_ref is not None:
+            messages.extend(context)
+        pending_results: list[ToolResultPart] = []
+        for ref in call.request.messages:
+            if ref.startswith("toolResult:"):
+                pending_results.append(_tool_result_part(state, ref.removeprefix("toolResult:")))
+                continue
+            if pending_results:
+                messages.append(ToolMessage(content=pending_results))
+                pending_results = []
+            if ref == "context":
+                messages.extend(context)
+            elif ref == "input":
+                messages.append(definition.input)
+            elif ref.startswith("assistant:"):
+                messages.append(_assistant(by_index, ref))
+            else:
+                raise CorruptTurnError(f"unknown request ref {ref!r} in model call {call.index}")
+        if pending_results:
+            messages.append(ToolMessage(content=pending_results))
+    target = state.model_calls[model_call_index]
+    params = dict(target.request.parameters)
+    effort = definition.config.reasoning_effort
+    return ComposedRequest(
+        model=definition.agent.resolved.model,
+        system=agent.system_prompt,
+        tools=[ToolDefinition.of(t) for t in agent.tools],
+        messages=messages,
+        parameters=params,
+        model_call_index=model_call_index,
+        reasoning_effort=effort,
+    )
+
+
+def _assistant(by_index: dict[int, ModelCallState], ref: str) -> AssistantMessage:
+    raw = ref.removeprefix("assistant:")
+    if not raw.isdigit():
+        raise CorruptTurnError(f"malformed request ref {ref!r}")
+    call = by_index.get(int(raw))
+    response = call.response if call is not None else None
+    if response is None:
+        raise CorruptTurnError(f"request ref {ref!r} names a model call without a response")
+    return response
+
+
+def _tool_result_part(state: TurnState, tool_call_id: str) -> ToolResultPart:
+    call = state.tool_call(tool_call_id)
+    if call is None or call.result is None:
+        raise CorruptTurnError(f"request ref 'toolResult:{tool_call_id}' names no tool result")
+    result = call.result.result
+    return ToolResultPart(
+        tool_call_id=tool_call_id,
+        tool_name=call.tool_name,
+        output=ToolResultOutput(type="error-json" if result.is_error else "json", value=result.output),
+    )
+
+
+def closed_transcript(state: TurnState) -> list[ConversationMessage]:
+    """This turn's own messages: its input and everything it produced, in model order.
+
+    Tool results (including synthetic closure results) follow their
+    assistant message grouped in one tool message, in the model's order.
+    """
+    out: list[ConversationMessage] = [state.definition.input]
+    for call in state.model_calls:
+        if call.response is None:
+            continue
+        out.append(call.response)
+        batch = sorted(
+            (t for t in state.tool_calls if t.model_call_index == call.index), key=lambda t: t.order
+        )
+        parts = [_tool_result_part(state, t.tool_call_id) for t in batch if t.result is not None]
+        if parts:
+            out.append(ToolMessage(content=parts))
+    return out

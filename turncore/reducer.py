@@ -1,0 +1,776 @@
+"""The one reducer: durable events in, ``TurnState`` out (spec §14, §24).
+
+Theory of operation
+-------------------
+A turn log is a strict sequence: ``turn_created``; then rounds of one model
+call (requested → step events → completed | failed) followed by the tool batch
+of a completed response (permission records, invocations, progress, results in
+any physical order); suspension snapshots whenever work waits on the outside;
+and at most one terminal event, after which nothing may follow.
+
+``TurnReducer`` folds events one at a time. ``apply`` first *checks* the event
+against every invariant that concerns it and only then *mutates*, so an illegal
+event raises ``CorruptTurnError`` naming the broken rule and leaves the reducer
+exactly as it was (the repository's append gate relies on this). Folding is
+linear in the number of events. ``reduce_turn`` is the one-liner fold that
+also reports the 1-based line of the offending event; ``apply`` is the pure
+step for callers that hold a ``TurnState`` value.
+
+The reducer never resolves context references, never reads clocks, and never
+infers that a turn is running (§14.3): liveness is not durable.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal, assert_never
+
+from ._wire import Opt, WireModel
+from .errors import CorruptTurnError
+from .events import (
+    SCHEMA_VERSION,
+    ContextRef,
+    DurableLlmStepStreamEvent,
+    InheritedAgentSnapshot,
+    ModelCallCompleted,
+    ModelCallFailed,
+    ModelCallRequested,
+    ModelRequest,
+    ModelStepEvent,
+    PendingAsyncTool,
+    PendingPermission,
+    ResolvedAgent,
+    TerminalEvent,
+    ToolDescriptor,
+    ToolInvocationRequested,
+    ToolPermissionClassificationFailed,
+    ToolPermissionClassified,
+    ToolPermissionRequired,
+    ToolPermissionResolved,
+    ToolProgress,
+    ToolResult,
+    TurnCancelled,
+    TurnCompleted,
+    TurnCreated,
+    TurnEvent,
+    TurnFailed,
+    TurnSuspended,
+    TurnUsage,
+)
+from .jsonvalue import JsonValue
+from .messages import AssistantMessage
+
+# ---------------------------------------------------------------- the §14.2 projection
+
+
+class PermissionState(WireModel):
+    required: ToolPermissionRequired
+    classification: Opt[ToolPermissionClassified] = None
+    resolved: Opt[ToolPermissionResolved] = None
+
+
+class ModelCallState(WireModel):
+    index: int
+    request: ModelRequest
+    step_events: list[DurableLlmStepStreamEvent]
+    response: Opt[AssistantMessage] = None
+    finish_reason: Opt[str] = None
+    usage: Opt[TurnUsage] = None
+    error: Opt[str] = None
+
+
+class ToolCallState(WireModel):
+    model_call_index: int
+    order: int
+    tool_call_id: str
+    tool_id: Opt[str] = None
+    tool_name: str
+    input: JsonValue
+    execution: Opt[Literal["sync", "async"]] = None
+    permission: Opt[PermissionState] = None
+    invocation: Opt[ToolInvocationRequested] = None
+    progress: list[ToolProgress]
+    result: Opt[ToolResult] = None
+
+
+class TurnState(WireModel):
+    """Everything durable about a turn, and nothing about whether it is running."""
+
+    definition: TurnCreated
+    model_calls: list[ModelCallState]
+    tool_calls: list[ToolCallState]
+    suspension: Opt[TurnSuspended] = None
+    terminal: Opt[TerminalEvent] = None
+    usage: TurnUsage
+
+    # Derived views used by the runtime and by surfaces. They read the state;
+    # they never add to it.
+
+    def open_model_call(self) -> ModelCallState | None:
+        if self.model_calls and _is_open(self.model_calls[-1]):
+            return self.model_calls[-1]
+        return None
+
+    def unresolved_tool_calls(self) -> list[ToolCallState]:
+        return [t for t in self.tool_calls if t.result is None]
+
+    def pending_permissions(self) -> list[PendingPermission]:
+        return [
+            PendingPermission(
+                tool_call_id=t.tool_call_id,
+                tool_name=t.tool_name,
+                request=t.permission.required.request,
+            )
+            for t in self.tool_calls
+            if t.result is None
+            and t.permission is not None
+            and t.permission.resolved is None
+            and _awaits_human(t.permission)
+        ]
+
+    def pending_async_tools(self) -> list[PendingAsyncTool]:
+        return [
+            PendingAsyncTool(
+                tool_call_id=t.tool_call_id,
+                tool_id=t.invocation.tool_id,
+                tool_name=t.tool_name,
+                input=t.invocation.input,
+            )
+            for t in self.tool_calls
+            if t.result is None and t.invocation is not None and t.invocation.execution == "async"
+        ]
+
+    def tool_call(self, tool_call_id: str) -> ToolCallState | None:
+        for t in self.tool_calls:
+            if t.tool_call_id == tool_call_id:
+                return t
+        return None
+
+
+def _is_open(call: ModelCallState) -> bool:
+    return call.response is None and call.error is None
+
+
+def _awaits_human(permission: PermissionState) -> bool:
+    """A required permission waits on a human once classification (if any) deferred or failed.
+
+    Before the classifier has spoken in auto mode the runtime still owns the
+    decision; the suspension snapshot lists only what a human must answer.
+    """
+    return permission.classification is None or permission.classification.decision == "defer"
+
+
+# ---------------------------------------------------------------- internal fold state
+
+
+@dataclass(slots=True)
+class _ModelCall:
+    event: ModelCallRequested
+    steps: list[DurableLlmStepStreamEvent] = field(default_factory=list)
+    completed: ModelCallCompleted | None = None
+    failed: ModelCallFailed | None = None
+
+    @property
+    def open(self) -> bool:
+        return self.completed is None and self.failed is None
+
+
+@dataclass(slots=True)
+class _ToolCall:
+    model_call_index: int
+    order: int
+    tool_call_id: str
+    tool_name: str
+    input: JsonValue
+    descriptor: ToolDescriptor | None
+    required: ToolPermissionRequired | None = None
+    classification: ToolPermissionClassified | None = None
+    resolved: ToolPermissionResolved | None = None
+    invocation: ToolInvocationRequested | None = None
+    progress: list[ToolProgress] = field(default_factory=list)
+    result: ToolResult | None = None
+
+    @property
+    def execution(self) -> Literal["sync", "async"] | None:
+        if self.invocation is not None:
+            return self.invocation.execution
+        return self.descriptor.execution if self.descriptor is not None else None
+
+
+def _corrupt(rule: str) -> CorruptTurnError:
+    return CorruptTurnError(rule)
+
+
+class TurnReducer:
+    """Incremental, linear fold of a turn log. ``apply`` checks, then mutates."""
+
+    __slots__ = (
+        "_created",
+        "_tools_by_name",
+        "_model_calls",
+        "_tool_calls",
+        "_tool_by_id",
+        "_suspension",
+        "_terminal",
+        "_usage",
+        "_count",
+        "_state",
+    )
+
+    def __init__(self) -> None:
+        self._created: TurnCreated | None = None
+        self._tools_by_name: dict[str, ToolDescriptor] | None = None
+        self._model_calls: list[_ModelCall] = []
+        self._tool_calls: list[_ToolCall] = []
+        self._tool_by_id: dict[str, _ToolCall] = {}
+        self._suspension: TurnSuspended | None = None
+        self._terminal: TerminalEvent | None = None
+        self._usage = TurnUsage()
+        self._count = 0
+        self._state: TurnState | None = None
+
+    # -- public -------------------------------------------------------------
+
+    @classmethod
+    def of(cls, events: Iterable[TurnEvent]) -> TurnReducer:
+        """Fold ``events``; a violation raises with the 1-based line of the offending event."""
+        reducer = cls()
+        for line, event in enumerate(events, start=1):
+            try:
+                reducer.apply(event)
+            except CorruptTurnError as exc:
+                raise CorruptTurnError(exc.rule, line=line) from None
+        return reducer
+
+    @property
+    def event_count(self) -> int:
+        return self._count
+
+    @property
+    def started(self) -> bool:
+        return self._created is not None
+
+    @property
+    def state(self) -> TurnState:
+        if self._created is None:
+            raise _corrupt("the turn has no turn_created event")
+        if self._state is None:
+            self._state = self._project(self._created)
+        return self._state
+
+    def copy(self) -> TurnReducer:
+        """An independent reducer at the same point (for trial appends)."""
+        other = TurnReducer()
+        other._created = self._created
+        other._tools_by_name = self._tools_by_name
+        other._model_calls = [
+            _ModelCall(m.event, list(m.steps), m.completed, m.failed) for m in self._model_calls
+        ]
+        other._tool_calls = [
+            _ToolCall(
+                t.model_call_index,
+                t.order,
+                t.tool_call_id,
+                t.tool_name,
+                t.input,
+                t.descriptor,
+                t.required,
+                t.classification,
+                t.resolved,
+                t.invocation,
+                list(t.progress),
+                t.result,
+            )
+            for t in self._tool_calls
+        ]
+        other._tool_by_id = {t.tool_call_id: t for t in other._tool_calls}
+        other._suspension = self._suspension
+        other._terminal = self._terminal
+        other._usage = self._usage
+        other._count = self._count
+        other._state = self._state
+        return other
+
+    def apply(self, event: TurnEvent) -> None:
+        """Check ``event`` against every invariant, then fold it in.
+
+        Raises ``CorruptTurnError`` (without a line) and leaves the reducer
+        unchanged if the event is impossible here.
+        """
+        created = self._created
+        if created is None:
+            if not isinstance(event, TurnCreated):
+                raise _corrupt(f"the first event must be turn_created, not {event.type}")
+            self._check_created(event)
+            self._created = event
+            resolved = event.agent.resolved
+            if isinstance(resolved, ResolvedAgent):
+                self._tools_by_name = {t.name: t for t in resolved.tools}
+            self._commit(event)
+            return
+        if event.turn_id != created.turn_id:
+            raise _corrupt(
+                f"{event.type} belongs to turn {event.turn_id!r}, not {created.turn_id!r}"
+            )
+        if self._terminal is not None:
+            raise _corrupt(f"{event.type} follows the terminal event {self._terminal.type}")
+
+        match event:
+            case TurnCreated():
+                raise _corrupt("a turn has exactly one turn_created event")
+            case ModelCallRequested():
+                self._on_model_requested(created, event)
+            case ModelStepEvent():
+                call = self._open_call(event.model_call_index, event.type)
+                call.steps.append(event.event)
+            case ModelCallCompleted():
+                self._on_model_completed(event)
+            case ModelCallFailed():
+                call = self._open_call(event.model_call_index, event.type)
+                call.failed = event
+            case ToolPermissionRequired():
+                self._on_permission_required(event)
+            case ToolPermissionClassified():
+                self._on_permission_classified(event)
+            case ToolPermissionClassificationFailed():
+                self._on_classification_failed(event)
+            case ToolPermissionResolved():
+                self._on_permission_resolved(event)
+            case ToolInvocationRequested():
+                self._on_invocation(event)
+            case ToolProgress():
+                self._on_progress(event)
+            case ToolResult():
+                self._on_result(event)
+            case TurnSuspended():
+                self._on_suspended(event)
+            case TurnCompleted():
+                self._on_completed(event)
+            case TurnFailed() | TurnCancelled():
+                self._check_settled(event.type)
+                self._terminal = event
+            case _:
+                assert_never(event)
+        self._commit(event)
+
+    # -- bookkeeping --------------------------------------------------------
+
+    def _commit(self, event: TurnEvent) -> None:
+        self._count += 1
+        self._state = None
+        if isinstance(event, TurnSuspended):
+            self._suspension = event
+        else:
+            # A snapshot describes the moment it was taken; any later fact
+            # invalidates it (§11.1, §27.2).
+            self._suspension = None
+
+    def _check_created(self, event: TurnCreated) -> None:
+        if event.schema_version != SCHEMA_VERSION:
+            raise _corrupt(f"unsupported schemaVersion {event.schema_version}")
+        resolved = event.agent.resolved
+        if isinstance(resolved, InheritedAgentSnapshot):
+            context = event.context
+            if not isinstance(context, ContextRef) or context.previous_turn_id != resolved.inherited_from:
+                raise _corrupt(
+                    "an inherited agent snapshot must inherit from the turn's context.previousTurnId"
+                )
+
+    # -- model calls --------------------------------------------------------
+
+    def _open_call(self, index: int, kind: str) -> _ModelCall:
+        if index >= len(self._model_calls):
+            raise _corrupt(f"{kind} for model call {index}, which was never requested")
+        call = self._model_calls[index]
+        if not call.open:
+            done = "completed" if call.completed is not None else "failed"
+            raise _corrupt(f"{kind} for model call {index}, which already {done}")
+        return call
+
+    def _on_model_requested(self, created: TurnCreated, event: ModelCallRequested) -> None:
+        index = event.model_call_index
+        expected = len(self._model_calls)
+        if index != expected:
+            raise _corrupt(
+                f"model call index {index} is out of order; the next index is {expected}"
+            )
+        if self._model_calls and self._model_calls[-1].open:
+            raise _corrupt(
+                f"model call {index} was requested while model call {index - 1} is unresolved"
+            )
+        if index >= created.config.max_model_calls:
+            raise _corrupt(
+                f"model call {index} exceeds maxModelCalls={created.config.max_model_calls}"
+            )
+        unresolved = [t.tool_call_id for t in self._tool_calls if t.result is None]
+        if unresolved:
+            raise _corrupt(
+                f"model call {index} was requested before tool calls {unresolved} have results"
+            )
+        self._check_request_refs(created, index, event.request)
+        self._model_calls.append(_ModelCall(event))
+
+    def _check_request_refs(self, created: TurnCreated, index: int, request: ModelRequest) -> None:
+        if index == 0:
+            context = created.context
+            if isinstance(context, ContextRef):
+                if request.context_ref != context:
+                    raise _corrupt(
+                        "model call 0 contextRef does not match the turn's context reference"
+                    )
+                expected = ["input"]
+            else:
+                if request.context_ref is not None:
+                    raise _corrupt("model call 0 has a contextRef but the turn's context is inline")
+                expected = ["context", "input"] if context else ["input"]
+        else:
+            if request.context_ref is not None:
+                raise _corrupt(f"model call {index} has a contextRef; only call 0 may")
+            previous = self._model_calls[index - 1]
+            if previous.completed is not None:
+                calls = previous.completed.message.tool_calls()
+                if not calls:
+                    raise _corrupt(
+                        f"model call {index} follows a response without tool calls, "
+                        "which completes the turn"
+                    )
+                expected = [f"assistant:{index - 1}"] + [f"toolResult:{c.tool_call_id}" for c in calls]
+            else:
+                expected = []
+        if request.messages != expected:
+            raise _corrupt(
+                f"model call {index} references {request.messages} "
+                f"but the transcript requires {expected} (tool results in call order)"
+            )
+
+    def _on_model_completed(self, event: ModelCallCompleted) -> None:
+        call = self._open_call(event.model_call_index, event.type)
+        new_calls: list[_ToolCall] = []
+        seen: set[str] = set()
+        for order, part in enumerate(event.message.tool_calls()):
+            if part.tool_call_id in seen:
+                raise _corrupt(
+                    f"tool-call id {part.tool_call_id!r} appears twice in model call "
+                    f"{event.model_call_index}'s response"
+                )
+            if part.tool_call_id in self._tool_by_id:
+                raise _corrupt(
+                    f"tool-call id {part.tool_call_id!r} was already used earlier in the turn"
+                )
+            seen.add(part.tool_call_id)
+            descriptor = self._tools_by_name.get(part.tool_name) if self._tools_by_name else None
+            new_calls.append(
+                _ToolCall(
+                    event.model_call_index,
+                    order,
+                    part.tool_call_id,
+                    part.tool_name,
+                    part.input,
+                    descriptor,
+                )
+            )
+        call.completed = event
+        self._usage = self._usage + event.usage
+        for t in new_calls:
+            self._tool_calls.append(t)
+            self._tool_by_id[t.tool_call_id] = t
+
+    # -- permissions --------------------------------------------------------
+
+    def _target(self, tool_call_id: str, kind: str) -> _ToolCall:
+        call = self._tool_by_id.get(tool_call_id)
+        if call is None:
+            raise _corrupt(f"{kind} targets unknown tool call {tool_call_id!r}")
+        if call.result is not None:
+            raise _corrupt(f"{kind} for tool call {tool_call_id!r} after its terminal result")
+        return call
+
+    def _on_permission_required(self, event: ToolPermissionRequired) -> None:
+        call = self._target(event.tool_call_id, event.type)
+        if call.required is not None:
+            raise _corrupt(f"permission for tool call {event.tool_call_id!r} was already required")
+        if call.invocation is not None:
+            raise _corrupt(
+                f"permission for tool call {event.tool_call_id!r} was required after its invocation"
+            )
+        if event.tool_name != call.tool_name:
+            raise _corrupt(
+                f"tool_permission_required names {event.tool_name!r} but tool call "
+                f"{event.tool_call_id!r} is {call.tool_name!r}"
+            )
+        call.required = event
+
+    def _needs_open_permission(self, call: _ToolCall, kind: str) -> None:
+        if call.required is None:
+            raise _corrupt(f"{kind} for tool call {call.tool_call_id!r}, which required no permission")
+        if call.resolved is not None:
+            raise _corrupt(
+                f"{kind} for tool call {call.tool_call_id!r} after its permission was resolved"
+            )
+
+    def _on_permission_classified(self, event: ToolPermissionClassified) -> None:
+        call = self._target(event.tool_call_id, event.type)
+        self._needs_open_permission(call, event.type)
+        if call.classification is not None:
+            raise _corrupt(f"tool call {event.tool_call_id!r} was classified twice")
+        call.classification = event
+
+    def _on_classification_failed(self, event: ToolPermissionClassificationFailed) -> None:
+        targets = [self._target(i, event.type) for i in event.tool_call_ids]
+        for call in targets:
+            self._needs_open_permission(call, event.type)
+
+    def _on_permission_resolved(self, event: ToolPermissionResolved) -> None:
+        call = self._target(event.tool_call_id, event.type)
+        if call.resolved is not None:
+            raise _corrupt(
+                f"conflicting permission decisions for tool call {event.tool_call_id!r}: "
+                f"already resolved {call.resolved.decision}"
+            )
+        self._needs_open_permission(call, event.type)
+        call.resolved = event
+
+    # -- tools --------------------------------------------------------------
+
+    def _on_invocation(self, event: ToolInvocationRequested) -> None:
+        call = self._target(event.tool_call_id, event.type)
+        if call.invocation is not None:
+            raise _corrupt(f"tool call {event.tool_call_id!r} was invoked twice")
+        if call.required is not None and (
+            call.resolved is None or call.resolved.decision != "allow"
+        ):
+            raise _corrupt(
+                f"tool call {event.tool_call_id!r} was invoked without an allow decision"
+            )
+        if event.tool_name != call.tool_name:
+            raise _corrupt(
+                f"invocation names tool {event.tool_name!r} but the model called {call.tool_name!r}"
+            )
+        if event.input != call.input:
+            raise _corrupt(
+                f"invocation input for tool call {event.tool_call_id!r} differs from the model's"
+            )
+        d = call.descriptor
+        if d is not None and (d.tool_id != event.tool_id or d.execution != event.execution):
+            raise _corrupt(
+                f"invocation of {event.tool_name!r} as {event.tool_id}/{event.execution} "
+                f"contradicts the turn's tool snapshot {d.tool_id}/{d.execution}"
+            )
+        if d is None and self._tools_by_name is not None:
+            raise _corrupt(f"invocation of {event.tool_name!r}, which is not in the turn's tool set")
+        call.invocation = event
+
+    def _on_progress(self, event: ToolProgress) -> None:
+        call = self._target(event.tool_call_id, event.type)
+        if call.invocation is None:
+            raise _corrupt(f"progress for tool call {event.tool_call_id!r}, which was never invoked")
+        if call.invocation.execution != event.source:
+            raise _corrupt(
+                f"{event.source} progress for {call.invocation.execution} tool call "
+                f"{event.tool_call_id!r}"
+            )
+        call.progress.append(event)
+
+    def _on_result(self, event: ToolResult) -> None:
+        call = self._tool_by_id.get(event.tool_call_id)
+        if call is None:
+            raise _corrupt(f"tool_result targets unknown tool call {event.tool_call_id!r}")
+        if call.result is not None:
+            raise _corrupt(f"duplicate terminal result for tool call {event.tool_call_id!r}")
+        if event.tool_name != call.tool_name:
+            raise _corrupt(
+                f"tool_result names {event.tool_name!r} but tool call "
+                f"{event.tool_call_id!r} is {call.tool_name!r}"
+            )
+        if event.source != "runtime":
+            if call.invocation is None:
+                raise _corrupt(
+                    f"{event.source} result for tool call {event.tool_call_id!r}, "
+                    "which was never invoked"
+                )
+            if call.invocation.execution != event.source:
+                raise _corrupt(
+                    f"{event.source} result for {call.invocation.execution} tool call "
+                    f"{event.tool_call_id!r}"
+                )
+        call.result = event
+
+    # -- settle points ------------------------------------------------------
+
+    def _check_settled(self, kind: str) -> None:
+        if self._model_calls and self._model_calls[-1].open:
+            raise _corrupt(
+                f"{kind} while model call {len(self._model_calls) - 1} is unresolved"
+            )
+        unresolved = [t.tool_call_id for t in self._tool_calls if t.result is None]
+        if unresolved:
+            raise _corrupt(f"{kind} while tool calls {unresolved} lack terminal results")
+
+    def _on_suspended(self, event: TurnSuspended) -> None:
+        if self._model_calls and self._model_calls[-1].open:
+            raise _corrupt("turn_suspended while a model call is unresolved")
+        # Compare against what is actually pending (same rule as TurnState's views).
+        want_perm = {
+            t.tool_call_id
+            for t in self._tool_calls
+            if t.result is None
+            and t.required is not None
+            and t.resolved is None
+            and (t.classification is None or t.classification.decision == "defer")
+        }
+        want_async = {
+            t.tool_call_id
+            for t in self._tool_calls
+            if t.result is None and t.invocation is not None and t.invocation.execution == "async"
+        }
+        got_perm = [p.tool_call_id for p in event.pending_permissions]
+        got_async = [p.tool_call_id for p in event.pending_async_tools]
+        if set(got_perm) != want_perm or len(got_perm) != len(want_perm):
+            raise _corrupt(
+                f"turn_suspended lists pending permissions {sorted(got_perm)} "
+                f"but {sorted(want_perm)} are pending"
+            )
+        if set(got_async) != want_async or len(got_async) != len(want_async):
+            raise _corrupt(
+                f"turn_suspended lists pending async tools {sorted(got_async)} "
+                f"but {sorted(want_async)} are pending"
+            )
+        if not want_perm and not want_async:
+            raise _corrupt("turn_suspended with no pending permission or async tool")
+
+    def _on_completed(self, event: TurnCompleted) -> None:
+        self._check_settled(event.type)
+        last = self._model_calls[-1] if self._model_calls else None
+        if last is None or last.completed is None:
+            raise _corrupt("turn_completed without a completed final model call")
+        if last.completed.message.tool_calls():
+            raise _corrupt("turn_completed after a response that called tools")
+        if event.output != last.completed.message:
+            raise _corrupt("turn_completed.output differs from the final model response")
+        self._terminal = event
+
+    # -- projection ---------------------------------------------------------
+
+    def _project(self, created: TurnCreated) -> TurnState:
+        model_calls = [
+            ModelCallState.model_construct(
+                index=m.event.model_call_index,
+                request=m.event.request,
+                step_events=list(m.steps),
+                response=m.completed.message if m.completed else None,
+                finish_reason=m.completed.finish_reason if m.completed else None,
+                usage=m.completed.usage if m.completed else None,
+                error=m.failed.error if m.failed else None,
+            )
+            for m in self._model_calls
+        ]
+        tool_calls = [
+            ToolCallState.model_construct(
+                model_call_index=t.model_call_index,
+                order=t.order,
+                tool_call_id=t.tool_call_id,
+                tool_id=(
+                    t.invocation.tool_id
+                    if t.invocation
+                    else (t.descriptor.tool_id if t.descriptor else None)
+                ),
+                tool_name=t.tool_name,
+                input=t.input,
+                execution=t.execution,
+                permission=(
+                    PermissionState.model_construct(
+                        required=t.required,
+                        classification=t.classification,
+                        resolved=t.resolved,
+                    )
+                    if t.required is not None
+                    else None
+                ),
+                invocation=t.invocation,
+                progress=list(t.progress),
+                result=t.result,
+            )
+            for t in self._tool_calls
+        ]
+        return TurnState.model_construct(
+            definition=created,
+            model_calls=model_calls,
+            tool_calls=tool_calls,
+            suspension=self._suspension,
+            terminal=self._terminal,
+            usage=self._usage,
+        )
+
+
+def reduce_turn(events: Sequence[TurnEvent]) -> TurnState:
+    """Replay a whole turn log. Raises ``CorruptTurnError`` naming the rule and 1-based line."""
+    if not events:
+        raise CorruptTurnError("the turn log is empty; the first event must be turn_created", line=1)
+    return TurnReducer.of(events).state
+
+
+def apply(state: TurnState, event: TurnEvent) -> TurnState:
+    """The pure step: the state after ``event``. ``state`` itself is not changed.
+
+    Rebuilds a reducer from ``state`` (O(size of state)); hot loops hold a
+    ``TurnReducer`` and call its ``apply`` instead.
+    """
+    reducer = _reducer_from_state(state)
+    reducer.apply(event)
+    return reducer.state
+
+
+def _reducer_from_state(state: TurnState) -> TurnReducer:
+    r = TurnReducer()
+    created = state.definition
+    r._created = created
+    resolved = created.agent.resolved
+    if isinstance(resolved, ResolvedAgent):
+        r._tools_by_name = {t.name: t for t in resolved.tools}
+    for m in state.model_calls:
+        call = _ModelCall(
+            ModelCallRequested(
+                turn_id=created.turn_id, ts=created.ts, model_call_index=m.index, request=m.request
+            ),
+            list(m.step_events),
+        )
+        if m.response is not None:
+            call.completed = ModelCallCompleted.model_construct(
+                turn_id=created.turn_id,
+                ts=created.ts,
+                type="model_call_completed",
+                model_call_index=m.index,
+                message=m.response,
+                finish_reason=m.finish_reason or "",
+                usage=m.usage or TurnUsage(),
+                provider_metadata=None,
+            )
+        if m.error is not None:
+            call.failed = ModelCallFailed(
+                turn_id=created.turn_id, ts=created.ts, model_call_index=m.index, error=m.error
+            )
+        r._model_calls.append(call)
+    for t in state.tool_calls:
+        descriptor = r._tools_by_name.get(t.tool_name) if r._tools_by_name else None
+        tc = _ToolCall(
+            t.model_call_index,
+            t.order,
+            t.tool_call_id,
+            t.tool_name,
+            t.input,
+            descriptor,
+            t.permission.required if t.permission else None,
+            t.permission.classification if t.permission else None,
+            t.permission.resolved if t.permission else None,
+            t.invocation,
+            list(t.progress),
+            t.result,
+        )
+        r._tool_calls.append(tc)
+        r._tool_by_id[tc.tool_call_id] = tc
+    r._suspension = state.suspension
+    r._terminal = state.terminal
+    r._usage = state.usage
+    r._count = -1  # unknown: a state does not record how many events produced it
+    return r
