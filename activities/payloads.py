@@ -1,0 +1,120 @@
+"""Activity inputs and results: small dataclasses with JSON-ready fields.
+
+Events cross the Temporal boundary as their wire dicts (camelCase), never
+as transcripts: the model activity composes its own request from the file.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+WireEvent = dict[str, Any]
+
+
+@dataclass
+class AppendInput:
+    turn_id: str
+    events: list[WireEvent]
+    known_offset: int
+    """The line count the workflow knew before this batch; a retried batch whose
+    exact lines already follow it is recognised and not written twice."""
+
+
+@dataclass
+class AppendResult:
+    offset: int
+
+
+@dataclass
+class LoadInput:
+    turn_id: str
+
+
+@dataclass
+class LoadResult:
+    events: list[WireEvent]
+    offset: int
+
+
+@dataclass
+class CheckCall:
+    tool_call_id: str
+    tool_id: str
+    tool_name: str
+    input: Any
+
+
+@dataclass
+class CheckPermissionsInput:
+    turn_id: str
+    calls: list[CheckCall]
+
+
+@dataclass
+class CheckOutcome:
+    tool_call_id: str
+    required: bool
+    request: Any = None
+    checker_error: str | None = None
+
+
+@dataclass
+class CheckPermissionsResult:
+    outcomes: list[CheckOutcome]
+
+
+@dataclass
+class ClassifyRequest:
+    tool_call_id: str
+    tool_name: str
+    input: Any
+    request: Any
+
+
+@dataclass
+class ClassifyInput:
+    turn_id: str
+    requests: list[ClassifyRequest]
+
+
+@dataclass
+class ClassifyResult:
+    classifications: list[dict[str, Any]] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class ModelCallInput:
+    turn_id: str
+    model_call_index: int
+    parameters: dict[str, Any] = field(default_factory=dict)
+    settle_if_final: bool = True
+    """The workflow's standing decision: a response without tool calls completes
+    the turn and a provider failure fails it, so the activity may append that
+    terminal event itself and save a round trip."""
+
+
+@dataclass
+class ModelCallResult:
+    events: list[WireEvent]
+    offset: int
+
+
+@dataclass
+class ToolCallInput:
+    turn_id: str
+    tool_call_id: str
+    tool_id: str
+    tool_name: str
+    input: Any
+
+
+@dataclass
+class ToolCallResult:
+    events: list[WireEvent]
+
+
+@dataclass
+class ValidateDependenciesInput:
+    turn_id: str

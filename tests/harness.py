@@ -1,0 +1,204 @@
+"""A real runtime for one test: a work dir in tmp, the file repository, a
+worker on a fresh task queue of the session's dev server, and a TurnClient.
+
+Only the model's *decisions* are scripted; Temporal, the filesystem and the
+activities are the real ones.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import orjson
+from temporalio.client import Client
+from temporalio.worker import Worker
+
+from activities import TurnDependencies
+from turnclient.api import CreateTurnInput, TurnClient, iso_now
+from turncore.agents import AgentDefinition, StaticAgentResolver
+from turncore.context import ContextResolver
+from turncore.errors import DependencyError
+from turncore.events import (
+    ModelDescriptor,
+    RequestedAgent,
+    ToolDescriptor,
+    TurnExternalInput,
+    TurnOutcome,
+    external_input_adapter,
+)
+from turncore.live import LiveHub
+from turncore.messages import UserMessage
+from turncore.model import Model
+from turncore.model.scripted import ScriptedModel, ScriptItem
+from turncore.permissions import (
+    DeclaredPermissionChecker,
+    DeferAllClassifier,
+    PermissionChecker,
+    PermissionClassifier,
+)
+from turncore.reducer import TurnReducer, TurnState
+from turncore.repository import FileTurnRepository
+from turncore.tools import FunctionTool, ToolFunction, ToolRegistry
+from worker import build_worker
+
+MODEL = ModelDescriptor(provider="scripted", model="test")
+
+
+def sync_tool(
+    name: str, *, permission: str = "none", requires_human: bool = False
+) -> ToolDescriptor:
+    return ToolDescriptor(
+        tool_id=f"builtin:{name}",
+        name=name,
+        description=f"the {name} tool",
+        input_schema={"type": "object"},
+        execution="sync",
+        requires_human=requires_human,
+    )
+
+
+def async_tool(name: str, *, requires_human: bool = False) -> ToolDescriptor:
+    return ToolDescriptor(
+        tool_id=f"external:{name}",
+        name=name,
+        description=f"the {name} tool",
+        input_schema={"type": "object"},
+        execution="async",
+        requires_human=requires_human,
+    )
+
+
+class StaticModels:
+    """Resolves the scripted descriptor to one model; anything else is a dependency error."""
+
+    def __init__(self, models: Mapping[str, Model]) -> None:
+        self.models = dict(models)
+
+    def resolve(self, descriptor: ModelDescriptor) -> Model:
+        model = self.models.get(descriptor.label())
+        if model is None:
+            raise DependencyError(f"no model is configured for {descriptor.label()}")
+        return model
+
+
+@dataclass
+class Harness:
+    client: Client
+    work_dir: Path
+    script: Sequence[ScriptItem] | Any
+    tools: list[ToolDescriptor] = field(default_factory=list)
+    implementations: dict[str, ToolFunction] = field(default_factory=dict)
+    permissions: dict[str, str] = field(default_factory=dict)
+    classifier: PermissionClassifier = field(default_factory=DeferAllClassifier)
+    checker: PermissionChecker | None = None
+    delay: float = 0.0
+
+    def __post_init__(self) -> None:
+        self.task_queue = f"tq-{uuid.uuid4()}"
+        self.repo = FileTurnRepository(self.work_dir)
+        self.hub = LiveHub()
+        self.model = ScriptedModel(self.script, model="test", delay=self.delay)
+        self.models = StaticModels({MODEL.label(): self.model})
+        self.registry = ToolRegistry(
+            {f"builtin:{n}": FunctionTool(fn) for n, fn in self.implementations.items()},
+            {t.tool_id for t in self.tools if t.execution == "async"},
+        )
+        self.contexts = ContextResolver(lambda tid: TurnReducer.of(self.repo.read(tid)).state)
+        self.resolver = StaticAgentResolver(
+            agents={
+                "test": AgentDefinition(
+                    agent_id="test",
+                    system_prompt="You are a test agent.",
+                    tools=[t.name for t in self.tools],
+                )
+            },
+            catalog={t.name: t for t in self.tools},
+            default_model=MODEL,
+        )
+        self.deps = TurnDependencies(
+            repository=self.repo,
+            models=self.models,
+            tools=self.registry,
+            checker=self.checker or DeclaredPermissionChecker(self.permissions),  # type: ignore[arg-type]
+            classifier=self.classifier,
+            contexts=self.contexts,
+            clock=iso_now,
+            hub=self.hub,
+        )
+        self.turns = TurnClient(
+            self.client, self.repo, self.resolver, task_queue=self.task_queue, hub=self.hub
+        )
+        self.worker: Worker | None = None
+        self._task: asyncio.Task[None] | None = None
+
+    async def __aenter__(self) -> Harness:
+        self.start_worker()
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.stop_worker()
+
+    def start_worker(self) -> None:
+        self.worker = build_worker(self.client, self.deps, task_queue=self.task_queue)
+        self._task = asyncio.create_task(self.worker.run())
+
+    async def stop_worker(self) -> None:
+        if self.worker is not None:
+            await self.worker.shutdown()
+            assert self._task is not None
+            await self._task
+            self.worker = None
+
+    async def create(
+        self,
+        prompt: str = "hello",
+        *,
+        human_available: bool = True,
+        auto_permission: bool = False,
+        max_model_calls: int = 20,
+        context: Any = None,
+    ) -> str:
+        return await self.turns.create_turn(
+            CreateTurnInput(
+                agent=RequestedAgent(agent_id="test"),
+                input=UserMessage(content=prompt),
+                human_available=human_available,
+                auto_permission=auto_permission,
+                max_model_calls=max_model_calls,
+                context=context,
+            )
+        )
+
+    async def run(self, prompt: str = "hello", **kwargs: Any) -> tuple[str, TurnOutcome]:
+        turn_id = await self.create(prompt, **kwargs)
+        outcome = await self.turns.advance_turn(turn_id).outcome
+        return turn_id, outcome
+
+    async def send(self, turn_id: str, raw: dict[str, Any]) -> TurnOutcome:
+        parsed: TurnExternalInput = external_input_adapter.validate_python(raw)
+        return await self.turns.advance_turn(turn_id, parsed).outcome
+
+    def file_state(self, turn_id: str) -> TurnState:
+        return TurnReducer.of(self.repo.read(turn_id)).state
+
+    def lines(self, turn_id: str) -> list[dict[str, Any]]:
+        return [
+            orjson.loads(line) for line in self.repo.path_for(turn_id).read_bytes().splitlines()
+        ]
+
+    def types(self, turn_id: str) -> list[str]:
+        return [e["type"] for e in self.lines(turn_id)]
+
+    async def query_state(self, turn_id: str) -> dict[str, Any]:
+        return await self.client.get_workflow_handle(turn_id).query("state")  # type: ignore[no-any-return]
+
+    async def assert_file_matches_query(self, turn_id: str) -> None:
+        """The central invariant: reduce(read(file)) == the workflow's state query."""
+        queried = await self.query_state(turn_id)
+        queried.pop("rejectedInputs", None)
+        assert self.file_state(turn_id).to_wire() == queried

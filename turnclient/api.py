@@ -1,0 +1,253 @@
+"""The client API (spec §15.2): create, advance, get and recover turns.
+
+``create_turn`` resolves the agent once and writes ``turn_created`` only if
+resolution succeeds. ``advance_turn`` returns a hot ``TurnExecution`` whose
+``events`` (durable events tailed from the file, plus deltas from a live hub
+in this process) and ``outcome`` are independent: nobody has to consume
+events for the turn to progress. ``get_turn`` only reads.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from typing import Any
+
+from temporalio.client import (
+    Client,
+    WorkflowExecutionStatus,
+    WorkflowHandle,
+    WorkflowUpdateFailedError,
+)
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.exceptions import ApplicationError
+from temporalio.service import RPCError, RPCStatusCode
+
+from turncore.advance import check_input, outcome_of
+from turncore.agents import AgentResolver
+from turncore.errors import RejectedInputError, TurnFailure
+from turncore.events import (
+    DEFAULT_MAX_MODEL_CALLS,
+    SCHEMA_VERSION,
+    AgentSnapshot,
+    RequestedAgent,
+    TurnConfig,
+    TurnContext,
+    TurnCreated,
+    TurnEvent,
+    TurnExternalInput,
+    TurnOutcome,
+    TurnStreamEvent,
+    outcome_adapter,
+)
+from turncore.ids import TurnIdGenerator, validate_turn_id
+from turncore.live import LiveHub
+from turncore.messages import UserMessage
+from turncore.reducer import TurnReducer, TurnState
+from turncore.repository import TurnRepository
+from workflows import TurnWorkflow, TurnWorkflowInput
+
+
+def iso_now() -> str:
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+@dataclass(frozen=True)
+class CreateTurnInput:
+    agent: RequestedAgent
+    input: UserMessage
+    human_available: bool
+    context: TurnContext | None = None
+    session_id: str | None = None
+    auto_permission: bool = False
+    max_model_calls: int = DEFAULT_MAX_MODEL_CALLS
+    reasoning_effort: str | None = None
+
+
+@dataclass(frozen=True)
+class Turn:
+    turn_id: str
+    events: list[TurnEvent]
+
+
+class TurnExecution:
+    """A hot execution: ``outcome`` resolves whether or not ``events`` is consumed."""
+
+    def __init__(
+        self, outcome: asyncio.Task[TurnOutcome], events: AsyncIterator[TurnStreamEvent]
+    ) -> None:
+        self.outcome = outcome
+        self.events = events
+
+
+class TurnClient:
+    def __init__(
+        self,
+        client: Client,
+        repository: TurnRepository,
+        resolver: AgentResolver,
+        *,
+        ids: TurnIdGenerator | None = None,
+        task_queue: str = "turns",
+        clock: Callable[[], str] = iso_now,
+        hub: LiveHub | None = None,
+        dependency_check: Callable[[TurnState], None] | None = None,
+        tail_interval: float = 0.05,
+    ) -> None:
+        self._client = client
+        self._repo = repository
+        self._resolver = resolver
+        self._ids = ids or TurnIdGenerator()
+        self._task_queue = task_queue
+        self._clock = clock
+        self._hub = hub
+        self._dependency_check = dependency_check
+        self._tail_interval = tail_interval
+
+    @property
+    def repository(self) -> TurnRepository:
+        return self._repo
+
+    # ---------------------------------------------------------------- create
+
+    async def create_turn(self, request: CreateTurnInput) -> str:
+        resolved = self._resolver.resolve(request.agent)  # raises: no file is written
+        turn_id = self._ids.next_id()
+        created = TurnCreated(
+            turn_id=turn_id,
+            ts=self._clock(),
+            schema_version=SCHEMA_VERSION,
+            session_id=request.session_id,
+            agent=AgentSnapshot(requested=request.agent, resolved=resolved),
+            context=request.context if request.context is not None else [],
+            input=request.input,
+            config=TurnConfig(
+                auto_permission=request.auto_permission,
+                human_available=request.human_available,
+                max_model_calls=request.max_model_calls,
+                reasoning_effort=request.reasoning_effort,  # type: ignore[arg-type]
+            ),
+        )
+        await asyncio.to_thread(self._repo.create, created)
+        return turn_id
+
+    # ---------------------------------------------------------------- read
+
+    async def get_turn(self, turn_id: str) -> Turn:
+        validate_turn_id(turn_id)
+        events = await asyncio.to_thread(self._repo.read, turn_id)
+        return Turn(turn_id=turn_id, events=events)
+
+    async def state(self, turn_id: str) -> TurnState:
+        return TurnReducer.of((await self.get_turn(turn_id)).events).state
+
+    def handle(self, turn_id: str) -> WorkflowHandle[Any, Any]:
+        return self._client.get_workflow_handle(turn_id)
+
+    # ---------------------------------------------------------------- advance
+
+    def advance_turn(self, turn_id: str, input: TurnExternalInput | None = None) -> TurnExecution:
+        """Advance a turn by at most one input; the hot execution starts at once."""
+        start = asyncio.get_running_loop().create_future()
+        outcome = asyncio.ensure_future(self._advance(turn_id, input, start))
+        events = self._events(turn_id, start, outcome)
+        return TurnExecution(outcome, events)
+
+    async def _advance(
+        self, turn_id: str, input: TurnExternalInput | None, start: asyncio.Future[int]
+    ) -> TurnOutcome:
+        try:
+            validate_turn_id(turn_id)
+            events = await asyncio.to_thread(self._repo.read, turn_id)
+            if not start.done():
+                start.set_result(len(events))
+            state = TurnReducer.of(events).state
+            if state.terminal is not None:
+                if input is not None:
+                    check_input(state, input)  # raises: the turn already ended
+                outcome = outcome_of(state)
+                assert outcome is not None
+                return outcome
+            if input is not None:
+                check_input(state, input)
+            if input is None or input.type != "cancel":
+                if self._dependency_check is not None:
+                    self._dependency_check(state)  # §15.3: reject before anything is written
+            handle = await self._ensure_running(turn_id)
+            if input is None:
+                raw = await handle.execute_update("settle", None)
+            else:
+                raw = await handle.execute_update(input.type, input.to_wire())
+            return outcome_adapter.validate_python({k: v for k, v in raw.items() if k != "turnId"})
+        except WorkflowUpdateFailedError as exc:
+            cause = exc.cause
+            while (
+                isinstance(cause, ApplicationError) is False
+                and cause is not None
+                and cause.__cause__
+            ):
+                cause = cause.__cause__  # type: ignore[assignment]
+            message = str(cause) if cause is not None else str(exc)
+            raise RejectedInputError(message) from None
+        finally:
+            if not start.done():
+                start.set_result(-1)
+
+    async def _ensure_running(self, turn_id: str) -> WorkflowHandle[Any, Any]:
+        handle = self._client.get_workflow_handle(turn_id)
+        try:
+            desc = await handle.describe()
+            if desc.status == WorkflowExecutionStatus.RUNNING:
+                return handle
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+        return await self._client.start_workflow(
+            TurnWorkflow.run,
+            TurnWorkflowInput(turn_id=turn_id),
+            id=turn_id,
+            task_queue=self._task_queue,
+            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            memo={"turnId": turn_id},
+        )
+
+    async def recover(self, turn_id: str) -> TurnOutcome:
+        """The spec's ``advanceTurn(turnId)`` with no input."""
+        return await self.advance_turn(turn_id).outcome
+
+    async def _events(
+        self, turn_id: str, start: asyncio.Future[int], outcome: asyncio.Task[TurnOutcome]
+    ) -> AsyncIterator[TurnStreamEvent]:
+        offset = await start
+        if offset < 0:
+            with contextlib.suppress(BaseException):
+                await outcome
+            return
+        hub = self._hub
+        sub = hub.subscribe(turn_id) if hub is not None else None
+        queue = await sub.__aenter__() if sub is not None else None
+        try:
+            while True:
+                done = outcome.done()
+                if queue is not None:
+                    while not queue.empty():
+                        yield queue.get_nowait()
+                events = (await asyncio.to_thread(self._repo.read, turn_id))[offset:]
+                for e in events:
+                    yield e
+                offset += len(events)
+                if done:
+                    break
+                with contextlib.suppress(asyncio.TimeoutError):
+                    await asyncio.wait_for(asyncio.shield(outcome), self._tail_interval)
+        finally:
+            if sub is not None:
+                await sub.__aexit__(None, None, None)
+
+
+__all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "TurnFailure", "iso_now"]

@@ -1,0 +1,539 @@
+"""The turn loop's decisions as pure functions of ``TurnState`` (spec §9–§12, §18, §20, §23).
+
+The workflow calls these to decide what to append next; anything that needs
+I/O (permission checks, classification, model calls, tool execution)
+happens in between, in activities. Every function mints events with the
+``ts`` it is given and never reads a clock, so the workflow stays
+deterministic and the same decisions can be tested without Temporal.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Sequence
+from typing import Literal
+
+from .errors import RejectedInputError
+from .events import (
+    AsyncToolProgressInput,
+    AsyncToolResultInput,
+    CancelInput,
+    CancelledOutcome,
+    CompletedOutcome,
+    FailedOutcome,
+    ModelCallFailed,
+    PermissionDecisionInput,
+    ResolvedAgent,
+    SuspendedOutcome,
+    ToolDescriptor,
+    ToolInvocationRequested,
+    ToolPermissionClassificationFailed,
+    ToolPermissionClassified,
+    ToolPermissionRequired,
+    ToolPermissionResolved,
+    ToolProgress,
+    ToolResult,
+    ToolResultData,
+    TurnCancelled,
+    TurnCompleted,
+    TurnEvent,
+    TurnExternalInput,
+    TurnFailed,
+    TurnOutcome,
+    TurnSuspended,
+)
+from .permissions import PermissionCheck, PermissionClassification
+from .reducer import ToolCallState, TurnState
+
+INTERRUPTED_TOOL_RESULT = (
+    "Tool execution was interrupted; its outcome is unknown and it was not retried."
+)
+INTERRUPTED_MODEL_CALL = "Model call was interrupted before it finished; it will be re-issued."
+HUMAN_UNAVAILABLE_RESULT = "Human input is unavailable for this turn."
+MODEL_CALL_LIMIT_CODE = "model-call-limit"
+
+
+def descriptor_for(state: TurnState, call: ToolCallState) -> ToolDescriptor | None:
+    resolved = state.definition.agent.resolved
+    if isinstance(resolved, ResolvedAgent):
+        for d in resolved.tools:
+            if d.name == call.tool_name:
+                return d
+        return None
+    return None
+
+
+def _runtime_error(state: TurnState, call: ToolCallState, message: str, ts: str) -> ToolResult:
+    return ToolResult(
+        turn_id=state.definition.turn_id,
+        ts=ts,
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        source="runtime",
+        result=ToolResultData(output=message, is_error=True),
+    )
+
+
+# ---------------------------------------------------------------- recovery (§23)
+
+
+def close_interrupted_model_call(state: TurnState, ts: str) -> list[TurnEvent]:
+    """An unmatched model request is closed as interrupted (and later re-issued)."""
+    call = state.open_model_call()
+    if call is None:
+        return []
+    return [
+        ModelCallFailed(
+            turn_id=state.definition.turn_id,
+            ts=ts,
+            model_call_index=call.index,
+            error=INTERRUPTED_MODEL_CALL,
+        )
+    ]
+
+
+def interrupted_sync_results(
+    state: TurnState, running: Collection[str], ts: str
+) -> list[TurnEvent]:
+    """Unmatched sync invocations that are not running here get the indeterminate result."""
+    return [
+        _runtime_error(state, t, INTERRUPTED_TOOL_RESULT, ts)
+        for t in state.tool_calls
+        if t.result is None
+        and t.invocation is not None
+        and t.invocation.execution == "sync"
+        and t.tool_call_id not in running
+    ]
+
+
+# ---------------------------------------------------------------- permissions (§9)
+
+
+def unknown_tool_results(state: TurnState, ts: str) -> list[TurnEvent]:
+    """Calls to tools outside the snapshot become runtime errors the model can see (§21.3)."""
+    if not isinstance(state.definition.agent.resolved, ResolvedAgent):
+        return []
+    out: list[TurnEvent] = []
+    for t in state.unresolved_tool_calls():
+        if t.invocation is None and t.permission is None and descriptor_for(state, t) is None:
+            out.append(
+                _runtime_error(
+                    state, t, f"Unknown tool {t.tool_name!r}; it is not available in this turn.", ts
+                )
+            )
+    return out
+
+
+def calls_needing_check(state: TurnState) -> list[ToolCallState]:
+    """Unresolved calls whose permission has not been determined yet."""
+    return [
+        t
+        for t in state.unresolved_tool_calls()
+        if t.permission is None and t.invocation is None and descriptor_for(state, t) is not None
+    ]
+
+
+def permission_required_events(
+    state: TurnState, checks: dict[str, PermissionCheck | str], ts: str
+) -> tuple[list[TurnEvent], list[str]]:
+    """Record required permissions; return them and the ids allowed outright.
+
+    A check that is a string is the checker's error: it is recorded and the
+    call is never executed automatically (fails closed, §9.3).
+    """
+    events: list[TurnEvent] = []
+    allowed: list[str] = []
+    for t in calls_needing_check(state):
+        check = checks.get(t.tool_call_id)
+        if check is None:
+            check = "the permission checker returned no answer for this call"
+        if isinstance(check, str):
+            events.append(
+                ToolPermissionRequired(
+                    turn_id=state.definition.turn_id,
+                    ts=ts,
+                    tool_call_id=t.tool_call_id,
+                    tool_name=t.tool_name,
+                    request={"kind": "tool", "toolName": t.tool_name, "input": t.input},
+                    checker_error=check,
+                )
+            )
+        elif check.required:
+            events.append(
+                ToolPermissionRequired(
+                    turn_id=state.definition.turn_id,
+                    ts=ts,
+                    tool_call_id=t.tool_call_id,
+                    tool_name=t.tool_name,
+                    request=check.request,
+                )
+            )
+        else:
+            allowed.append(t.tool_call_id)
+    return events, allowed
+
+
+def calls_needing_classification(state: TurnState) -> list[ToolCallState]:
+    if not state.definition.config.auto_permission:
+        return []
+    return [
+        t
+        for t in state.unresolved_tool_calls()
+        if t.permission is not None
+        and t.permission.resolved is None
+        and t.permission.classification is None
+        and t.permission.required.checker_error is None
+    ]
+
+
+def classification_events(
+    state: TurnState,
+    classifications: Sequence[PermissionClassification] | None,
+    error: str | None,
+    ts: str,
+) -> list[TurnEvent]:
+    """Classifier answers → classified records and effective decisions.
+
+    Failures and omitted decisions are recorded and treated as defer.
+    """
+    turn_id = state.definition.turn_id
+    targets = calls_needing_classification(state)
+    by_id = {c.tool_call_id: c for c in classifications or []}
+    events: list[TurnEvent] = []
+    missing: list[str] = []
+    for t in targets:
+        c = by_id.get(t.tool_call_id) if error is None else None
+        if c is None:
+            missing.append(t.tool_call_id)
+            continue
+        events.append(
+            ToolPermissionClassified(
+                turn_id=turn_id,
+                ts=ts,
+                tool_call_id=t.tool_call_id,
+                decision=c.decision,
+                reason=c.reason,
+            )
+        )
+        if c.decision in ("allow", "deny"):
+            events.append(
+                ToolPermissionResolved(
+                    turn_id=turn_id,
+                    ts=ts,
+                    tool_call_id=t.tool_call_id,
+                    decision="allow" if c.decision == "allow" else "deny",
+                    source="classifier",
+                    reason=c.reason,
+                )
+            )
+    if missing:
+        events.append(
+            ToolPermissionClassificationFailed(
+                turn_id=turn_id,
+                ts=ts,
+                tool_call_ids=missing,
+                error=error or "the classifier returned no decision for these calls",
+            )
+        )
+    return events
+
+
+def human_unavailable_denials(state: TurnState, ts: str) -> list[TurnEvent]:
+    """Without a human, every permission still waiting on one is denied (§9.3)."""
+    if state.definition.config.human_available:
+        return []
+    return [
+        ToolPermissionResolved(
+            turn_id=state.definition.turn_id,
+            ts=ts,
+            tool_call_id=p.tool_call_id,
+            decision="deny",
+            source="human_unavailable",
+            reason="no human is available to decide",
+        )
+        for p in state.pending_permissions()
+        if not _awaiting_classifier(state, p.tool_call_id)
+    ]
+
+
+def _awaiting_classifier(state: TurnState, tool_call_id: str) -> bool:
+    return any(t.tool_call_id == tool_call_id for t in calls_needing_classification(state))
+
+
+def denial_results(state: TurnState, ts: str) -> list[TurnEvent]:
+    """Denied calls receive an immediate runtime error result."""
+    out: list[TurnEvent] = []
+    for t in state.unresolved_tool_calls():
+        resolved = t.permission.resolved if t.permission else None
+        if resolved is not None and resolved.decision == "deny":
+            who = {"human": "a human", "classifier": "the permission classifier"}.get(
+                resolved.source, "the runtime (no human available)"
+            )
+            reason = f": {resolved.reason}" if resolved.reason else ""
+            out.append(
+                _runtime_error(
+                    state, t, f"Permission to run {t.tool_name} was denied by {who}{reason}.", ts
+                )
+            )
+    return out
+
+
+def invocation_events(state: TurnState, allowed_now: Collection[str], ts: str) -> list[TurnEvent]:
+    """Invocations for every allowed, not yet invoked call, in source order (§10.5).
+
+    ``allowed_now`` are calls the checker allowed outright (no durable record
+    of that exists). Human-dependent tools without a human get their
+    invocation and an immediate runtime error (§10.2).
+    """
+    turn_id = state.definition.turn_id
+    human = state.definition.config.human_available
+    events: list[TurnEvent] = []
+    for t in state.unresolved_tool_calls():
+        if t.invocation is not None:
+            continue
+        resolved = t.permission.resolved if t.permission else None
+        allowed = (resolved is not None and resolved.decision == "allow") or (
+            t.permission is None and t.tool_call_id in allowed_now
+        )
+        if not allowed:
+            continue
+        d = descriptor_for(state, t)
+        if d is None:
+            continue
+        events.append(
+            ToolInvocationRequested(
+                turn_id=turn_id,
+                ts=ts,
+                tool_call_id=t.tool_call_id,
+                tool_id=d.tool_id,
+                tool_name=t.tool_name,
+                execution=d.execution,
+                input=t.input,
+            )
+        )
+        if d.requires_human and not human:
+            events.append(_runtime_error(state, t, HUMAN_UNAVAILABLE_RESULT, ts))
+    return events
+
+
+def sync_calls_to_start(state: TurnState, running: Collection[str]) -> list[ToolCallState]:
+    return [
+        t
+        for t in state.unresolved_tool_calls()
+        if t.invocation is not None
+        and t.invocation.execution == "sync"
+        and t.tool_call_id not in running
+    ]
+
+
+# ---------------------------------------------------------------- settling
+
+
+Next = Literal["wait", "suspend", "complete", "fail-limit", "call-model"]
+
+
+def next_step(state: TurnState, running: Collection[str]) -> Next:
+    """What the loop does once no more tool-batch decisions can be made."""
+    if running:
+        return "wait"
+    if state.pending_permissions() or state.pending_async_tools():
+        return "suspend"
+    if state.unresolved_tool_calls():
+        # Every unresolved call is either running, awaited, or decidable; the
+        # caller must have decided everything decidable before asking.
+        return "wait"
+    last = state.model_calls[-1] if state.model_calls else None
+    if last is not None and last.response is not None and not last.response.tool_calls():
+        return "complete"
+    if len(state.model_calls) >= state.definition.config.max_model_calls:
+        return "fail-limit"
+    return "call-model"
+
+
+def suspension_event(state: TurnState, ts: str) -> TurnSuspended | None:
+    """A fresh snapshot, or None when the last event already is an identical one."""
+    event = TurnSuspended(
+        turn_id=state.definition.turn_id,
+        ts=ts,
+        pending_permissions=state.pending_permissions(),
+        pending_async_tools=state.pending_async_tools(),
+        usage=state.usage,
+    )
+    current = state.suspension
+    if current is not None and current.model_copy(update={"ts": ts}) == event:
+        return None
+    return event
+
+
+def completion_event(state: TurnState, ts: str) -> TurnCompleted:
+    last = state.model_calls[-1]
+    assert last.response is not None and last.finish_reason is not None
+    return TurnCompleted(
+        turn_id=state.definition.turn_id,
+        ts=ts,
+        output=last.response,
+        finish_reason=last.finish_reason,
+        usage=state.usage,
+    )
+
+
+def limit_failure_event(state: TurnState, ts: str) -> TurnFailed:
+    n = state.definition.config.max_model_calls
+    return TurnFailed(
+        turn_id=state.definition.turn_id,
+        ts=ts,
+        error=f"The turn used all {n} model calls allowed by maxModelCalls without finishing.",
+        code=MODEL_CALL_LIMIT_CODE,
+        usage=state.usage,
+    )
+
+
+def failure_event(state: TurnState, error: str, ts: str, code: str | None = None) -> TurnFailed:
+    return TurnFailed(
+        turn_id=state.definition.turn_id, ts=ts, error=error, code=code, usage=state.usage
+    )
+
+
+def cancellation_events(state: TurnState, reason: str | None, ts: str) -> list[TurnEvent]:
+    """Close everything still open, then ``turn_cancelled`` (§22)."""
+    turn_id = state.definition.turn_id
+    events: list[TurnEvent] = []
+    open_call = state.open_model_call()
+    if open_call is not None:
+        events.append(
+            ModelCallFailed(
+                turn_id=turn_id,
+                ts=ts,
+                model_call_index=open_call.index,
+                error="Model call was cancelled.",
+            )
+        )
+    why = f": {reason}" if reason else ""
+    for t in state.unresolved_tool_calls():
+        events.append(
+            _runtime_error(
+                state, t, f"The turn was cancelled before this tool call finished{why}.", ts
+            )
+        )
+    events.append(TurnCancelled(turn_id=turn_id, ts=ts, reason=reason, usage=state.usage))
+    return events
+
+
+def outcome_of(state: TurnState) -> TurnOutcome | None:
+    """The §16.4 outcome at a settle point; None while work is still in progress."""
+    terminal = state.terminal
+    match terminal:
+        case TurnCompleted():
+            return CompletedOutcome(
+                output=terminal.output, finish_reason=terminal.finish_reason, usage=terminal.usage
+            )
+        case TurnFailed():
+            return FailedOutcome(error=terminal.error, code=terminal.code, usage=terminal.usage)
+        case TurnCancelled():
+            return CancelledOutcome(reason=terminal.reason, usage=terminal.usage)
+        case None:
+            pass
+    if state.suspension is not None:
+        s = state.suspension
+        return SuspendedOutcome(
+            pending_permissions=s.pending_permissions,
+            pending_async_tools=s.pending_async_tools,
+            usage=s.usage,
+        )
+    return None
+
+
+# ---------------------------------------------------------------- external inputs (§11.2)
+
+
+def check_input(state: TurnState, input: TurnExternalInput) -> None:
+    """Raise ``RejectedInputError`` unless ``input`` targets something pending now."""
+    if state.terminal is not None:
+        raise RejectedInputError(
+            f"turn {state.definition.turn_id} already ended ({state.terminal.type}); "
+            f"{input.type} is not accepted"
+        )
+    match input:
+        case CancelInput():
+            return
+        case PermissionDecisionInput():
+            call = _known_call(state, input.tool_call_id)
+            if call.result is not None:
+                raise RejectedInputError(f"tool call {input.tool_call_id} already has a result")
+            if not any(p.tool_call_id == input.tool_call_id for p in state.pending_permissions()):
+                if call.permission is None:
+                    raise RejectedInputError(
+                        f"tool call {input.tool_call_id} does not require permission"
+                    )
+                if call.permission.resolved is not None:
+                    raise RejectedInputError(
+                        f"permission for tool call {input.tool_call_id} was already resolved "
+                        f"({call.permission.resolved.decision})"
+                    )
+                raise RejectedInputError(
+                    f"permission for tool call {input.tool_call_id} is not awaiting a human decision"
+                )
+        case AsyncToolProgressInput() | AsyncToolResultInput():
+            call = _known_call(state, input.tool_call_id)
+            what = "progress" if isinstance(input, AsyncToolProgressInput) else "result"
+            if call.result is not None:
+                raise RejectedInputError(
+                    f"tool call {input.tool_call_id} already has a result; {what} rejected"
+                )
+            if call.execution == "sync":
+                raise RejectedInputError(
+                    f"tool call {input.tool_call_id} is a sync tool; async {what}s are only accepted for async tools"
+                )
+            if call.invocation is None:
+                raise RejectedInputError(
+                    f"async tool call {input.tool_call_id} has not been dispatched yet (awaiting permission)"
+                )
+
+
+def _known_call(state: TurnState, tool_call_id: str) -> ToolCallState:
+    call = state.tool_call(tool_call_id)
+    if call is None:
+        raise RejectedInputError(
+            f"turn {state.definition.turn_id} has no tool call {tool_call_id!r}"
+        )
+    return call
+
+
+def input_events(state: TurnState, input: TurnExternalInput, ts: str) -> list[TurnEvent]:
+    """The durable events of an accepted non-cancel input (check it first)."""
+    turn_id = state.definition.turn_id
+    match input:
+        case PermissionDecisionInput():
+            return [
+                ToolPermissionResolved(
+                    turn_id=turn_id,
+                    ts=ts,
+                    tool_call_id=input.tool_call_id,
+                    decision=input.decision,
+                    source="human",
+                    metadata=input.metadata,
+                )
+            ]
+        case AsyncToolProgressInput():
+            return [
+                ToolProgress(
+                    turn_id=turn_id,
+                    ts=ts,
+                    tool_call_id=input.tool_call_id,
+                    source="async",
+                    progress=input.progress,
+                )
+            ]
+        case AsyncToolResultInput():
+            call = _known_call(state, input.tool_call_id)
+            return [
+                ToolResult(
+                    turn_id=turn_id,
+                    ts=ts,
+                    tool_call_id=input.tool_call_id,
+                    tool_name=call.tool_name,
+                    source="async",
+                    result=input.result,
+                )
+            ]
+        case CancelInput():
+            return cancellation_events(state, input.reason, ts)

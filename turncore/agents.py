@@ -1,0 +1,67 @@
+"""Agent resolution (spec §6.1–§6.4): requested agent in, immutable snapshot out."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Protocol
+
+from .errors import DependencyError
+from .events import ModelDescriptor, RequestedAgent, ResolvedAgent, ToolDescriptor
+
+
+class AgentResolver(Protocol):
+    def resolve(self, agent: RequestedAgent) -> ResolvedAgent: ...
+
+
+@dataclass(frozen=True)
+class AgentDefinition:
+    agent_id: str
+    system_prompt: str
+    tools: Sequence[str] = ()
+    """Tool names from the catalog, in the order they are advertised."""
+    model: ModelDescriptor | None = None
+
+
+@dataclass
+class StaticAgentResolver:
+    """Agents and a tool catalog from configuration.
+
+    Model precedence: the request's override, then the agent's model, then
+    the application default (§6.2).
+    """
+
+    agents: Mapping[str, AgentDefinition]
+    catalog: Mapping[str, ToolDescriptor]
+    default_model: ModelDescriptor | None = None
+    available: frozenset[str] | None = field(default=None)
+    """Tool names available in this environment (None: all); others are filtered out."""
+
+    def resolve(self, agent: RequestedAgent) -> ResolvedAgent:
+        definition = self.agents.get(agent.agent_id)
+        if definition is None:
+            known = ", ".join(sorted(self.agents)) or "none"
+            raise DependencyError(f"unknown agent {agent.agent_id!r} (known agents: {known})")
+        model = (
+            (agent.overrides.model if agent.overrides else None)
+            or definition.model
+            or self.default_model
+        )
+        if model is None:
+            raise DependencyError(
+                f"agent {agent.agent_id!r} names no model and there is no default model"
+            )
+        tools: list[ToolDescriptor] = []
+        for name in definition.tools:
+            descriptor = self.catalog.get(name)
+            if descriptor is None:
+                raise DependencyError(f"agent {agent.agent_id!r} uses unknown tool {name!r}")
+            if self.available is not None and name not in self.available:
+                continue
+            tools.append(descriptor)
+        return ResolvedAgent(
+            agent_id=definition.agent_id,
+            system_prompt=definition.system_prompt,
+            model=model,
+            tools=tools,
+        )

@@ -1,0 +1,68 @@
+"""Run a turncore worker: `python worker.py` (configured by environment).
+
+TEMPORAL_ADDRESS (default localhost:7233), TEMPORAL_NAMESPACE (default),
+TURNS_TASK_QUEUE (turns), TURNS_HOME (./.turns: the work dir holding
+storage/ and turns.toml), TEMPORAL_TLS_CERT / TEMPORAL_TLS_KEY or
+TEMPORAL_API_KEY for Temporal Cloud.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
+
+from temporalio.client import Client
+from temporalio.worker import Worker
+from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+
+from activities import TurnActivities, TurnDependencies
+from workflows import TurnWorkflow
+
+DEFAULT_TASK_QUEUE = "turns"
+
+# Deterministic modules the sandbox may share instead of re-importing them for
+# every workflow run: it makes the first activation cheap.
+PASSTHROUGH = ("pydantic", "pydantic_core", "annotated_types", "orjson", "turncore", "activities")
+
+
+def workflow_runner() -> SandboxedWorkflowRunner:
+    return SandboxedWorkflowRunner(
+        restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
+    )
+
+
+def build_worker(
+    client: Client,
+    deps: TurnDependencies,
+    *,
+    task_queue: str = DEFAULT_TASK_QUEUE,
+    extra_activities: Sequence[object] = (),
+    max_concurrent_activities: int = 64,
+) -> Worker:
+    acts = TurnActivities(deps)
+    return Worker(
+        client,
+        task_queue=task_queue,
+        workflows=[TurnWorkflow],
+        activities=[
+            acts.append_events,
+            acts.load_turn,
+            acts.validate_dependencies,
+            acts.check_permissions,
+            acts.classify_permissions,
+            acts.call_model,
+            acts.run_tool,
+            *extra_activities,
+        ],
+        workflow_runner=workflow_runner(),
+        activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
+        max_concurrent_activities=max_concurrent_activities,
+    )
+
+
+if __name__ == "__main__":
+    import asyncio
+
+    from turnclient.runtime import run_worker_from_env
+
+    asyncio.run(run_worker_from_env())

@@ -1,0 +1,664 @@
+"""The turn workflow: one Temporal workflow per turn, workflow id = turn id.
+
+Theory of operation
+-------------------
+The JSONL file is the truth; this workflow is the process that advances it.
+It holds a ``TurnReducer`` fed with every event it appends or learns from an
+activity, and decides the next step with the pure functions of
+``turncore.advance``. It never trusts memory over the file when it cannot
+be sure what an activity did: any activity failure, and every run start,
+reloads the file and applies the recovery table (§23).
+
+External inputs arrive as signals (fire and forget; invalid ones are listed
+in ``rejectedInputs``) or as updates of the same names (validated against
+what is pending now; accepted ones return the next settled outcome). Both
+feed one queue and are applied one at a time, in arrival order.
+
+Cancellation — the ``cancel`` input or Temporal cancellation of the workflow —
+takes one path: cancel what runs, wait until it has finished cancelling,
+reload, close every open call with a synthetic result, append
+``turn_cancelled``.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import deque
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+from temporalio import workflow
+from temporalio.common import (
+    RetryPolicy,
+    SearchAttributeKey,
+    SearchAttributePair,
+)
+from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+
+with workflow.unsafe.imports_passed_through():
+    from pydantic import ValidationError
+
+    from activities.payloads import (
+        AppendInput,
+        AppendResult,
+        CheckCall,
+        CheckPermissionsInput,
+        CheckPermissionsResult,
+        ClassifyInput,
+        ClassifyRequest,
+        ClassifyResult,
+        LoadInput,
+        LoadResult,
+        ModelCallInput,
+        ModelCallResult,
+        ToolCallInput,
+        ToolCallResult,
+        ValidateDependenciesInput,
+    )
+    from turncore import advance
+    from turncore.errors import RejectedInputError
+    from turncore.events import (
+        CancelInput,
+        ResolvedAgent,
+        TurnEvent,
+        TurnExternalInput,
+        external_input_adapter,
+        parse_event,
+    )
+    from turncore.permissions import PermissionCheck, PermissionClassification
+    from turncore.reducer import ToolCallState, TurnReducer, TurnState
+
+TURN_STATUS = SearchAttributeKey.for_keyword("TurnStatus")
+TURN_AGENT = SearchAttributeKey.for_keyword("TurnAgent")
+TURN_MODEL = SearchAttributeKey.for_keyword("TurnModel")
+TURN_SESSION = SearchAttributeKey.for_keyword("TurnSession")
+TURN_PENDING = SearchAttributeKey.for_keyword("TurnPendingInputs")
+SEARCH_ATTRIBUTES = (TURN_STATUS, TURN_AGENT, TURN_MODEL, TURN_SESSION, TURN_PENDING)
+
+_SAFE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5)
+_ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+
+
+@dataclass
+class TurnWorkflowInput:
+    turn_id: str
+    model_call_timeout_seconds: float = 600.0
+    tool_timeout_seconds: float = 3600.0
+    heartbeat_timeout_seconds: float = 30.0
+
+
+@dataclass
+class _Queued:
+    input: TurnExternalInput
+    waiter: asyncio.Future[dict[str, Any]] | None = None
+
+
+@dataclass
+class _Flags:
+    reload: bool = False
+    woken: int = 0
+    settles: int = 0
+    rejected: list[dict[str, Any]] = field(default_factory=list)
+
+
+def _ts() -> str:
+    now = workflow.now()
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+@workflow.defn(name="Turn")
+class TurnWorkflow:
+    def __init__(self) -> None:
+        self._turn_id = ""
+        self._reducer: TurnReducer | None = None
+        self._queue: deque[_Queued] = deque()
+        self._settle_waiters: list[asyncio.Future[dict[str, Any]]] = []
+        self._running: dict[str, asyncio.Task[None]] = {}
+        self._model_handle: workflow.ActivityHandle[ModelCallResult] | None = None
+        self._cancel: CancelInput | None = None
+        self._flags = _Flags()
+        self._input = TurnWorkflowInput(turn_id="")
+        self._idle = False
+        """True only while the turn sits at a settle point (suspended or terminal)."""
+
+    # ------------------------------------------------------------------ run
+
+    @workflow.run
+    async def run(self, input: TurnWorkflowInput) -> dict[str, Any]:
+        self._input = input
+        self._turn_id = input.turn_id
+        try:
+            await self._reload()
+            if self._state.terminal is None and self._cancel is None:
+                # §15.3: a broken environment rejects the advance before any
+                # write; cancellation never needs live dependencies (§22).
+                await self._execute_activity(
+                    "validate_dependencies", ValidateDependenciesInput(turn_id=self._turn_id), None
+                )
+            await self._drive()
+        except asyncio.CancelledError:
+            # Temporal cancelled the workflow: the same path as a cancel input.
+            if self._cancel is None:
+                self._cancel = CancelInput(reason="the turn's workflow was cancelled")
+            await asyncio.shield(asyncio.ensure_future(self._cancel_turn()))
+        outcome = self._outcome()
+        assert outcome is not None
+        self._idle = True
+        self._release_waiters(outcome)
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        return outcome
+
+    @property
+    def _state(self) -> TurnState:
+        assert self._reducer is not None
+        return self._reducer.state
+
+    async def _drive(self) -> None:
+        while True:
+            if self._flags.reload and not self._running:
+                await self._reload()
+            state = self._state
+            if state.terminal is not None:
+                await self._settled()
+                return
+            if self._cancel is not None:
+                await self._cancel_turn()
+                return
+            if self._queue and not self._flags.reload:
+                await self._apply_input(self._queue.popleft())
+                continue
+            if await self._decide_batch():
+                continue
+            step = advance.next_step(self._state, self._running)
+            if step == "wait":
+                await self._wait()
+            elif step == "suspend":
+                suspended = advance.suspension_event(self._state, _ts())
+                if suspended is not None:
+                    await self._append([suspended])
+                await self._settled()
+                await self._wait(idle=True)
+            elif step == "complete":
+                await self._append([advance.completion_event(self._state, _ts())])
+            elif step == "fail-limit":
+                await self._append([advance.limit_failure_event(self._state, _ts())])
+            elif step == "call-model":
+                await self._call_model()
+
+    async def _wait(self, idle: bool = False) -> None:
+        seen = self._flags.woken
+        self._idle = idle
+        try:
+            await workflow.wait_condition(
+                lambda: self._flags.woken != seen or bool(self._queue) or self._cancel is not None
+            )
+        finally:
+            self._idle = False
+
+    def _wake(self) -> None:
+        self._flags.woken += 1
+
+    # ------------------------------------------------------------- recovery
+
+    async def _reload(self) -> None:
+        """Rebuild state from the file and apply the recovery table (§23)."""
+        result: LoadResult = await self._execute_local(
+            "load_turn", LoadInput(turn_id=self._turn_id)
+        )
+        reducer = TurnReducer()
+        for e in result.events:
+            reducer.apply(parse_event(e, trusted_json=True))
+        self._reducer = reducer
+        self._flags.reload = False
+        state = reducer.state
+        if state.terminal is not None:
+            return
+        repairs = advance.close_interrupted_model_call(state, _ts())
+        repairs += advance.interrupted_sync_results(state, self._running, _ts())
+        if repairs:
+            await self._append(repairs)
+
+    # ------------------------------------------------------------ appending
+
+    async def _append(self, events: list[TurnEvent]) -> None:
+        assert self._reducer is not None
+        trial = self._reducer.copy()
+        for e in events:
+            trial.apply(e)  # an illegal decision must never reach the file
+        known = self._reducer.event_count
+        await self._execute_local(
+            "append_events",
+            AppendInput(
+                turn_id=self._turn_id, events=[e.to_wire() for e in events], known_offset=known
+            ),
+        )
+        for e in events:
+            self._reducer.apply(e)
+
+    def _absorb(self, wire_events: list[dict[str, Any]]) -> None:
+        """Fold events an activity appended, skipping any a reload already brought in."""
+        assert self._reducer is not None
+        for raw in wire_events:
+            event = parse_event(raw, trusted_json=True)
+            if self._already_have(event):
+                continue
+            self._reducer.apply(event)
+
+    def _already_have(self, event: TurnEvent) -> bool:
+        state = self._state
+        if event.type == "tool_progress":
+            call = state.tool_call(event.tool_call_id)
+            return call is not None and event in call.progress
+        if event.type == "tool_result":
+            call = state.tool_call(event.tool_call_id)
+            return call is not None and call.result == event
+        return False
+
+    # ------------------------------------------------------------ tool batch
+
+    async def _decide_batch(self) -> bool:
+        """Make every permission and dispatch decision possible now. True if anything changed."""
+        state = self._state
+        ts = _ts()
+        unknown = advance.unknown_tool_results(state, ts)
+        if unknown:
+            await self._append(unknown)
+            return True
+        to_check = advance.calls_needing_check(state)
+        allowed: list[str] = []
+        if to_check:
+            result: CheckPermissionsResult = await self._execute_local(
+                "check_permissions",
+                CheckPermissionsInput(
+                    turn_id=self._turn_id,
+                    calls=[
+                        CheckCall(
+                            tool_call_id=t.tool_call_id,
+                            tool_id=t.tool_id or "",
+                            tool_name=t.tool_name,
+                            input=t.input,
+                        )
+                        for t in to_check
+                    ],
+                ),
+            )
+            checks: dict[str, PermissionCheck | str] = {}
+            for o in result.outcomes:
+                checks[o.tool_call_id] = (
+                    o.checker_error
+                    if o.checker_error is not None
+                    else PermissionCheck(required=o.required, request=o.request)
+                )
+            required, allowed = advance.permission_required_events(self._state, checks, _ts())
+            if required:
+                await self._append(required)
+        to_classify = advance.calls_needing_classification(self._state)
+        if to_classify:
+            classified: ClassifyResult = await self._execute_local(
+                "classify_permissions",
+                ClassifyInput(
+                    turn_id=self._turn_id,
+                    requests=[_classify_request(t) for t in to_classify],
+                ),
+            )
+            decisions = None
+            if classified.error is None:
+                decisions = [
+                    PermissionClassification.model_validate(c) for c in classified.classifications
+                ]
+            events = advance.classification_events(self._state, decisions, classified.error, _ts())
+            if events:
+                await self._append(events)
+        changed = bool(to_check or to_classify)
+        for step in (advance.human_unavailable_denials, advance.denial_results):
+            events = step(self._state, _ts())
+            if events:
+                await self._append(events)
+                changed = True
+        invocations = advance.invocation_events(self._state, allowed, _ts())
+        if invocations:
+            await self._append(invocations)  # all of them, in source order, before any tool starts
+            changed = True
+        for call in advance.sync_calls_to_start(self._state, self._running):
+            self._running[call.tool_call_id] = asyncio.create_task(self._run_tool(call))
+            changed = True
+        return changed
+
+    async def _run_tool(self, call: ToolCallState) -> None:
+        assert call.invocation is not None
+        try:
+            result: ToolCallResult = await workflow.execute_activity(
+                "run_tool",
+                ToolCallInput(
+                    turn_id=self._turn_id,
+                    tool_call_id=call.tool_call_id,
+                    tool_id=call.invocation.tool_id,
+                    tool_name=call.tool_name,
+                    input=call.input,
+                ),
+                result_type=ToolCallResult,
+                start_to_close_timeout=timedelta(seconds=self._input.tool_timeout_seconds),
+                heartbeat_timeout=timedelta(seconds=self._input.heartbeat_timeout_seconds),
+                retry_policy=_ONE_ATTEMPT,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"tool {call.tool_name} · {call.tool_call_id}",
+            )
+            self._absorb(result.events)
+        except (ActivityError, asyncio.CancelledError) as exc:
+            # We cannot be sure what the activity did: trust the file.
+            workflow.logger.warning("tool %s ended without a result: %s", call.tool_call_id, exc)
+            self._flags.reload = True
+        finally:
+            self._running.pop(call.tool_call_id, None)
+            self._wake()
+
+    # ------------------------------------------------------------ model call
+
+    async def _call_model(self) -> None:
+        state = self._state
+        index = len(state.model_calls)
+        model = state.definition.agent.resolved.model.label()
+        handle = workflow.start_activity(
+            "call_model",
+            ModelCallInput(turn_id=self._turn_id, model_call_index=index),
+            result_type=ModelCallResult,
+            start_to_close_timeout=timedelta(seconds=self._input.model_call_timeout_seconds),
+            heartbeat_timeout=timedelta(seconds=self._input.heartbeat_timeout_seconds),
+            retry_policy=_ONE_ATTEMPT,
+            cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+            summary=f"model call {index} · {model}",
+        )
+        self._model_handle = handle
+        await workflow.wait_condition(lambda: handle.done() or self._cancel is not None)
+        if not handle.done():
+            handle.cancel()
+        try:
+            result: ModelCallResult = await handle
+        except (ActivityError, asyncio.CancelledError) as exc:
+            if _is_dependency_failure(exc):
+                raise ApplicationError(
+                    f"turn {self._turn_id} cannot advance: {_cause(exc)}",
+                    type="DependencyError",
+                    non_retryable=True,
+                ) from exc
+            workflow.logger.warning("model call %s ended without a result: %s", index, exc)
+            self._flags.reload = True
+            return
+        self._absorb_model(result.events)
+
+    def _absorb_model(self, wire_events: list[dict[str, Any]]) -> None:
+        assert self._reducer is not None
+        for raw in wire_events:
+            self._reducer.apply(parse_event(raw, trusted_json=True))
+
+    # ---------------------------------------------------------------- inputs
+
+    def _enqueue(self, raw: Any, waiter: asyncio.Future[dict[str, Any]] | None) -> None:
+        parsed = external_input_adapter.validate_python(raw)
+        if isinstance(parsed, CancelInput):
+            if self._cancel is None:
+                self._cancel = parsed
+            if waiter is not None:
+                self._settle_waiters.append(waiter)
+            self._wake()
+            return
+        self._queue.append(_Queued(parsed, waiter))
+        self._wake()
+
+    def _signal(self, raw: Any) -> None:
+        try:
+            parsed = external_input_adapter.validate_python(raw)
+            if self._reducer is not None:
+                advance.check_input(self._state, parsed)
+        except (ValidationError, RejectedInputError) as exc:
+            self._reject(raw, exc)
+            return
+        self._enqueue(raw, None)
+
+    def _reject(self, raw: Any, exc: Exception) -> None:
+        reason = _reason(exc)
+        workflow.logger.warning("rejected input %r: %s", raw, reason)
+        self._flags.rejected.append({"input": raw, "reason": reason, "at": _ts()})
+
+    def _validate(self, raw: Any) -> None:
+        try:
+            parsed = external_input_adapter.validate_python(raw)
+        except ValidationError as exc:
+            raise ValueError(_reason(exc)) from None
+        if self._reducer is not None:
+            # Before the first load the input is checked when it is applied.
+            advance.check_input(self._state, parsed)
+
+    async def _update(self, raw: Any) -> dict[str, Any]:
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        self._enqueue(raw, waiter)
+        return await waiter
+
+    async def _apply_input(self, queued: _Queued) -> None:
+        try:
+            advance.check_input(self._state, queued.input)
+        except RejectedInputError as exc:
+            # Valid when it arrived, stale by its turn in the queue.
+            self._reject(queued.input.to_wire(), exc)
+            if queued.waiter is not None and not queued.waiter.done():
+                queued.waiter.set_exception(ApplicationError(str(exc), type="RejectedInputError"))
+            return
+        await self._append(advance.input_events(self._state, queued.input, _ts()))
+        if queued.waiter is not None:
+            self._settle_waiters.append(queued.waiter)
+
+    @workflow.signal(name="permission_decision")
+    def permission_decision_signal(self, input: Any) -> None:
+        self._signal(input)
+
+    @workflow.signal(name="async_tool_progress")
+    def async_tool_progress_signal(self, input: Any) -> None:
+        self._signal(input)
+
+    @workflow.signal(name="async_tool_result")
+    def async_tool_result_signal(self, input: Any) -> None:
+        self._signal(input)
+
+    @workflow.signal(name="cancel")
+    def cancel_signal(self, input: Any = None) -> None:
+        self._signal(input if input is not None else {"type": "cancel"})
+
+    @workflow.update(name="settle")
+    async def settle_update(self, input: Any = None) -> dict[str, Any]:
+        """The next settled outcome (now, if the turn is settled): advanceTurn with no input."""
+        await workflow.wait_condition(lambda: self._idle)
+        outcome = self._outcome()
+        assert outcome is not None
+        return outcome
+
+    @workflow.update(name="permission_decision")
+    async def permission_decision_update(self, input: Any) -> dict[str, Any]:
+        return await self._update(input)
+
+    @permission_decision_update.validator
+    def _v_permission(self, input: Any) -> None:
+        self._validate(input)
+
+    @workflow.update(name="async_tool_progress")
+    async def async_tool_progress_update(self, input: Any) -> dict[str, Any]:
+        return await self._update(input)
+
+    @async_tool_progress_update.validator
+    def _v_progress(self, input: Any) -> None:
+        self._validate(input)
+
+    @workflow.update(name="async_tool_result")
+    async def async_tool_result_update(self, input: Any) -> dict[str, Any]:
+        return await self._update(input)
+
+    @async_tool_result_update.validator
+    def _v_result(self, input: Any) -> None:
+        self._validate(input)
+
+    @workflow.update(name="cancel")
+    async def cancel_update(self, input: Any) -> dict[str, Any]:
+        return await self._update(input if input is not None else {"type": "cancel"})
+
+    @cancel_update.validator
+    def _v_cancel(self, input: Any) -> None:
+        self._validate(input if input is not None else {"type": "cancel"})
+
+    # --------------------------------------------------------------- queries
+
+    @workflow.query(name="state")
+    def state_query(self) -> dict[str, Any]:
+        if self._reducer is None or not self._reducer.started:
+            return {"loading": True, "rejectedInputs": list(self._flags.rejected)}
+        wire = self._state.to_wire()
+        wire["rejectedInputs"] = list(self._flags.rejected)
+        return wire
+
+    @workflow.query(name="outcome")
+    def outcome_query(self) -> dict[str, Any] | None:
+        return self._outcome()
+
+    def _outcome(self) -> dict[str, Any] | None:
+        if self._reducer is None or not self._reducer.started:
+            return None
+        outcome = advance.outcome_of(self._state)
+        if outcome is None:
+            return None
+        return {"turnId": self._turn_id, **outcome.to_wire()}
+
+    # ---------------------------------------------------------- cancellation
+
+    async def _cancel_turn(self) -> None:
+        """Cancel what runs, wait for it, reload, then close the turn (§22)."""
+        for task in list(self._running.values()):
+            task.cancel()
+        if self._running:
+            await asyncio.gather(*self._running.values(), return_exceptions=True)
+        handle = self._model_handle
+        if handle is not None and not handle.done():
+            handle.cancel()
+            await asyncio.gather(handle, return_exceptions=True)
+        await self._reload()
+        state = self._state
+        if state.terminal is None:
+            reason = self._cancel.reason if self._cancel is not None else None
+            await self._append(advance.cancellation_events(state, reason, _ts()))
+        await self._settled()
+
+    # ---------------------------------------------------------- settle points
+
+    async def _settled(self) -> None:
+        """At a settle point: publish status for Temporal Web and answer waiting updates."""
+        state = self._state
+        self._flags.settles += 1
+        status = state.terminal.type.removeprefix("turn_") if state.terminal else "suspended"
+        pending = [f"permission:{p.tool_call_id}" for p in state.pending_permissions()]
+        pending += [f"async:{p.tool_call_id}" for p in state.pending_async_tools()]
+        resolved = state.definition.agent.resolved
+        pairs: list[SearchAttributePair[Any]] = [
+            TURN_STATUS.value_set(status),
+            TURN_AGENT.value_set(resolved.agent_id),
+            TURN_MODEL.value_set(resolved.model.label()),
+            TURN_PENDING.value_set(",".join(pending)),
+        ]
+        if state.definition.session_id:
+            pairs.append(TURN_SESSION.value_set(state.definition.session_id))
+        workflow.upsert_search_attributes(pairs)
+        workflow.set_current_details(_details(state) if state.terminal is None else "")
+        outcome = self._outcome()
+        if outcome is not None:
+            self._release_waiters(outcome)
+
+    def _release_waiters(self, outcome: dict[str, Any]) -> None:
+        waiters, self._settle_waiters = self._settle_waiters, []
+        for w in waiters:
+            if not w.done():
+                w.set_result(outcome)
+
+    # ---------------------------------------------------------------- plumbing
+
+    async def _execute_local(self, name: str, arg: Any) -> Any:
+        result_types = {
+            "load_turn": LoadResult,
+            "append_events": AppendResult,
+            "check_permissions": CheckPermissionsResult,
+            "classify_permissions": ClassifyResult,
+        }
+        return await workflow.execute_local_activity(
+            name,
+            arg,
+            result_type=result_types[name],
+            start_to_close_timeout=timedelta(seconds=60),
+            retry_policy=_SAFE_RETRY,
+            summary=name.replace("_", " "),
+        )
+
+    async def _execute_activity(self, name: str, arg: Any, result_type: Any) -> Any:
+        try:
+            return await workflow.execute_local_activity(
+                name,
+                arg,
+                result_type=result_type,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=_SAFE_RETRY,
+            )
+        except ActivityError as exc:
+            if _is_dependency_failure(exc):
+                raise ApplicationError(
+                    f"turn {self._turn_id} cannot advance: {_cause(exc)}",
+                    type="DependencyError",
+                    non_retryable=True,
+                ) from exc
+            raise
+
+
+def _classify_request(t: ToolCallState) -> ClassifyRequest:
+    assert t.permission is not None
+    return ClassifyRequest(
+        tool_call_id=t.tool_call_id,
+        tool_name=t.tool_name,
+        input=t.input,
+        request=t.permission.required.request,
+    )
+
+
+def _details(state: TurnState) -> str:
+    lines = [
+        f"awaiting approval: {p.tool_name} ({p.tool_call_id})" for p in state.pending_permissions()
+    ]
+    lines += [
+        f"awaiting result: {p.tool_name} ({p.tool_call_id})" for p in state.pending_async_tools()
+    ]
+    return "\n".join(lines)
+
+
+def _cause(exc: BaseException) -> str:
+    cause = exc.__cause__
+    while isinstance(cause, ActivityError) and cause.__cause__ is not None:
+        cause = cause.__cause__
+    return str(cause) if cause is not None else str(exc)
+
+
+def _is_dependency_failure(exc: BaseException) -> bool:
+    cause = exc.__cause__
+    return isinstance(cause, ApplicationError) and cause.type in (
+        "DependencyError",
+        "ContextResolutionError",
+    )
+
+
+def _reason(exc: Exception) -> str:
+    if isinstance(exc, ValidationError):
+        first = exc.errors()[0]
+        loc = ".".join(str(p) for p in first["loc"])
+        return f"invalid input at {loc or '$'}: {first['msg']}"
+    return str(exc)
+
+
+__all__ = [
+    "TurnWorkflow",
+    "TurnWorkflowInput",
+    "SEARCH_ATTRIBUTES",
+    "ResolvedAgent",
+    "CancelledError",
+]
