@@ -181,6 +181,7 @@ def calls_needing_classification(state: TurnState) -> list[ToolCallState]:
         if t.permission is not None
         and t.permission.resolved is None
         and t.permission.classification is None
+        and t.permission.classification_failed is None
         and t.permission.required.checker_error is None
     ]
 

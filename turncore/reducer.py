@@ -67,6 +67,8 @@ from .messages import AssistantMessage
 class PermissionState(WireModel):
     required: ToolPermissionRequired
     classification: Opt[ToolPermissionClassified] = None
+    classification_failed: Opt[ToolPermissionClassificationFailed] = None
+    """Set when the classifier failed or omitted this call: it is treated as defer."""
     resolved: Opt[ToolPermissionResolved] = None
 
 
@@ -186,6 +188,7 @@ class _ToolCall:
     descriptor: ToolDescriptor | None
     required: ToolPermissionRequired | None = None
     classification: ToolPermissionClassified | None = None
+    classification_failed: ToolPermissionClassificationFailed | None = None
     resolved: ToolPermissionResolved | None = None
     invocation: ToolInvocationRequested | None = None
     progress: list[ToolProgress] = field(default_factory=list)
@@ -277,6 +280,7 @@ class TurnReducer:
                 t.descriptor,
                 t.required,
                 t.classification,
+                t.classification_failed,
                 t.resolved,
                 t.invocation,
                 list(t.progress),
@@ -512,14 +516,20 @@ class TurnReducer:
     def _on_permission_classified(self, event: ToolPermissionClassified) -> None:
         call = self._target(event.tool_call_id, event.type)
         self._needs_open_permission(call, event.type)
-        if call.classification is not None:
+        if call.classification is not None or call.classification_failed is not None:
             raise _corrupt(f"tool call {event.tool_call_id!r} was classified twice")
         call.classification = event
 
     def _on_classification_failed(self, event: ToolPermissionClassificationFailed) -> None:
+        if len(set(event.tool_call_ids)) != len(event.tool_call_ids):
+            raise _corrupt("tool_permission_classification_failed lists a tool call twice")
         targets = [self._target(i, event.type) for i in event.tool_call_ids]
         for call in targets:
             self._needs_open_permission(call, event.type)
+            if call.classification is not None or call.classification_failed is not None:
+                raise _corrupt(f"tool call {call.tool_call_id!r} was classified twice")
+        for call in targets:
+            call.classification_failed = event
 
     def _on_permission_resolved(self, event: ToolPermissionResolved) -> None:
         call = self._target(event.tool_call_id, event.type)
@@ -682,6 +692,7 @@ class TurnReducer:
                     PermissionState.model_construct(
                         required=t.required,
                         classification=t.classification,
+                        classification_failed=t.classification_failed,
                         resolved=t.resolved,
                     )
                     if t.required is not None
@@ -762,6 +773,7 @@ def _reducer_from_state(state: TurnState) -> TurnReducer:
             descriptor,
             t.permission.required if t.permission else None,
             t.permission.classification if t.permission else None,
+            t.permission.classification_failed if t.permission else None,
             t.permission.resolved if t.permission else None,
             t.invocation,
             list(t.progress),
