@@ -1,0 +1,264 @@
+"""OpenAI Chat Completions over SSE — also any OpenAI-compatible server
+(Ollama, vLLM, llama.cpp server) pointed at by base URL.
+
+Wire notes:
+
+- ``stream: true`` with ``stream_options.include_usage`` so the final chunk
+  (``choices: []``) carries usage; ``data: [DONE]`` ends the stream.
+- Tool calls arrive as ``delta.tool_calls[{index, id?, function{name?, arguments?}}]``;
+  the first fragment of an index must carry the id and name.
+- Reasoning text from compatible servers arrives as ``delta.reasoning_content``
+  (vLLM, DeepSeek) or ``delta.reasoning`` (Ollama); Chat Completions has no
+  way to send reasoning back, so reasoning parts are not re-sent.
+- ``delta.refusal`` is a refusal; its text is not kept.
+- The token limit field is ``max_completion_tokens``; servers that only know
+  ``max_tokens`` declare ``max_tokens_field = "max_tokens"``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import orjson
+
+from turncore.events import TurnUsage
+from turncore.messages import AssistantMessage, TextPart, ToolCallPart, ToolMessage
+from turncore.model._attempt import Assembler, Attempt
+from turncore.model._http import (
+    HttpModel,
+    StreamDecoder,
+    as_dict,
+    as_int,
+    bounded_token,
+    error_token,
+    parse_json_event,
+    stream_error,
+    usage_total,
+)
+from turncore.model.binding import bound_options
+from turncore.model.failures import FailureKind
+from turncore.model.port import (
+    FinishReason,
+    ModelCallRequest,
+    ModelOutcome,
+    NamedToolChoice,
+    Observation,
+    OpaqueView,
+    check_usage,
+)
+from turncore.model.sse import SseEvent
+
+_FINISH: dict[str, FinishReason] = {
+    "stop": "stop",
+    "length": "length",
+    "content_filter": "content-filter",
+    "tool_calls": "tool-calls",
+    "function_call": "tool-calls",
+}
+
+
+def tool_result_text(kind: str, value: Any) -> str:
+    """A tool result as the text a provider's tool-result slot takes; error results
+    are wrapped so the model can tell them apart where the wire has no error flag."""
+    if kind == "error-json":
+        value = {"error": value}
+    return value if isinstance(value, str) and kind == "json" else orjson.dumps(value).decode()
+
+
+def arguments_text(value: Any) -> str:
+    """Tool-call input back to an argument string (unparsed text stays verbatim)."""
+    return value if isinstance(value, str) else orjson.dumps(value).decode()
+
+
+class OpenAIChatModel(HttpModel):
+    path = "/chat/completions"
+
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if self._api_key is not None:
+            headers["authorization"] = "Bearer " + self._api_key.reveal()
+        return headers
+
+    def encode(self, request: ModelCallRequest, opaque: OpaqueView) -> dict[str, Any]:
+        messages: list[dict[str, Any]] = []
+        if request.system:
+            messages.append({"role": "system", "content": request.system})
+        for message in request.messages:
+            messages.extend(self._message(message))
+        body: dict[str, Any] = {
+            "model": request.model,
+            "messages": messages,
+            "stream": True,
+            "stream_options": {"include_usage": True},
+        }
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "function": {
+                        "name": t.name,
+                        "description": t.description,
+                        "parameters": t.input_schema,
+                    },
+                }
+                for t in request.tools
+            ]
+        choice = request.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+        elif choice is not None:
+            body["tool_choice"] = choice
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.max_output_tokens is not None:
+            field = self._binding.option("max_tokens_field", "max_completion_tokens")
+            body[str(field)] = request.max_output_tokens
+        if request.reasoning_effort is not None:
+            body["reasoning_effort"] = request.reasoning_effort
+        return body
+
+    def _message(self, message: Any) -> list[dict[str, Any]]:
+        if isinstance(message, ToolMessage):
+            return [
+                {
+                    "role": "tool",
+                    "tool_call_id": r.tool_call_id,
+                    "content": tool_result_text(r.output.type, r.output.value),
+                }
+                for r in message.content
+            ]
+        if isinstance(message, AssistantMessage):
+            if isinstance(message.content, str):
+                return [{"role": "assistant", "content": message.content}]
+            text = "".join(p.text for p in message.content if isinstance(p, TextPart))
+            calls = [
+                {
+                    "id": p.tool_call_id,
+                    "type": "function",
+                    "function": {"name": p.tool_name, "arguments": arguments_text(p.input)},
+                }
+                for p in message.content
+                if isinstance(p, ToolCallPart)
+            ]
+            out: dict[str, Any] = {"role": "assistant", "content": text or None}
+            if calls:
+                out["tool_calls"] = calls
+            # Reasoning parts have no slot in Chat Completions and are not re-sent.
+            return [out]
+        # user
+        if isinstance(message.content, str):
+            return [{"role": "user", "content": message.content}]
+        texts = [p.text for p in message.content if isinstance(p, TextPart)]
+        if len(texts) == 1:
+            return [{"role": "user", "content": texts[0]}]
+        return [{"role": "user", "content": [{"type": "text", "text": t} for t in texts]}]
+
+    def decoder(self, attempt: Attempt) -> StreamDecoder:
+        return _ChatDecoder(self, attempt)
+
+
+class _ChatDecoder(StreamDecoder):
+    def __init__(self, model: OpenAIChatModel, attempt: Attempt) -> None:
+        self._model = model
+        self._attempt = attempt
+        self._parts = Assembler(attempt)
+        self._response_id: str | None = None
+        self._upstream_model: str | None = None
+        self._finish: str | None = None
+        self._refused = False
+        self._usage: TurnUsage | None = None
+
+    async def feed(self, event: SseEvent) -> bool:
+        if event.data.strip() == "[DONE]":
+            return True
+        chunk = parse_json_event(event, self._attempt)
+        if "error" in chunk:
+            raise stream_error(
+                self._attempt,
+                error_token(chunk),
+                default_detail="the provider reported an error mid-stream",
+            )
+        self._response_id = self._response_id or bounded_token(chunk.get("id"))
+        self._upstream_model = self._upstream_model or bounded_token(chunk.get("model"))
+        usage = chunk.get("usage")
+        if isinstance(usage, dict):
+            self._usage = _usage(usage)
+            self._attempt.usage = self._usage
+        choices = chunk.get("choices")
+        for choice in choices if isinstance(choices, list) else []:
+            choice = as_dict(choice)
+            if choice.get("index", 0) != 0:
+                continue
+            await self._delta(as_dict(choice.get("delta")))
+            finish = choice.get("finish_reason")
+            if isinstance(finish, str) and finish:
+                self._finish = finish[:64]
+        return False
+
+    async def _delta(self, delta: dict[str, Any]) -> None:
+        for field in ("reasoning_content", "reasoning"):
+            value = delta.get(field)
+            if isinstance(value, str):
+                await self._parts.reasoning("reasoning", value)
+        content = delta.get("content")
+        if isinstance(content, str):
+            await self._parts.text("text", content)
+        if isinstance(delta.get("refusal"), str) and delta["refusal"]:
+            self._refused = True
+        calls = delta.get("tool_calls")
+        for position, call in enumerate(calls if isinstance(calls, list) else []):
+            call = as_dict(call)
+            index = call.get("index", position)
+            key: object = ("tool", index)
+            fn = as_dict(call.get("function"))
+            if not self._parts.tool_started(key):
+                await self._parts.tool_start(key, call.get("id"), fn.get("name"))
+            args = fn.get("arguments")
+            if isinstance(args, str):
+                await self._parts.tool_args(key, args)
+            elif isinstance(args, dict):  # some compatible servers send an object
+                await self._parts.tool_args(key, orjson.dumps(args).decode())
+
+    def finish(self, terminal: bool) -> ModelOutcome:
+        if self._refused:
+            raise self._attempt.failure(FailureKind.REFUSAL, "the model refused the request")
+        if self._finish is None:
+            raise self._attempt.failure(
+                FailureKind.PROTOCOL,
+                "the stream ended before the provider reported a finish reason",
+            )
+        usage = self._usage or TurnUsage()
+        problem = check_usage(usage)
+        if problem is not None:
+            raise self._attempt.failure(
+                FailureKind.PROTOCOL, "the provider reported contradictory usage"
+            )
+        binding = self._model.binding
+        return ModelOutcome(
+            parts=self._parts.parts(lambda state: bound_options(binding, state)),
+            finish_reason=_FINISH.get(self._finish, "other"),
+            usage=usage,
+            observation=Observation(
+                binding=binding,
+                upstream_model=self._upstream_model,
+                response_id=self._response_id,
+                final_usage=self._usage is not None,
+            ),
+            raw_stop_reason=self._finish,
+        )
+
+
+def _usage(raw: dict[str, Any]) -> TurnUsage:
+    prompt = as_dict(raw.get("prompt_tokens_details"))
+    completion = as_dict(raw.get("completion_tokens_details"))
+    return usage_total(
+        TurnUsage(
+            input_tokens=as_int(raw.get("prompt_tokens")),
+            output_tokens=as_int(raw.get("completion_tokens")),
+            total_tokens=as_int(raw.get("total_tokens")),
+            reasoning_tokens=as_int(completion.get("reasoning_tokens")),
+            cached_input_tokens=as_int(prompt.get("cached_tokens")),
+        )
+    )

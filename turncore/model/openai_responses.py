@@ -1,0 +1,317 @@
+"""OpenAI Responses over SSE, stateless (``store: false``).
+
+Wire notes:
+
+- Output arrives as items: ``response.output_item.added`` announces a
+  ``function_call`` (with ``call_id`` and ``name``) before its
+  ``response.function_call_arguments.delta`` fragments (keyed by the item id);
+  text streams as ``response.output_text.delta``; reasoning summaries as
+  ``response.reasoning_summary_text.delta`` (raw reasoning text, where a model
+  exposes it, as ``response.reasoning_text.delta``).
+- ``response.completed`` / ``response.incomplete`` end the stream with usage,
+  the response id and the upstream model; ``response.failed`` and ``error``
+  events are failures whose message text is dropped.
+- With a reasoning effort the request asks for ``reasoning.encrypted_content``;
+  each finished reasoning item (id, summary, encrypted content) becomes the
+  opaque state of a ReasoningPart, bound to the binding, and is sent back
+  verbatim — only to the same binding.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from turncore.events import TurnUsage
+from turncore.messages import AssistantMessage, ReasoningPart, TextPart, ToolCallPart, ToolMessage
+from turncore.model._attempt import Assembler, Attempt
+from turncore.model._http import (
+    HttpModel,
+    StreamDecoder,
+    as_dict,
+    as_int,
+    bounded_token,
+    error_token,
+    parse_json_event,
+    stream_error,
+    usage_total,
+)
+from turncore.model.binding import bound_options
+from turncore.model.failures import FailureKind, invalid
+from turncore.model.openai_chat import arguments_text, tool_result_text
+from turncore.model.port import (
+    FinishReason,
+    ModelCallRequest,
+    ModelOutcome,
+    NamedToolChoice,
+    Observation,
+    OpaqueView,
+    check_usage,
+)
+from turncore.model.sse import SseEvent
+
+
+class OpenAIResponsesModel(HttpModel):
+    path = "/responses"
+
+    def headers(self) -> dict[str, str]:
+        headers = {"content-type": "application/json", "accept": "text/event-stream"}
+        if self._api_key is not None:
+            headers["authorization"] = "Bearer " + self._api_key.reveal()
+        return headers
+
+    def encode(self, request: ModelCallRequest, opaque: OpaqueView) -> dict[str, Any]:
+        items: list[dict[str, Any]] = []
+        for message in request.messages:
+            items.extend(self._items(message, opaque))
+        body: dict[str, Any] = {
+            "model": request.model,
+            "input": items,
+            "stream": True,
+            "store": False,
+        }
+        if request.system:
+            body["instructions"] = request.system
+        if request.tools:
+            body["tools"] = [
+                {
+                    "type": "function",
+                    "name": t.name,
+                    "description": t.description,
+                    "parameters": t.input_schema,
+                    "strict": False,
+                }
+                for t in request.tools
+            ]
+        choice = request.tool_choice
+        if isinstance(choice, NamedToolChoice):
+            body["tool_choice"] = {"type": "function", "name": choice.name}
+        elif choice is not None:
+            body["tool_choice"] = choice
+        if request.temperature is not None:
+            body["temperature"] = request.temperature
+        if request.top_p is not None:
+            body["top_p"] = request.top_p
+        if request.max_output_tokens is not None:
+            body["max_output_tokens"] = request.max_output_tokens
+        if request.reasoning_effort is not None:
+            body["reasoning"] = {"effort": request.reasoning_effort, "summary": "auto"}
+            body["include"] = ["reasoning.encrypted_content"]
+        return body
+
+    def _items(self, message: Any, opaque: OpaqueView) -> list[dict[str, Any]]:
+        if isinstance(message, ToolMessage):
+            return [
+                {
+                    "type": "function_call_output",
+                    "call_id": r.tool_call_id,
+                    "output": tool_result_text(r.output.type, r.output.value),
+                }
+                for r in message.content
+            ]
+        if isinstance(message, AssistantMessage):
+            if isinstance(message.content, str):
+                return [_assistant_text(message.content)] if message.content else []
+            out: list[dict[str, Any]] = []
+            texts: list[str] = []
+
+            def flush() -> None:
+                if texts:
+                    out.append(_assistant_text("".join(texts)))
+                    texts.clear()
+
+            for part in message.content:
+                if isinstance(part, TextPart):
+                    texts.append(part.text)
+                    continue
+                flush()
+                if isinstance(part, ToolCallPart):
+                    out.append(
+                        {
+                            "type": "function_call",
+                            "call_id": part.tool_call_id,
+                            "name": part.tool_name,
+                            "arguments": arguments_text(part.input),
+                        }
+                    )
+                elif isinstance(part, ReasoningPart):
+                    state = opaque.of(part)
+                    if state is None:
+                        continue  # plain reasoning text has no slot; it is not re-sent
+                    item = as_dict(state).get("item")
+                    if not isinstance(item, dict) or item.get("type") != "reasoning":
+                        raise invalid("opaque reasoning state is not a Responses reasoning item")
+                    out.append(item)
+            flush()
+            return out
+        content = message.content
+        texts_in = (
+            [content]
+            if isinstance(content, str)
+            else [p.text for p in content if isinstance(p, TextPart)]
+        )
+        return [{"role": "user", "content": [{"type": "input_text", "text": t} for t in texts_in]}]
+
+    def decoder(self, attempt: Attempt) -> StreamDecoder:
+        return _ResponsesDecoder(self, attempt)
+
+
+def _assistant_text(text: str) -> dict[str, Any]:
+    return {"role": "assistant", "content": [{"type": "output_text", "text": text}]}
+
+
+class _ResponsesDecoder(StreamDecoder):
+    def __init__(self, model: OpenAIResponsesModel, attempt: Attempt) -> None:
+        self._model = model
+        self._attempt = attempt
+        self._parts = Assembler(attempt)
+        self._response_id: str | None = None
+        self._upstream_model: str | None = None
+        self._status: str | None = None
+        self._incomplete_reason: str | None = None
+        self._refused = False
+        self._usage: TurnUsage | None = None
+
+    def _observe(self, response: dict[str, Any]) -> None:
+        self._response_id = self._response_id or bounded_token(response.get("id"))
+        self._upstream_model = self._upstream_model or bounded_token(response.get("model"))
+        usage = response.get("usage")
+        if isinstance(usage, dict):
+            self._usage = _usage(usage)
+            self._attempt.usage = self._usage
+
+    async def feed(self, event: SseEvent) -> bool:
+        data = parse_json_event(event, self._attempt)
+        kind = data.get("type") or event.event
+        if kind in ("response.created", "response.in_progress"):
+            self._observe(as_dict(data.get("response")))
+        elif kind == "response.output_item.added":
+            item = as_dict(data.get("item"))
+            if item.get("type") == "function_call":
+                key: object = ("item", item.get("id"))
+                await self._parts.tool_start(key, item.get("call_id"), item.get("name"))
+                args = item.get("arguments")
+                if isinstance(args, str) and args:
+                    await self._parts.tool_args(key, args)
+            elif item.get("type") == "reasoning":
+                await self._parts.reasoning(("item", item.get("id")), "")
+        elif kind == "response.output_text.delta":
+            await self._parts.text(
+                ("text", data.get("item_id"), data.get("content_index")), _str(data.get("delta"))
+            )
+        elif kind == "response.refusal.delta":
+            self._refused = True
+        elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
+            await self._parts.reasoning(("item", data.get("item_id")), _str(data.get("delta")))
+        elif kind == "response.reasoning_summary_part.added":
+            if as_int(data.get("summary_index")):
+                await self._parts.reasoning(("item", data.get("item_id")), "\n\n")
+        elif kind == "response.function_call_arguments.delta":
+            await self._parts.tool_args(("item", data.get("item_id")), _str(data.get("delta")))
+        elif kind == "response.output_item.done":
+            await self._item_done(as_dict(data.get("item")))
+        elif kind in ("response.completed", "response.incomplete"):
+            response = as_dict(data.get("response"))
+            self._observe(response)
+            self._status = "completed" if kind == "response.completed" else "incomplete"
+            reason = as_dict(response.get("incomplete_details")).get("reason")
+            self._incomplete_reason = reason if isinstance(reason, str) else None
+            return True
+        elif kind == "response.failed":
+            response = as_dict(data.get("response"))
+            self._observe(response)
+            raise stream_error(
+                self._attempt,
+                error_token(response),
+                default_detail="the provider reported that the response failed",
+            )
+        elif kind == "error":
+            raise stream_error(
+                self._attempt,
+                error_token(data),
+                default_detail="the provider reported an error mid-stream",
+            )
+        return False
+
+    async def _item_done(self, item: dict[str, Any]) -> None:
+        kind = item.get("type")
+        key = ("item", item.get("id"))
+        if kind == "function_call":
+            if not self._parts.tool_started(key):
+                await self._parts.tool_start(key, item.get("call_id"), item.get("name"))
+                await self._parts.tool_args(key, _str(item.get("arguments")))
+            args = item.get("arguments")
+            if isinstance(args, str):
+                self._parts.tool_arguments_final(key, args)
+        elif kind == "reasoning":
+            state: dict[str, Any] = {"type": "reasoning", "id": item.get("id")}
+            summary = item.get("summary")
+            state["summary"] = summary if isinstance(summary, list) else []
+            if isinstance(item.get("encrypted_content"), str):
+                state["encrypted_content"] = item["encrypted_content"]
+            if not self._parts.has(key):
+                text = "\n\n".join(_str(as_dict(s).get("text")) for s in state["summary"])
+                await self._parts.reasoning(key, text)
+            self._parts.reasoning_state(key, {"item": state})
+        elif kind == "message":
+            content = item.get("content")
+            for index, piece in enumerate(content if isinstance(content, list) else []):
+                piece = as_dict(piece)
+                text_key = ("text", item.get("id"), index)
+                if piece.get("type") == "output_text" and not self._parts.has(text_key):
+                    await self._parts.text(text_key, _str(piece.get("text")))
+                elif piece.get("type") == "refusal":
+                    self._refused = True
+
+    def finish(self, terminal: bool) -> ModelOutcome:
+        if self._refused:
+            raise self._attempt.failure(FailureKind.REFUSAL, "the model refused the request")
+        if not terminal or self._status is None:
+            raise self._attempt.failure(
+                FailureKind.PROTOCOL, "the stream ended before the response completed"
+            )
+        usage = self._usage or TurnUsage()
+        if check_usage(usage) is not None:
+            raise self._attempt.failure(
+                FailureKind.PROTOCOL, "the provider reported contradictory usage"
+            )
+        finish: FinishReason
+        if self._status == "completed":
+            finish = "tool-calls" if self._parts.tool_count() else "stop"
+            raw = "completed"
+        else:
+            reason = self._incomplete_reason
+            finish = {"max_output_tokens": "length", "content_filter": "content-filter"}.get(
+                reason or "", "other"
+            )  # type: ignore[assignment]
+            raw = f"incomplete:{(reason or 'unknown')[:48]}"
+        binding = self._model.binding
+        return ModelOutcome(
+            parts=self._parts.parts(lambda state: bound_options(binding, state)),
+            finish_reason=finish,
+            usage=usage,
+            observation=Observation(
+                binding=binding,
+                upstream_model=self._upstream_model,
+                response_id=self._response_id,
+                final_usage=self._usage is not None,
+            ),
+            raw_stop_reason=raw,
+        )
+
+
+def _str(value: object) -> str:
+    return value if isinstance(value, str) else ""
+
+
+def _usage(raw: dict[str, Any]) -> TurnUsage:
+    inp = as_dict(raw.get("input_tokens_details"))
+    out = as_dict(raw.get("output_tokens_details"))
+    return usage_total(
+        TurnUsage(
+            input_tokens=as_int(raw.get("input_tokens")),
+            output_tokens=as_int(raw.get("output_tokens")),
+            total_tokens=as_int(raw.get("total_tokens")),
+            reasoning_tokens=as_int(out.get("reasoning_tokens")),
+            cached_input_tokens=as_int(inp.get("cached_tokens")),
+        )
+    )
