@@ -224,8 +224,10 @@ async def _consume(
                 terminal = True
                 break
     if not terminal:
-        for event in sse.close():  # pragma: no cover - close() dispatches nothing
-            terminal = await decoder.feed(event)
+        for event in sse.close():  # a final event ended by a lone CR
+            if await decoder.feed(event):
+                terminal = True
+                break
     return decoder.finish(terminal)
 
 

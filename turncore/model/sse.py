@@ -81,15 +81,12 @@ class SseDecoder:
         return out
 
     def close(self) -> list[SseEvent]:
-        """End of stream: a final line without a line end still counts as a
-        line, but an event that was never terminated by a blank line is dropped."""
-        if self._buf:
-            line = bytes(self._buf.rstrip(b"\r"))
-            self._buf.clear()
-            self._line(line)
+        """End of stream. A pending CR is a complete line end; a last line without
+        one still counts as a line; an event never ended by a blank line is dropped."""
+        events = self.feed(b"\n") if self._buf else []
         self._data = []
         self._size = 0
-        return []
+        return events
 
     def _line(self, raw: bytes) -> SseEvent | None:
         if not raw:
