@@ -23,7 +23,12 @@ import orjson
 
 from ._wire import WireModel
 from .compose import closed_transcript
-from .errors import ContextResolutionError, CorruptTurnError, InfrastructureError
+from .errors import (
+    ContextResolutionError,
+    CorruptTurnError,
+    InfrastructureError,
+    InvalidTurnIdError,
+)
 from .events import ContextRef, ResolvedAgent, TurnContext, TurnCreated
 from .messages import (
     AssistantMessage,
@@ -181,6 +186,12 @@ class ContextResolver:
             raise ContextResolutionError(f"context turn {turn_id} is corrupt: {exc}") from exc
         except InfrastructureError as exc:
             raise ContextResolutionError(f"context turn {turn_id} cannot be read: {exc}") from exc
+        except InvalidTurnIdError as exc:
+            # The id comes from a durable file: a bad one is broken data, not a
+            # caller's input, so it must not surface as InvalidInputError.
+            raise ContextResolutionError(
+                f"context turn {turn_id!r} is not a valid turn id: {exc}"
+            ) from exc
         if state.terminal is None:
             raise ContextResolutionError(
                 f"context turn {turn_id} has not ended; only terminal turns can be referenced"
