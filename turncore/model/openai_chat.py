@@ -142,7 +142,7 @@ class OpenAIChatModel(HttpModel):
                 for p in message.content
                 if isinstance(p, ToolCallPart)
             ]
-            out: dict[str, Any] = {"role": "assistant", "content": text or None}
+            out: dict[str, Any] = {"role": "assistant", "content": text or (None if calls else "")}
             if calls:
                 out["tool_calls"] = calls
             # Reasoning parts have no slot in Chat Completions and are not re-sent.
@@ -169,6 +169,8 @@ class _ChatDecoder(StreamDecoder):
         self._finish: str | None = None
         self._refused = False
         self._usage: TurnUsage | None = None
+        self._keys: dict[object, object] = {}
+        self._ids: dict[object, object] = {}
 
     async def feed(self, event: SseEvent) -> bool:
         if event.data.strip() == "[DONE]":
@@ -211,10 +213,16 @@ class _ChatDecoder(StreamDecoder):
         for position, call in enumerate(calls if isinstance(calls, list) else []):
             call = as_dict(call)
             index = call.get("index", position)
-            key: object = ("tool", index)
+            key: object = self._keys.get(index, ("tool", index))
             fn = as_dict(call.get("function"))
+            call_id = call.get("id")
+            if self._parts.tool_started(key) and call_id and call_id != self._ids.get(key):
+                # Some compatible servers send every complete call at index 0.
+                key = ("tool", index, call_id)
             if not self._parts.tool_started(key):
-                await self._parts.tool_start(key, call.get("id"), fn.get("name"))
+                await self._parts.tool_start(key, call_id, fn.get("name"))
+                self._keys[index] = key
+                self._ids[key] = call_id
             args = fn.get("arguments")
             if isinstance(args, str):
                 await self._parts.tool_args(key, args)

@@ -49,6 +49,11 @@ from turncore.model.port import (
 )
 from turncore.model.sse import SseEvent
 
+_INCOMPLETE: dict[str, FinishReason] = {
+    "max_output_tokens": "length",
+    "content_filter": "content-filter",
+}
+
 
 class OpenAIResponsesModel(HttpModel):
     path = "/responses"
@@ -243,15 +248,22 @@ class _ResponsesDecoder(StreamDecoder):
             if isinstance(args, str):
                 self._parts.tool_arguments_final(key, args)
         elif kind == "reasoning":
-            state: dict[str, Any] = {"type": "reasoning", "id": item.get("id")}
             summary = item.get("summary")
-            state["summary"] = summary if isinstance(summary, list) else []
-            if isinstance(item.get("encrypted_content"), str):
-                state["encrypted_content"] = item["encrypted_content"]
+            summary = summary if isinstance(summary, list) else []
             if not self._parts.has(key):
-                text = "\n\n".join(_str(as_dict(s).get("text")) for s in state["summary"])
+                text = "\n\n".join(_str(as_dict(s).get("text")) for s in summary)
                 await self._parts.reasoning(key, text)
-            self._parts.reasoning_state(key, {"item": state})
+            encrypted = item.get("encrypted_content")
+            # Under store=false an item can only be replayed with its encrypted
+            # content; without it the summary stays as plain reasoning text.
+            if isinstance(encrypted, str) and encrypted:
+                state = {
+                    "type": "reasoning",
+                    "id": item.get("id"),
+                    "summary": summary,
+                    "encrypted_content": encrypted,
+                }
+                self._parts.reasoning_state(key, {"item": state})
         elif kind == "message":
             content = item.get("content")
             for index, piece in enumerate(content if isinstance(content, list) else []):
@@ -279,10 +291,8 @@ class _ResponsesDecoder(StreamDecoder):
             finish = "tool-calls" if self._parts.tool_count() else "stop"
             raw = "completed"
         else:
-            reason = self._incomplete_reason
-            finish = {"max_output_tokens": "length", "content_filter": "content-filter"}.get(
-                reason or "", "other"
-            )  # type: ignore[assignment]
+            reason = self._incomplete_reason or ""
+            finish = _INCOMPLETE.get(reason, "other")
             raw = f"incomplete:{(reason or 'unknown')[:48]}"
         binding = self._model.binding
         return ModelOutcome(
