@@ -52,6 +52,15 @@ class TurnExistsError(InfrastructureError):
     """``create`` found a file already there."""
 
 
+class AppendConflictError(InfrastructureError):
+    """An append's ``expected_offset`` no longer describes the file: another writer moved it on.
+
+    Raised instead of writing, so a stale writer never interleaves its batch
+    with someone else's. A retried batch whose exact lines already follow the
+    offset is not a conflict; the repository recognises it and writes nothing.
+    """
+
+
 class DependencyError(InfrastructureError):
     """A live dependency (model, tool, context, agent) could not be resolved or does not match."""
 

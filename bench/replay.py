@@ -1,0 +1,135 @@
+"""Replay benchmark: read + validate + reduce turn files of 1k, 10k and 100k events.
+
+Run from anywhere: ``python bench/replay.py [--repeat N]``. It writes valid
+turn files to a temporary directory, times ``FileTurnRepository.read`` on each
+(every line parsed strictly, validated and folded through the reducer; best
+of ``--repeat`` runs, each on a fresh repository), and prints JSON::
+
+    {"1k": {"events": …, "seconds": …, "events_per_second": …},
+     "10k": {…}, "100k": {…},
+     "ratio_100k_over_10k": …,
+     "calibration_us_per_tiny_model": …}
+
+Targets: at least 200,000 events/s, and a ratio of at most 12, meaning
+replay time grows linearly with the log. ``calibration_us_per_tiny_model``
+is the time pydantic takes here to validate a three-field model. It helps
+compare machines, because validation is most of the cost.
+
+The histories are a realistic mix: rounds of one model call (request, text
+and tool-call step events, finish, completion) and its tool batch (one to
+three sync reads with zero to eight progress events each). Every fifth
+round also asks the human through an async tool, so the turn suspends and
+then gets async progress and a result. A final answer and
+``turn_completed`` close the turn.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import orjson
+from pydantic import BaseModel
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from tests.builders import TurnBuilder, ask_call, read_call  # noqa: E402
+from turncore.events import TurnEvent  # noqa: E402
+from turncore.repository import FileTurnRepository  # noqa: E402
+
+SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
+
+
+def history(turn_id: str, target: int) -> list[TurnEvent]:
+    """A valid, completed turn of about ``target`` events (see the module docstring)."""
+    b = TurnBuilder(turn_id, max_model_calls=1_000_000)
+    round_no = 0
+    while len(b.events) < target - 8:  # leave room for the closing call
+        calls = [
+            read_call(f"r{round_no}_{k}", f"src/module_{round_no % 97}_{k}.py")
+            for k in range(1 + round_no % 3)
+        ]
+        asks = [ask_call(f"a{round_no}")] if round_no % 5 == 4 else []
+        b.model_call(f"Step {round_no}: reading {len(calls)} files.", [*calls, *asks])
+        for c in [*calls, *asks]:
+            b.invoke(c.tool_call_id)
+        for c in calls:
+            for p in range((round_no + len(c.tool_call_id)) % 9):
+                b.progress(c.tool_call_id, {"bytesRead": 4096 * (p + 1), "done": False})
+            b.result(c.tool_call_id, f"# module {round_no}\n" + "x = 1\n" * 20)
+        for a in asks:
+            b.suspend()
+            b.progress(a.tool_call_id, {"status": "delivered"})
+            b.result(a.tool_call_id, "Yes, continue.")
+        round_no += 1
+    b.model_call("All files read; here is the summary.")
+    b.finish()
+    return b.events
+
+
+def write_turn(repo: FileTurnRepository, events: list[TurnEvent]) -> None:
+    path = repo.path_for(events[0].turn_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(e.to_wire()) + b"\n" for e in events))
+
+
+def time_read(work_dir: Path, turn_id: str, expected: int, repeat: int) -> float:
+    best = float("inf")
+    for _ in range(repeat):
+        repo = FileTurnRepository(work_dir)  # no warm cache carried between runs
+        start = time.perf_counter()
+        events = repo.read(turn_id)
+        best = min(best, time.perf_counter() - start)
+        if len(events) != expected:
+            raise AssertionError(f"read {len(events)} events, wrote {expected}")
+        del events, repo
+    return best
+
+
+def calibration_us() -> float:
+    class Tiny(BaseModel):
+        a: str
+        b: int
+        c: bool
+
+    value = {"a": "x", "b": 1, "c": True}
+    n = 20_000
+    start = time.perf_counter()
+    for _ in range(n):
+        Tiny.model_validate(value)
+    return (time.perf_counter() - start) / n * 1e6
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=3, help="runs per size; the best counts")
+    args = parser.parse_args()
+
+    report: dict[str, object] = {}
+    seconds: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="turncore-bench-") as tmp:
+        work_dir = Path(tmp)
+        for i, (label, target) in enumerate(SIZES.items()):
+            turn_id = f"2025-11-11T04-36-29Z-{i:07d}-000"
+            events = history(turn_id, target)
+            write_turn(FileTurnRepository(work_dir), events)
+            count = len(events)
+            del events
+            best = time_read(work_dir, turn_id, count, args.repeat)
+            seconds[label] = best
+            report[label] = {
+                "events": count,
+                "seconds": round(best, 4),
+                "events_per_second": round(count / best),
+            }
+    report["ratio_100k_over_10k"] = round(seconds["100k"] / seconds["10k"], 2)
+    report["calibration_us_per_tiny_model"] = round(calibration_us(), 2)
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

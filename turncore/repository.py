@@ -1,0 +1,761 @@
+"""Turn repositories: one append-only JSONL file per turn (spec §5, DESIGN §3).
+
+Theory of operation
+-------------------
+A turn log is a byte string of complete lines, one event per line, the first
+a ``turn_created``. Both implementations keep exactly those bytes (a file
+under ``work_dir/storage/turns/YYYY/MM/DD/``, or a buffer in memory) and
+share everything above the bytes: serialization, strict parsing, the reducer
+gate, idempotent retries and locking. So the in-memory repository exercises
+the same code paths as the file one.
+
+Reading validates every line: ``orjson.loads`` (strict JSON, no NaN), then
+``parse_event``, then the line's ``turnId``, then the reducer, in one pass, so
+an error names the first offending line. A file that is empty, that ends in a
+line without its newline (a torn write), or that has any bad line is
+corrupt. Nothing is truncated, skipped or repaired.
+
+Appending serializes each event as ``orjson.dumps(event.to_wire()) + b"\\n"``
+and parses the line back, so a value that would not read back the same (NaN,
+bytes, a non-string key) is refused before anything is written. It then folds
+the batch into the reducer of the current log (the gate, §4.5); one illegal
+event rejects the whole batch. If every event passes, the batch is written with
+a single ``os.write`` on an ``O_APPEND`` descriptor.
+
+Writers are serialized per turn twice over: an in-process re-entrant lock
+(``with_lock``) and ``fcntl.flock`` on the file, because append activities may
+run in several worker processes. Readers take a shared ``flock``, so they never
+see half of a batch.
+
+To keep an append from re-reading a long log, the repository caches, per turn,
+the reducer of the prefix it last saw, with that prefix's byte size and the
+file's identity (device, inode). Under the write lock it only parses bytes
+added since then, by anyone. Files are append-only, so a prefix that still
+has the same identity and at most the current size is unchanged. A reducer is
+taken out of the cache while it is in use and only put back after a
+successful append. One that saw a rejected batch is dropped, which is why the
+gate needs no ``copy()``.
+
+``expected_offset`` makes retries idempotent (DESIGN §3). The caller names the
+line count it believes the file has. If the file is longer and the lines
+after that offset are byte for byte the batch, the earlier attempt landed and
+nothing is written. Any other difference raises ``AppendConflictError``.
+
+POSIX only (``fcntl``).
+"""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import gc
+import itertools
+import os
+import secrets
+import threading
+import weakref
+from abc import ABC, abstractmethod
+from collections import OrderedDict
+from collections.abc import Hashable, Iterator, Sequence
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Protocol, get_args
+
+import orjson
+from pydantic import ValidationError
+
+from .errors import (
+    AppendConflictError,
+    CorruptTurnError,
+    InfrastructureError,
+    InvalidTurnIdError,
+    TurnExistsError,
+    TurnNotFoundError,
+)
+from .events import EVENT_TYPES, SCHEMA_VERSION, TurnCreated, TurnEvent, parse_event
+from .ids import is_turn_id, turn_path, validate_turn_id
+from .reducer import TurnReducer
+
+__all__ = [
+    "FileTurnRepository",
+    "InMemoryTurnRepository",
+    "TurnRepository",
+    "read_path",
+]
+
+_EVENT_CLASSES: tuple[type, ...] = get_args(get_args(TurnEvent)[0])
+
+TAIL_CACHE_SIZE = 64
+"""How many turns' reducers a repository keeps warm for appends."""
+
+
+class TurnRepository(Protocol):
+    """The loop-facing storage contract (spec §5.3), synchronous."""
+
+    def create(self, event: TurnCreated) -> None:
+        """Write a new turn's first line; ``TurnExistsError`` if the turn already exists."""
+        ...
+
+    def read(self, turn_id: str) -> list[TurnEvent]:
+        """Every event of the turn, each line validated and the whole log reduced.
+
+        ``TurnNotFoundError`` if there is no such turn; ``CorruptTurnError``
+        naming the first offending line otherwise.
+        """
+        ...
+
+    def append(
+        self, turn_id: str, events: Sequence[TurnEvent], *, expected_offset: int | None = None
+    ) -> int:
+        """Append ``events`` as one whole batch or not at all; return the new line count."""
+        ...
+
+    def with_lock(self, turn_id: str) -> AbstractContextManager[None]:
+        """Exclude other threads of this process from the turn (re-entrant)."""
+        ...
+
+    def exists(self, turn_id: str) -> bool: ...
+
+    def line_count(self, turn_id: str) -> int:
+        """The number of complete lines in the turn's log (not validated)."""
+        ...
+
+
+# ---------------------------------------------------------------- lines
+
+
+def _shorten(value: object, limit: int = 60) -> str:
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _explain(obj: Any, exc: ValidationError) -> str:
+    """A one-line reason why a decoded JSON value is not a valid turn event."""
+    if not isinstance(obj, dict):
+        return f"the line is a JSON {type(obj).__name__}, not an event object"
+    kind = obj.get("type")
+    if kind is None:
+        return "the line has no event type"
+    if kind not in EVENT_TYPES:
+        return f"unknown event type {_shorten(kind)}"
+    if kind == "turn_created" and obj.get("schemaVersion") != SCHEMA_VERSION:
+        return (
+            f"unsupported schemaVersion {_shorten(obj.get('schemaVersion'))}; "
+            f"this runtime reads version {SCHEMA_VERSION}"
+        )
+    problems = exc.errors(include_url=False, include_input=False)
+    first = problems[0]
+    where = ".".join(str(p) for p in first["loc"][1:]) or "(event)"
+    more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+    return f"invalid {kind} event: {where}: {first['msg']}{more}"
+
+
+def _decode_line(raw: bytes, where: str, line: int) -> TurnEvent:
+    try:
+        obj = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise CorruptTurnError(
+            f"the line is not valid JSON: {exc}", path=where, line=line
+        ) from None
+    try:
+        return parse_event(obj, trusted_json=True)
+    except ValidationError as exc:
+        raise CorruptTurnError(_explain(obj, exc), path=where, line=line) from None
+
+
+@contextmanager
+def _collector_paused() -> Iterator[None]:
+    """Pause the cyclic garbage collector for a bulk decode.
+
+    Decoding a long log creates hundreds of thousands of long-lived objects
+    that form no cycles, and the collector would walk all of them again at
+    every full collection. That made reading 100k events markedly
+    superlinear. Reference counting still frees everything meanwhile. Only
+    the thread that found the collector running switches it back on, so it
+    is never left off. Another thread may just see it resume early.
+    """
+    if not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _decode(
+    data: bytes,
+    where: str,
+    turn_id: str | None,
+    *,
+    first_line: int = 1,
+    reducer: TurnReducer | None = None,
+) -> tuple[list[TurnEvent], TurnReducer, str]:
+    """Validate and reduce ``data``, the lines from ``first_line`` on.
+
+    From line 1, ``turn_id`` None means "whatever the first line says" (the
+    id must still be well-formed). Continuing (``first_line`` > 1) needs the
+    reducer of the lines before and the turn id. Returns the events, the
+    reducer after them and the turn id.
+    """
+    lines = data.split(b"\n")
+    torn = lines.pop()  # b"" when data ends with a newline, as every complete log does
+    events: list[TurnEvent] = []
+    if first_line == 1:
+        if not data:
+            raise CorruptTurnError(
+                "the file is empty; its first line must be turn_created", path=where, line=1
+            )
+        if lines:
+            first = _decode_line(lines[0], where, 1)
+            if not isinstance(first, TurnCreated):
+                raise CorruptTurnError(
+                    f"the first line must be turn_created, not {first.type}", path=where, line=1
+                )
+            if turn_id is None:
+                try:
+                    turn_id = validate_turn_id(first.turn_id)
+                except InvalidTurnIdError as exc:
+                    raise CorruptTurnError(str(exc), path=where, line=1) from None
+            elif first.turn_id != turn_id:
+                raise CorruptTurnError(
+                    f"turnId {_shorten(first.turn_id)} does not match this file's turn {turn_id}",
+                    path=where,
+                    line=1,
+                )
+            reducer = TurnReducer()
+            try:
+                reducer.apply(first)
+            except CorruptTurnError as exc:
+                raise CorruptTurnError(exc.rule, path=where, line=1) from None
+            events.append(first)
+        else:
+            raise CorruptTurnError(
+                "the only line has no trailing newline (a torn write)", path=where, line=1
+            )
+    if reducer is None or turn_id is None:
+        raise AssertionError("continuing a log needs its reducer and turn id")
+
+    # The hot loop: one pass, so the first offending line is the one reported.
+    apply, add = reducer.apply, events.append
+    with _collector_paused():
+        for line, raw in enumerate(lines[len(events) :], start=first_line + len(events)):
+            event = _decode_line(raw, where, line)
+            if event.turn_id != turn_id:
+                raise CorruptTurnError(
+                    f"{event.type} has turnId {_shorten(event.turn_id)}, not this file's {turn_id}",
+                    path=where,
+                    line=line,
+                )
+            try:
+                apply(event)
+            except CorruptTurnError as exc:
+                raise CorruptTurnError(exc.rule, path=where, line=line) from None
+            add(event)
+    if torn:
+        raise CorruptTurnError(
+            "the final line has no trailing newline (a torn write)",
+            path=where,
+            line=first_line + len(lines),
+        )
+    return events, reducer, turn_id
+
+
+def _encode(event: TurnEvent, where: str, line: int) -> tuple[bytes, TurnEvent]:
+    """The event's line (with its newline) and the event as a reader will parse it back."""
+    if not isinstance(event, _EVENT_CLASSES):
+        raise CorruptTurnError(f"{type(event).__name__} is not a turn event", path=where, line=line)
+    try:
+        raw = orjson.dumps(event.to_wire())
+    except (TypeError, ValueError) as exc:  # orjson.JSONEncodeError, PydanticSerializationError
+        raise CorruptTurnError(
+            f"{event.type} event is not JSON-serializable: {exc}", path=where, line=line
+        ) from None
+    back = _decode_line(raw, where, line)
+    if back != event:
+        raise CorruptTurnError(
+            f"{event.type} event does not read back as written "
+            "(a NaN, infinity, bytes or non-string key became something else)",
+            path=where,
+            line=line,
+        )
+    return raw + b"\n", back
+
+
+# ---------------------------------------------------------------- locks and cache
+
+
+class _LockTable:
+    """One re-entrant lock per key, alive while anyone holds or waits on it."""
+
+    def __init__(self) -> None:
+        self._guard = threading.Lock()
+        self._locks: weakref.WeakValueDictionary[Hashable, Any] = weakref.WeakValueDictionary()
+
+    @contextmanager
+    def hold(self, key: Hashable) -> Iterator[None]:
+        with self._guard:
+            lock = self._locks.get(key)
+            if lock is None:
+                lock = threading.RLock()
+                self._locks[key] = lock
+        with lock:
+            yield
+
+
+# Files are shared by every FileTurnRepository in the process, so their
+# in-process locks are too (keyed by absolute path).
+_FILE_LOCKS = _LockTable()
+
+
+@dataclass(slots=True)
+class _Tail:
+    """The reduced prefix of a log: ``size`` bytes, ``lines`` lines, of storage ``identity``."""
+
+    identity: Hashable
+    size: int
+    lines: int
+    reducer: TurnReducer
+
+
+class _Writer(ABC):
+    """Exclusive access to one turn's bytes for the length of an append."""
+
+    identity: Hashable
+
+    @abstractmethod
+    def size(self) -> int: ...
+
+    @abstractmethod
+    def read_from(self, start: int) -> bytes: ...
+
+    @abstractmethod
+    def write(self, data: bytes) -> None: ...
+
+
+# ---------------------------------------------------------------- shared logic
+
+
+class _JsonlRepository(ABC):
+    """Everything above the bytes; subclasses store them."""
+
+    def __init__(self) -> None:
+        self._tails: OrderedDict[str, _Tail] = OrderedDict()
+        self._tails_guard = threading.Lock()
+
+    # -- storage hooks -------------------------------------------------------
+
+    @abstractmethod
+    def _where(self, turn_id: str) -> str:
+        """How errors name the turn's storage (a path for files)."""
+
+    @abstractmethod
+    def _lock(self, turn_id: str) -> AbstractContextManager[None]: ...
+
+    @abstractmethod
+    def _store_new(self, turn_id: str, data: bytes) -> None:
+        """Store ``data`` as a new turn atomically; TurnExistsError if it exists."""
+
+    @abstractmethod
+    def _load(self, turn_id: str) -> tuple[Hashable, bytes]:
+        """The identity and bytes of the turn, read consistently; TurnNotFoundError if absent."""
+
+    @abstractmethod
+    def _writer(self, turn_id: str) -> AbstractContextManager[_Writer]: ...
+
+    @abstractmethod
+    def _has(self, turn_id: str) -> bool: ...
+
+    # -- the contract --------------------------------------------------------
+
+    def create(self, event: TurnCreated) -> None:
+        """Write the turn's first line; ``TurnExistsError`` if it exists already."""
+        if not isinstance(event, TurnCreated):
+            kind = getattr(event, "type", type(event).__name__)
+            raise CorruptTurnError(f"a turn starts with turn_created, not {kind}", line=1)
+        turn_id = validate_turn_id(event.turn_id)
+        where = self._where(turn_id)
+        raw, parsed = _encode(event, where, 1)
+        reducer = TurnReducer()
+        try:
+            reducer.apply(parsed)
+        except CorruptTurnError as exc:
+            raise CorruptTurnError(exc.rule, path=where, line=1) from None
+        with self._lock(turn_id):
+            self._store_new(turn_id, raw)
+
+    def read(self, turn_id: str) -> list[TurnEvent]:
+        """Every event, each line validated strictly and the whole log reduced."""
+        validate_turn_id(turn_id)
+        identity, data = self._load(turn_id)
+        events, reducer, _ = _decode(data, self._where(turn_id), turn_id)
+        self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
+        return events
+
+    def append(
+        self, turn_id: str, events: Sequence[TurnEvent], *, expected_offset: int | None = None
+    ) -> int:
+        """Append ``events`` as one batch, or nothing at all; return the new line count.
+
+        Every event is serialized, parsed back and folded into the reducer of
+        the current log before anything is written. An event that cannot be
+        written or would be illegal raises ``CorruptTurnError`` with the line
+        it would have had. With ``expected_offset``, a batch already present
+        right after that offset is recognised and not written again (the
+        count returned is then ``expected_offset + len(events)``). Any other
+        mismatch with the file raises ``AppendConflictError``.
+        """
+        validate_turn_id(turn_id)
+        where = self._where(turn_id)
+        batch = list(events)
+        if expected_offset is not None and expected_offset < 0:
+            raise ValueError(f"expected_offset must not be negative, got {expected_offset}")
+        with self._lock(turn_id), self._writer(turn_id) as writer:
+            tail = self._catch_up(turn_id, writer, where)
+            count = tail.lines
+            if expected_offset is not None and expected_offset != count:
+                self._put_tail(turn_id, tail)  # unchanged: nothing will be written
+                return self._retried(tail, writer, where, batch, expected_offset)
+            if not batch:
+                self._put_tail(turn_id, tail)
+                return count
+            lines: list[bytes] = []
+            for i, event in enumerate(batch):
+                raw, parsed = _encode(event, where, count + 1 + i)
+                if parsed.turn_id != turn_id:
+                    raise CorruptTurnError(
+                        f"{parsed.type} has turnId {_shorten(parsed.turn_id)}, not {turn_id}",
+                        path=where,
+                        line=count + 1 + i,
+                    )
+                try:
+                    tail.reducer.apply(parsed)
+                except CorruptTurnError as exc:
+                    # The reducer holds the events before this one: not put back.
+                    raise CorruptTurnError(exc.rule, path=where, line=count + 1 + i) from None
+                lines.append(raw)
+            data = b"".join(lines)
+            writer.write(data)
+            tail.size += len(data)
+            tail.lines += len(batch)
+            # Only a file that is exactly prefix + batch is known; a writer that
+            # ignores the lock could have slipped in, so then forget it all.
+            if writer.size() == tail.size:
+                self._put_tail(turn_id, tail)
+            return tail.lines
+
+    def with_lock(self, turn_id: str) -> AbstractContextManager[None]:
+        """In-process exclusion per turn (spec §5.3).
+
+        Re-entrant: the holding thread may call ``append`` (which takes the
+        same lock) without deadlocking. Other threads wait. It does not exclude
+        other processes; ``append`` takes the file lock itself, and a
+        read-decide-append that must not race another process passes
+        ``expected_offset``.
+        """
+        validate_turn_id(turn_id)
+        return self._lock(turn_id)
+
+    def exists(self, turn_id: str) -> bool:
+        return self._has(validate_turn_id(turn_id))
+
+    def line_count(self, turn_id: str) -> int:
+        """The number of complete lines (newlines) in the log; not validated."""
+        validate_turn_id(turn_id)
+        _, data = self._load(turn_id)
+        return data.count(b"\n")
+
+    # -- internals -----------------------------------------------------------
+
+    def _take_tail(self, turn_id: str) -> _Tail | None:
+        with self._tails_guard:
+            return self._tails.pop(turn_id, None)
+
+    def _put_tail(self, turn_id: str, tail: _Tail) -> None:
+        with self._tails_guard:
+            self._tails[turn_id] = tail
+            self._tails.move_to_end(turn_id)
+            while len(self._tails) > TAIL_CACHE_SIZE:
+                self._tails.popitem(last=False)
+
+    def _catch_up(self, turn_id: str, writer: _Writer, where: str) -> _Tail:
+        """The reduced log as it is now, reusing the cached prefix when it is still valid."""
+        size = writer.size()
+        tail = self._take_tail(turn_id)
+        if tail is None or tail.identity != writer.identity or tail.size > size:
+            data = writer.read_from(0)
+            events, reducer, _ = _decode(data, where, turn_id)
+            return _Tail(writer.identity, len(data), len(events), reducer)
+        if tail.size < size:
+            data = writer.read_from(tail.size)
+            # On error the half-advanced reducer is simply not put back.
+            events, _, _ = _decode(
+                data, where, turn_id, first_line=tail.lines + 1, reducer=tail.reducer
+            )
+            tail.size += len(data)
+            tail.lines += len(events)
+        return tail
+
+    def _retried(
+        self,
+        tail: _Tail,
+        writer: _Writer,
+        where: str,
+        batch: list[TurnEvent],
+        expected_offset: int,
+    ) -> int:
+        """The file is not at ``expected_offset``: recognise a landed retry or refuse."""
+        count = tail.lines
+        if count < expected_offset:
+            raise AppendConflictError(
+                f"{where}: expected {expected_offset} lines but the file has only {count}"
+            )
+        ours = [_encode(e, where, expected_offset + 1 + i)[0] for i, e in enumerate(batch)]
+        on_file = writer.read_from(0).split(b"\n")[expected_offset : expected_offset + len(ours)]
+        if [line + b"\n" for line in on_file] != ours:
+            raise AppendConflictError(
+                f"{where}: expected {expected_offset} lines but the file has {count}, "
+                "and the lines after the offset are not this batch"
+            )
+        return expected_offset + len(ours)
+
+
+# ---------------------------------------------------------------- files
+
+
+def _read_shared(path: Path) -> tuple[Hashable, bytes]:
+    """The file's identity and contents, read under a shared flock (never half a batch)."""
+    with open(path, "rb") as f:
+        fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+        st = os.fstat(f.fileno())
+        return (st.st_dev, st.st_ino), f.read()
+
+
+class _FileWriter(_Writer):
+    def __init__(self, fd: int, where: str) -> None:
+        self._fd = fd
+        self._where = where
+        st = os.fstat(fd)
+        self.identity = (st.st_dev, st.st_ino)
+
+    def size(self) -> int:
+        return os.fstat(self._fd).st_size
+
+    def read_from(self, start: int) -> bytes:
+        chunks: list[bytes] = []
+        offset = start
+        while True:
+            chunk = os.pread(self._fd, 1 << 20, offset)
+            if not chunk:
+                return b"".join(chunks)
+            chunks.append(chunk)
+            offset += len(chunk)
+
+    def write(self, data: bytes) -> None:
+        # One write on an O_APPEND descriptor puts the whole batch at the end.
+        # A regular file only writes short on a full disk or a signal; then we
+        # finish under the same lock, so the lines stay whole if it can be done.
+        view = memoryview(data)
+        try:
+            while view:
+                view = view[os.write(self._fd, view) :]
+        except OSError as exc:
+            raise InfrastructureError(
+                f"{self._where}: append failed after {len(data) - len(view)} of {len(data)} "
+                f"bytes ({exc}); the file may now end in a partial line"
+            ) from exc
+
+
+class FileTurnRepository(_JsonlRepository):
+    """Turn files under ``work_dir/storage/turns/YYYY/MM/DD/<turnId>.jsonl``."""
+
+    def __init__(self, work_dir: str | os.PathLike[str]) -> None:
+        super().__init__()
+        self.work_dir = Path(work_dir).absolute()
+
+    def path_for(self, turn_id: str) -> Path:
+        """The turn's file path (the id is validated first)."""
+        return turn_path(self.work_dir, turn_id)
+
+    def _where(self, turn_id: str) -> str:
+        return str(self.path_for(turn_id))
+
+    def _lock(self, turn_id: str) -> AbstractContextManager[None]:
+        return _FILE_LOCKS.hold(self._where(turn_id))
+
+    def _missing(self, turn_id: str) -> TurnNotFoundError:
+        return TurnNotFoundError(
+            f"turn {turn_id} does not exist (no file at {self._where(turn_id)})"
+        )
+
+    def _store_new(self, turn_id: str, data: bytes) -> None:
+        # Write a private temporary file, then hard-link it into place: the
+        # link fails if the turn exists, and a reader never sees the file
+        # without its first line, even if this process dies half-way.
+        path = self.path_for(turn_id)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{turn_id}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                try:
+                    _FileWriter(fd, str(tmp)).write(data)
+                finally:
+                    os.close(fd)
+                os.link(tmp, path)
+            except FileExistsError:
+                raise TurnExistsError(f"turn {turn_id} already exists at {path}") from None
+            except OSError as exc:
+                if exc.errno not in (errno.EPERM, errno.EOPNOTSUPP, errno.ENOTSUP, errno.EXDEV):
+                    raise
+                self._store_new_without_link(turn_id, path, data)
+            finally:
+                tmp.unlink(missing_ok=True)
+        except OSError as exc:
+            raise InfrastructureError(f"{path}: could not create the turn file: {exc}") from exc
+
+    def _store_new_without_link(self, turn_id: str, path: Path, data: bytes) -> None:
+        """For file systems without hard links: exclusive create, then write under the lock."""
+        try:
+            fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+        except FileExistsError:
+            raise TurnExistsError(f"turn {turn_id} already exists at {path}") from None
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            _FileWriter(fd, str(path)).write(data)
+        finally:
+            os.close(fd)
+
+    def _load(self, turn_id: str) -> tuple[Hashable, bytes]:
+        path = self.path_for(turn_id)
+        try:
+            return _read_shared(path)
+        except FileNotFoundError:
+            raise self._missing(turn_id) from None
+        except OSError as exc:
+            raise InfrastructureError(f"{path}: could not read the turn file: {exc}") from exc
+
+    @contextmanager
+    def _writer(self, turn_id: str) -> Iterator[_Writer]:
+        path = self.path_for(turn_id)
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise self._missing(turn_id) from None
+        except OSError as exc:
+            raise InfrastructureError(f"{path}: could not open the turn file: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            yield _FileWriter(fd, str(path))
+        finally:
+            os.close(fd)  # also releases the flock
+
+    def _has(self, turn_id: str) -> bool:
+        return self.path_for(turn_id).is_file()
+
+
+def read_path(path: str | os.PathLike[str]) -> list[TurnEvent]:
+    """Read and validate any turn file, wherever it is (``turns validate PATH``).
+
+    The turn id comes from the first line. If the file is named like a turn
+    (``<turnId>.jsonl``), every line must belong to that turn.
+    """
+    p = Path(path)
+    try:
+        _, data = _read_shared(p)
+    except FileNotFoundError:
+        raise TurnNotFoundError(f"no turn file at {p}") from None
+    except OSError as exc:
+        raise InfrastructureError(f"{p}: could not read the turn file: {exc}") from exc
+    stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else None
+    expected = stem if stem is not None and is_turn_id(stem) else None
+    events, _, _ = _decode(data, str(p), expected)
+    return events
+
+
+# ---------------------------------------------------------------- memory
+
+
+@dataclass(slots=True)
+class _MemoryLog:
+    generation: int  # a fresh number per stored log, so a replaced log never looks cached
+    buffer: bytearray
+
+
+class _MemoryWriter(_Writer):
+    def __init__(self, log: _MemoryLog, guard: threading.Lock) -> None:
+        self._buffer = log.buffer
+        self._guard = guard
+        self.identity = log.generation
+
+    def size(self) -> int:
+        return len(self._buffer)
+
+    def read_from(self, start: int) -> bytes:
+        with self._guard:
+            return bytes(self._buffer[start:])
+
+    def write(self, data: bytes) -> None:
+        with self._guard:
+            self._buffer += data
+
+
+class InMemoryTurnRepository(_JsonlRepository):
+    """Turn logs held as bytes in memory, with the file repository's exact semantics.
+
+    ``put_raw`` and ``raw`` reach the bytes directly, for tests and fixtures
+    that need a corrupt or foreign log.
+    """
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._logs: dict[str, _MemoryLog] = {}
+        self._generations = itertools.count()
+        self._guard = threading.Lock()
+        self._locks = _LockTable()
+
+    def put_raw(self, turn_id: str, data: bytes) -> None:
+        """Store ``data`` as the turn's log, replacing any, without validating it."""
+        validate_turn_id(turn_id)
+        with self._guard:
+            self._logs[turn_id] = _MemoryLog(next(self._generations), bytearray(data))
+
+    def raw(self, turn_id: str) -> bytes:
+        """The turn's log bytes exactly as stored."""
+        return self._load(validate_turn_id(turn_id))[1]
+
+    def _where(self, turn_id: str) -> str:
+        return f"memory:{turn_id}"
+
+    def _lock(self, turn_id: str) -> AbstractContextManager[None]:
+        return self._locks.hold(turn_id)
+
+    def _store_new(self, turn_id: str, data: bytes) -> None:
+        with self._guard:
+            if turn_id in self._logs:
+                raise TurnExistsError(f"turn {turn_id} already exists")
+            self._logs[turn_id] = _MemoryLog(next(self._generations), bytearray(data))
+
+    def _log(self, turn_id: str) -> _MemoryLog:
+        log = self._logs.get(turn_id)
+        if log is None:
+            raise TurnNotFoundError(f"turn {turn_id} does not exist")
+        return log
+
+    def _load(self, turn_id: str) -> tuple[Hashable, bytes]:
+        with self._guard:
+            log = self._log(turn_id)
+            return log.generation, bytes(log.buffer)
+
+    @contextmanager
+    def _writer(self, turn_id: str) -> Iterator[_Writer]:
+        # Exclusion comes from the per-turn lock that append already holds.
+        with self._guard:
+            log = self._log(turn_id)
+        yield _MemoryWriter(log, self._guard)
+
+    def _has(self, turn_id: str) -> bool:
+        with self._guard:
+            return turn_id in self._logs
