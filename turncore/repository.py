@@ -164,6 +164,14 @@ def _decode_line(raw: bytes, where: str, line: int) -> TurnEvent:
         raise CorruptTurnError(_explain(obj, exc), path=where, line=line) from None
 
 
+def _fold(reducer: TurnReducer, event: TurnEvent, where: str, line: int) -> None:
+    """``reducer.apply(event)``, with a violation located at ``where``:``line``."""
+    try:
+        reducer.apply(event)
+    except CorruptTurnError as exc:
+        raise CorruptTurnError(exc.rule, path=where, line=line) from None
+
+
 @contextmanager
 def _collector_paused() -> Iterator[None]:
     """Pause the cyclic garbage collector for a bulk decode.
@@ -226,10 +234,7 @@ def _decode(
                     line=1,
                 )
             reducer = TurnReducer()
-            try:
-                reducer.apply(first)
-            except CorruptTurnError as exc:
-                raise CorruptTurnError(exc.rule, path=where, line=1) from None
+            _fold(reducer, first, where, 1)
             events.append(first)
         else:
             raise CorruptTurnError(
@@ -239,6 +244,7 @@ def _decode(
         raise AssertionError("continuing a log needs its reducer and turn id")
 
     # The hot loop: one pass, so the first offending line is the one reported.
+    # (``_fold`` is inlined here; this loop runs once per line of every read.)
     apply, add = reducer.apply, events.append
     with _collector_paused():
         for line, raw in enumerate(lines[len(events) :], start=first_line + len(events)):
@@ -378,11 +384,7 @@ class _JsonlRepository(ABC):
         turn_id = validate_turn_id(event.turn_id)
         where = self._where(turn_id)
         raw, parsed = _encode(event, where, 1)
-        reducer = TurnReducer()
-        try:
-            reducer.apply(parsed)
-        except CorruptTurnError as exc:
-            raise CorruptTurnError(exc.rule, path=where, line=1) from None
+        _fold(TurnReducer(), parsed, where, 1)
         with self._lock(turn_id):
             self._store_new(turn_id, raw)
 
@@ -430,11 +432,9 @@ class _JsonlRepository(ABC):
                         path=where,
                         line=count + 1 + i,
                     )
-                try:
-                    tail.reducer.apply(parsed)
-                except CorruptTurnError as exc:
-                    # The reducer holds the events before this one: not put back.
-                    raise CorruptTurnError(exc.rule, path=where, line=count + 1 + i) from None
+                # If this raises, the reducer holds the batch's earlier events,
+                # so it is not put back in the cache.
+                _fold(tail.reducer, parsed, where, count + 1 + i)
                 lines.append(raw)
             data = b"".join(lines)
             writer.write(data)
