@@ -171,3 +171,27 @@ def test_broken_file_fails_at_the_expected_line(path: Path) -> None:
     assert expected["rule"] in err.rule, err
     assert err.path == str(path)
     assert str(err) == f"{path}:{expected['line']}: {err.rule}"
+
+
+# ---------------------------------------------------------------- docs/file-format.md
+
+DOC = Path(__file__).parent.parent / "docs" / "file-format.md"
+
+
+def test_the_documented_example_is_a_valid_turn_file(tmp_path: Path) -> None:
+    text = DOC.read_text(encoding="utf-8")
+    block = text.split("```jsonl\n", 1)[1].split("```", 1)[0]
+    first = orjson.loads(block.splitlines()[0])
+    path = tmp_path / f"{first['turnId']}.jsonl"
+    path.write_text(block, encoding="utf-8")
+    events = read_path(path)
+    state = reduce_turn(events)
+    assert state.terminal is not None and state.terminal.usage == state.usage
+    for line, event in zip(block.splitlines(), events, strict=True):
+        assert event.to_wire() == orjson.loads(line)
+
+
+def test_the_doc_lists_every_event_type_and_step_kind() -> None:
+    text = DOC.read_text(encoding="utf-8")
+    for name in (*EVENT_TYPES, *STEP_KINDS):
+        assert f"`{name}`" in text, name
