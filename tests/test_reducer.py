@@ -765,6 +765,27 @@ def test_suspension_must_list_exactly_the_pending_work() -> None:
     assert_rejects(base + [extra], n, "pending permissions")
 
 
+def test_suspension_entries_must_describe_the_pending_work() -> None:
+    h = batch(History(), [("p", "write_file", {"path": "a"}), ("j", "run_job", {"cmd": "x"})])
+    h.require("p", {"kind": "write", "path": "a"})
+    h.invoke("j")
+    good = h.suspend()
+    n = len(h.events)
+    base = h.events[:-1]
+    [perm] = good.pending_permissions
+    [job] = good.pending_async_tools
+    for wrong in (edit(perm, tool_name="read_file"), edit(perm, request={"kind": "tool"})):
+        bad = edit(good, pending_permissions=[wrong])
+        assert_rejects([*base, bad], n, "misdescribes the pending permission of tool call 'p'")
+    for wrong in (
+        edit(job, tool_id="builtin:other"),
+        edit(job, tool_name="ask_human"),
+        edit(job, input={"cmd": "rm -rf /"}),
+    ):
+        bad = edit(good, pending_async_tools=[wrong])
+        assert_rejects([*base, bad], n, "misdescribes the pending async tool call 'j'")
+
+
 def test_suspension_with_nothing_pending_is_rejected() -> None:
     h = tool_turn()
     events = h.events[:5]  # created, request, completed, invocation, result

@@ -604,6 +604,24 @@ def m_suspension_misses_pending_work(draw: Draw, ev: list[TurnEvent]) -> Mutated
     return _at(out, i + 1)
 
 
+def m_suspension_misdescribes_pending_work(draw: Draw, ev: list[TurnEvent]) -> Mutated | None:
+    i = _pick(draw, _indices(ev, TurnSuspended))
+    if i is None:
+        return None
+    s = ev[i]
+    assert isinstance(s, TurnSuspended)
+    out = list(ev)
+    if s.pending_permissions and (not s.pending_async_tools or draw(st.booleans())):
+        first, *rest = s.pending_permissions
+        out[i] = _edit(s, pending_permissions=[_edit(first, tool_name="other_tool"), *rest])
+    else:
+        first_async, *rest_async = s.pending_async_tools
+        out[i] = _edit(
+            s, pending_async_tools=[_edit(first_async, input={"other": True}), *rest_async]
+        )
+    return _at(out, i + 1)
+
+
 def m_invocation_input_changed(draw: Draw, ev: list[TurnEvent]) -> Mutated | None:
     i = _pick(draw, _indices(ev, ToolInvocationRequested))
     if i is None:

@@ -648,6 +648,25 @@ class TurnReducer:
             )
         if not want_perm and not want_async:
             raise _corrupt("turn_suspended with no pending permission or async tool")
+        # The snapshot is what callers answer from, so each entry must describe
+        # the pending work exactly, not just name it.
+        for p in event.pending_permissions:
+            t = self._tool_by_id[p.tool_call_id]
+            if t.required is None or (p.tool_name, p.request) != (t.tool_name, t.required.request):
+                raise _corrupt(
+                    f"turn_suspended misdescribes the pending permission of tool call "
+                    f"{p.tool_call_id!r}"
+                )
+        for a in event.pending_async_tools:
+            inv = self._tool_by_id[a.tool_call_id].invocation
+            if inv is None or (a.tool_id, a.tool_name, a.input) != (
+                inv.tool_id,
+                inv.tool_name,
+                inv.input,
+            ):
+                raise _corrupt(
+                    f"turn_suspended misdescribes the pending async tool call {a.tool_call_id!r}"
+                )
 
     def _on_completed(self, event: TurnCompleted) -> None:
         self._check_settled(event.type)
