@@ -210,3 +210,9 @@ def test_model_request_is_frozen() -> None:
     with pytest.raises(dataclasses.FrozenInstanceError):
         request.model = "x"  # type: ignore[misc]
     assert TextPart(text="a") == TextPart(text="a")
+
+
+def test_an_adapter_serves_only_its_own_protocol(http: httpx.AsyncClient) -> None:
+    anthropic_binding = WIRES["anthropic"].binding("http://127.0.0.1:1/v1")
+    with pytest.raises(ValueError, match="openai-chat bindings only"):
+        WIRES["openai-chat"].make(anthropic_binding, http)

@@ -86,6 +86,7 @@ class HttpModel(Model):
     the default)."""
 
     path: str = ""
+    protocol: str = ""
     tool_name_pattern: str = r"[A-Za-z0-9_-]{1,64}"
 
     def __init__(
@@ -96,6 +97,8 @@ class HttpModel(Model):
         *,
         limits: Limits = DEFAULT_LIMITS,
     ) -> None:
+        if binding.protocol != self.protocol:
+            raise ValueError(f"{type(self).__name__} serves {self.protocol} bindings only")
         self._binding = binding
         self._client = client
         self._api_key = api_key

@@ -71,6 +71,7 @@ _FINISH: dict[str, FinishReason] = {
 
 class AnthropicModel(HttpModel):
     path = "/messages"
+    protocol = "anthropic"
 
     def headers(self) -> dict[str, str]:
         headers = {

@@ -72,6 +72,7 @@ def arguments_text(value: Any) -> str:
 
 class OpenAIChatModel(HttpModel):
     path = "/chat/completions"
+    protocol = "openai-chat"
 
     def headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "accept": "text/event-stream"}

@@ -57,6 +57,7 @@ _INCOMPLETE: dict[str, FinishReason] = {
 
 class OpenAIResponsesModel(HttpModel):
     path = "/responses"
+    protocol = "openai-responses"
 
     def headers(self) -> dict[str, str]:
         headers = {"content-type": "application/json", "accept": "text/event-stream"}
