@@ -229,6 +229,7 @@ def s_mixed_sync_async_reverse_results() -> History:
     for i in "ABCD":
         h.invoke(i)
     h.progress("C", {"pct": 10})
+    h.progress("C", {"pct": 90})
     h.result("C")
     h.progress("A")
     h.result("A")
@@ -253,6 +254,7 @@ def s_manual_permissions() -> History:
     h.require("b")
     h.require("c", checker_error="checker crashed")
     h.suspend()
+    h.suspend()  # a repeated snapshot replaces the previous one
     h.resolve("a", "allow")
     h.invoke("a")
     h.result("a")
@@ -470,6 +472,66 @@ def test_scenarios_cover_every_event_type_and_step_kind() -> None:
         ("result", "async"),
         ("result", "runtime"),
     }
+
+
+# Each step of the turn's, a model call's and a tool call's life, as (event, next event).
+TRANSITIONS = {
+    ("turn_created", "model_call_requested"),
+    ("turn_created", "turn_cancelled"),
+    ("turn_created", "turn_failed"),
+    ("model_call_requested", "model_step_event"),
+    ("model_call_requested", "model_call_completed"),
+    ("model_call_requested", "model_call_failed"),
+    ("model_step_event", "model_step_event"),
+    ("model_step_event", "model_call_completed"),
+    ("model_step_event", "model_call_failed"),
+    ("model_call_failed", "model_call_requested"),
+    ("model_call_failed", "turn_failed"),
+    ("model_call_failed", "turn_cancelled"),
+    ("model_call_completed", "turn_completed"),
+    ("model_call_completed", "turn_cancelled"),
+    ("model_call_completed", "tool_permission_required"),
+    ("model_call_completed", "tool_invocation_requested"),
+    ("model_call_completed", "tool_result"),
+    ("tool_permission_required", "tool_permission_required"),
+    ("tool_permission_required", "tool_permission_classified"),
+    ("tool_permission_required", "tool_permission_resolved"),
+    ("tool_permission_required", "tool_invocation_requested"),
+    ("tool_permission_required", "turn_suspended"),
+    ("tool_permission_classified", "tool_permission_classified"),
+    ("tool_permission_classified", "tool_permission_classification_failed"),
+    ("tool_permission_classified", "tool_permission_resolved"),
+    ("tool_permission_classification_failed", "tool_permission_resolved"),
+    ("tool_permission_resolved", "tool_permission_resolved"),
+    ("tool_permission_resolved", "tool_invocation_requested"),
+    ("tool_permission_resolved", "tool_result"),
+    ("tool_invocation_requested", "tool_invocation_requested"),
+    ("tool_invocation_requested", "tool_progress"),
+    ("tool_invocation_requested", "tool_result"),
+    ("tool_invocation_requested", "turn_suspended"),
+    ("tool_progress", "tool_progress"),
+    ("tool_progress", "tool_result"),
+    ("tool_progress", "turn_suspended"),
+    ("tool_result", "tool_result"),
+    ("tool_result", "tool_invocation_requested"),
+    ("tool_result", "tool_progress"),
+    ("tool_result", "turn_suspended"),
+    ("tool_result", "model_call_requested"),
+    ("tool_result", "turn_failed"),
+    ("tool_result", "turn_cancelled"),
+    ("turn_suspended", "tool_permission_resolved"),
+    ("turn_suspended", "tool_progress"),
+    ("turn_suspended", "tool_result"),
+    ("turn_suspended", "turn_suspended"),
+}
+
+
+def test_scenarios_exercise_every_transition() -> None:
+    seen: set[tuple[str, str]] = set()
+    for fn in SCENARIOS.values():
+        events = fn().events
+        seen |= {(a.type, b.type) for a, b in zip(events, events[1:], strict=False)}
+    assert TRANSITIONS - seen == set()
 
 
 def test_tool_call_step_events_are_retained_in_order() -> None:
@@ -918,6 +980,32 @@ def test_inherited_snapshot_takes_tool_identity_from_invocations() -> None:
 
 
 # ---------------------------------------------------------------- §24 invariants, one by one
+#
+# §24 bullet                                   test(s)
+# missing or non-first turn_created            test_missing_turn_created, _not_first, test_empty_log
+# multiple turn_created                        test_multiple_turn_created
+# mismatched turn ids                          test_mismatched_turn_id
+# unsupported schema version                   test_unsupported_schema_version
+# model-call indices reused / out of order     test_model_call_index_reused, _out_of_order
+# concurrent unresolved model requests         test_concurrent_unresolved_model_requests
+# completion/failure without a request         test_model_outcome_without_request
+# duplicate completion/failure                 test_duplicate_model_completion_or_failure
+# duplicate tool-call ids in one response      test_duplicate_tool_call_ids_within_one_response
+# permission records for unknown calls         test_tool_records_targeting_unknown_tool_calls
+# conflicting effective decisions              test_conflicting_effective_permission_decisions
+# progress after a terminal result             test_progress_after_a_terminal_result
+# duplicate terminal tool results              test_duplicate_terminal_tool_results
+# async results for sync tools                 test_async_external_result_for_a_sync_tool
+# sync results for async tools (not runtime)   test_sync_execution_result_for_an_async_tool
+# next call before all results                 test_next_model_call_before_all_tool_results
+# model-facing result order                    test_model_facing_tool_result_order_must_be_source_order
+# completion while calls unresolved            test_turn_completed_while_tool_calls_are_unresolved
+# terminal without synthetic results           test_terminal_while_unresolved_calls_lack_synthetic_results
+# multiple terminal events                     test_multiple_terminal_events
+# any event after a terminal event             test_no_event_after_a_terminal_event
+# mutation of the definition                   test_multiple_turn_created, test_invocation_must_match_...
+# contextRef inconsistent / not on call 0      test_context_ref_inconsistent_..., _on_a_non_initial_call
+# request refs vs transcript                   test_call_zero_refs, test_reissue_..., test_no_model_call_after_...
 
 
 def test_missing_turn_created() -> None:
