@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from datetime import timedelta
 
 from temporalio.client import Client
 from temporalio.worker import Worker
@@ -57,6 +58,10 @@ def build_worker(
         workflow_runner=workflow_runner(),
         activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
+        # Cancellation reaches an activity with the reply to a heartbeat, so
+        # heartbeats go out at least every second (not every 0.8 × timeout).
+        max_heartbeat_throttle_interval=timedelta(seconds=1),
+        default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
 
 

@@ -87,7 +87,7 @@ from .payloads import (
     ValidateDependenciesInput,
 )
 
-HEARTBEAT_EVERY = 2.0
+HEARTBEAT_EVERY = 1.0
 
 
 class ModelResolver(Protocol):

@@ -95,7 +95,6 @@ class TurnClient:
         task_queue: str = "turns",
         clock: Callable[[], str] = iso_now,
         hub: LiveHub | None = None,
-        dependency_check: Callable[[TurnState], None] | None = None,
         tail_interval: float = 0.05,
     ) -> None:
         self._client = client
@@ -105,7 +104,6 @@ class TurnClient:
         self._task_queue = task_queue
         self._clock = clock
         self._hub = hub
-        self._dependency_check = dependency_check
         self._tail_interval = tail_interval
 
     @property
@@ -174,11 +172,9 @@ class TurnClient:
                 return outcome
             if input is not None:
                 check_input(state, input)
-            if input is None or input.type != "cancel":
-                if self._dependency_check is not None:
-                    self._dependency_check(state)  # §15.3: reject before anything is written
-            handle = await self._ensure_running(turn_id)
-            if input is None:
+            cancel = input.to_wire() if input is not None and input.type == "cancel" else None
+            handle, started = await self._ensure_running(turn_id, cancel)
+            if input is None or (cancel is not None and started):
                 raw = await handle.execute_update("settle", None)
             else:
                 raw = await handle.execute_update(input.type, input.to_wire())
@@ -197,24 +193,28 @@ class TurnClient:
             if not start.done():
                 start.set_result(-1)
 
-    async def _ensure_running(self, turn_id: str) -> WorkflowHandle[Any, Any]:
+    async def _ensure_running(
+        self, turn_id: str, cancel: dict[str, Any] | None = None
+    ) -> tuple[WorkflowHandle[Any, Any], bool]:
+        """The running workflow of the turn, starting one from the file if none runs."""
         handle = self._client.get_workflow_handle(turn_id)
         try:
             desc = await handle.describe()
             if desc.status == WorkflowExecutionStatus.RUNNING:
-                return handle
+                return handle, False
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
-        return await self._client.start_workflow(
+        started = await self._client.start_workflow(
             TurnWorkflow.run,
-            TurnWorkflowInput(turn_id=turn_id),
+            TurnWorkflowInput(turn_id=turn_id, cancel=cancel),
             id=turn_id,
             task_queue=self._task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
             memo={"turnId": turn_id},
         )
+        return started, True
 
     async def recover(self, turn_id: str) -> TurnOutcome:
         """The spec's ``advanceTurn(turnId)`` with no input."""

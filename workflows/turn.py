@@ -86,6 +86,8 @@ class TurnWorkflowInput:
     model_call_timeout_seconds: float = 600.0
     tool_timeout_seconds: float = 3600.0
     heartbeat_timeout_seconds: float = 30.0
+    cancel: dict[str, Any] | None = None
+    """A cancel input to apply on start (cancelling a turn whose workflow is gone)."""
 
 
 @dataclass
@@ -128,6 +130,8 @@ class TurnWorkflow:
     async def run(self, input: TurnWorkflowInput) -> dict[str, Any]:
         self._input = input
         self._turn_id = input.turn_id
+        if input.cancel is not None:
+            self._cancel = CancelInput.model_validate(input.cancel)
         try:
             await self._reload()
             if self._state.terminal is None and self._cancel is None:
@@ -137,6 +141,13 @@ class TurnWorkflow:
                     "validate_dependencies", ValidateDependenciesInput(turn_id=self._turn_id), None
                 )
             await self._drive()
+        except ApplicationError as exc:
+            # The environment cannot advance this turn (§15.3): answer every
+            # waiting caller with the reason, then fail this run. The file is
+            # unchanged; `recover` starts a new run once the environment is fixed.
+            self._fail_waiters(exc)
+            await workflow.wait_condition(workflow.all_handlers_finished)
+            raise
         except asyncio.CancelledError:
             # Temporal cancelled the workflow: the same path as a cancel input.
             if self._cancel is None:
@@ -201,8 +212,12 @@ class TurnWorkflow:
 
     # ------------------------------------------------------------- recovery
 
-    async def _reload(self) -> None:
-        """Rebuild state from the file and apply the recovery table (§23)."""
+    async def _reload(self, recover: bool = True) -> None:
+        """Rebuild state from the file and apply the recovery table (§23).
+
+        The cancellation path reloads without recovery: it closes open work
+        with cancellation results instead.
+        """
         result: LoadResult = await self._execute_local(
             "load_turn", LoadInput(turn_id=self._turn_id)
         )
@@ -212,7 +227,7 @@ class TurnWorkflow:
         self._reducer = reducer
         self._flags.reload = False
         state = reducer.state
-        if state.terminal is not None:
+        if state.terminal is not None or not recover:
             return
         repairs = advance.close_interrupted_model_call(state, _ts())
         repairs += advance.interrupted_sync_results(state, self._running, _ts())
@@ -438,15 +453,29 @@ class TurnWorkflow:
     async def _apply_input(self, queued: _Queued) -> None:
         try:
             advance.check_input(self._state, queued.input)
+            # §15.3: an input is applied only if the live environment still
+            # matches the snapshot; otherwise it is rejected and nothing is written.
+            await self._execute_activity(
+                "validate_dependencies",
+                ValidateDependenciesInput(turn_id=self._turn_id),
+                None,
+                reject=True,
+            )
         except RejectedInputError as exc:
-            # Valid when it arrived, stale by its turn in the queue.
+            # Valid when it arrived, stale (or unserviceable) by its turn in the queue.
             self._reject(queued.input.to_wire(), exc)
             if queued.waiter is not None and not queued.waiter.done():
                 queued.waiter.set_exception(ApplicationError(str(exc), type="RejectedInputError"))
             return
-        await self._append(advance.input_events(self._state, queued.input, _ts()))
+        except BaseException:
+            if queued.waiter is not None:
+                self._settle_waiters.append(queued.waiter)  # answered by the run's failure
+            raise
         if queued.waiter is not None:
+            # From here on the caller waits for the next settle point (or the
+            # run's failure, which answers every settle waiter).
             self._settle_waiters.append(queued.waiter)
+        await self._append(advance.input_events(self._state, queued.input, _ts()))
 
     @workflow.signal(name="permission_decision")
     def permission_decision_signal(self, input: Any) -> None:
@@ -467,10 +496,12 @@ class TurnWorkflow:
     @workflow.update(name="settle")
     async def settle_update(self, input: Any = None) -> dict[str, Any]:
         """The next settled outcome (now, if the turn is settled): advanceTurn with no input."""
-        await workflow.wait_condition(lambda: self._idle)
-        outcome = self._outcome()
-        assert outcome is not None
-        return outcome
+        waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
+        outcome = self._outcome() if self._idle else None
+        if outcome is not None:
+            return outcome
+        self._settle_waiters.append(waiter)
+        return await waiter
 
     @workflow.update(name="permission_decision")
     async def permission_decision_update(self, input: Any) -> dict[str, Any]:
@@ -538,7 +569,7 @@ class TurnWorkflow:
         if handle is not None and not handle.done():
             handle.cancel()
             await asyncio.gather(handle, return_exceptions=True)
-        await self._reload()
+        await self._reload(recover=False)
         state = self._state
         if state.terminal is None:
             reason = self._cancel.reason if self._cancel is not None else None
@@ -569,6 +600,15 @@ class TurnWorkflow:
         if outcome is not None:
             self._release_waiters(outcome)
 
+    def _fail_waiters(self, exc: ApplicationError) -> None:
+        self._idle = True
+        waiters, self._settle_waiters = self._settle_waiters, []
+        waiters += [q.waiter for q in self._queue if q.waiter is not None]
+        self._queue.clear()
+        for w in waiters:
+            if not w.done():
+                w.set_exception(ApplicationError(str(exc), type=exc.type, non_retryable=True))
+
     def _release_waiters(self, outcome: dict[str, Any]) -> None:
         waiters, self._settle_waiters = self._settle_waiters, []
         for w in waiters:
@@ -593,7 +633,9 @@ class TurnWorkflow:
             summary=name.replace("_", " "),
         )
 
-    async def _execute_activity(self, name: str, arg: Any, result_type: Any) -> Any:
+    async def _execute_activity(
+        self, name: str, arg: Any, result_type: Any, reject: bool = False
+    ) -> Any:
         try:
             return await workflow.execute_local_activity(
                 name,
@@ -602,13 +644,12 @@ class TurnWorkflow:
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=_SAFE_RETRY,
             )
-        except ActivityError as exc:
+        except (ActivityError, ApplicationError) as exc:
             if _is_dependency_failure(exc):
-                raise ApplicationError(
-                    f"turn {self._turn_id} cannot advance: {_cause(exc)}",
-                    type="DependencyError",
-                    non_retryable=True,
-                ) from exc
+                message = f"turn {self._turn_id} cannot advance: {_cause(exc)}"
+                if reject:
+                    raise RejectedInputError(message) from exc
+                raise ApplicationError(message, type="DependencyError", non_retryable=True) from exc
             raise
 
 
@@ -632,19 +673,24 @@ def _details(state: TurnState) -> str:
     return "\n".join(lines)
 
 
+def _application_failure(exc: BaseException) -> ApplicationError | None:
+    """The activity's own ApplicationError (local activities may raise it unwrapped)."""
+    current: BaseException | None = exc
+    while current is not None:
+        if isinstance(current, ApplicationError):
+            return current
+        current = current.__cause__
+    return None
+
+
 def _cause(exc: BaseException) -> str:
-    cause = exc.__cause__
-    while isinstance(cause, ActivityError) and cause.__cause__ is not None:
-        cause = cause.__cause__
-    return str(cause) if cause is not None else str(exc)
+    failure = _application_failure(exc)
+    return failure.message if failure is not None else str(exc)
 
 
 def _is_dependency_failure(exc: BaseException) -> bool:
-    cause = exc.__cause__
-    return isinstance(cause, ApplicationError) and cause.type in (
-        "DependencyError",
-        "ContextResolutionError",
-    )
+    failure = _application_failure(exc)
+    return failure is not None and failure.type in ("DependencyError", "ContextResolutionError")
 
 
 def _reason(exc: Exception) -> str:

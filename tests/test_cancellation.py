@@ -1,0 +1,169 @@
+"""§26.5 cancellation on a real dev server: suspended, during a model call, during a sync tool,
+by Temporal cancellation, and with a broken environment."""
+
+from __future__ import annotations
+
+import asyncio
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.harness import MODEL, Harness, async_tool, sync_tool
+from turncore.errors import RejectedInputError
+from turncore.tools import ToolContext
+
+
+async def wait_for_type(h: Harness, turn_id: str, type_: str, timeout: float = 20.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if type_ in h.types(turn_id):
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"{type_} never appeared in {h.types(turn_id)}")
+
+
+def noop(value: Any, ctx: ToolContext) -> Any:
+    return None
+
+
+def two_calls(a: str, b: str) -> dict[str, Any]:
+    return {"toolCalls": [{"toolName": a, "input": {}}, {"toolName": b, "input": {}}]}
+
+
+async def test_cancel_while_suspended(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+    script = [two_calls("ask", "ext"), {"text": "never"}]
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("ask"), async_tool("ext")],
+        implementations={"ask": noop},
+        permissions={"external:ext": "none"},
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "suspended"
+        cancelled = await h.send(turn_id, {"type": "cancel", "reason": "user changed their mind"})
+        assert cancelled.status == "cancelled" and cancelled.reason == "user changed their mind"
+        state = h.file_state(turn_id)
+        assert all(t.result is not None and t.result.source == "runtime" for t in state.tool_calls)
+        assert h.types(turn_id)[-1] == "turn_cancelled"
+        assert h.types(turn_id).count("model_call_requested") == 1
+        # Late external inputs are rejected and change nothing.
+        before = h.repo.path_for(turn_id).read_bytes()
+        with pytest.raises(RejectedInputError):
+            await h.send(
+                turn_id,
+                {
+                    "type": "async_tool_result",
+                    "toolCallId": "call_0_1",
+                    "result": {"output": 1, "isError": False},
+                },
+            )
+        with pytest.raises(RejectedInputError):
+            await h.send(
+                turn_id,
+                {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"},
+            )
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        await h.assert_file_matches_query(turn_id)
+
+
+async def test_cancel_during_model_call(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+    script = [{"text": "a long answer that streams slowly word by word"}]
+    async with Harness(temporal_env.client, tmp_path, script, delay=2.0) as h:
+        turn_id = await h.create("go")
+        execution = h.turns.advance_turn(turn_id)
+        await wait_for_type(h, turn_id, "model_call_requested")
+        cancelled = await h.send(turn_id, {"type": "cancel"})
+        assert cancelled.status == "cancelled"
+        outcome = await execution.outcome
+        assert outcome.status == "cancelled"
+        types = h.types(turn_id)
+        assert types[-2:] == ["model_call_failed", "turn_cancelled"]
+        assert "model_call_completed" not in types and types.count("model_call_requested") == 1
+        await h.assert_file_matches_query(turn_id)
+
+
+async def test_cancel_during_sync_tool(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+    saw_signal = asyncio.Event()
+
+    async def slow(value: Any, ctx: ToolContext) -> Any:
+        await ctx.report_progress({"started": True})
+        await asyncio.wait_for(ctx.cancelled.wait(), timeout=30)
+        saw_signal.set()
+        raise asyncio.CancelledError
+
+    script = [two_calls("slow", "slow"), {"text": "never"}]
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("slow")],
+        implementations={"slow": slow},
+        permissions={"builtin:slow": "none"},
+    ) as h:
+        turn_id = await h.create("go")
+        execution = h.turns.advance_turn(turn_id)
+        for _ in range(400):
+            if h.types(turn_id).count("tool_progress") == 2:
+                break
+            await asyncio.sleep(0.05)
+        cancelled = await h.send(turn_id, {"type": "cancel", "reason": "stop"})
+        assert cancelled.status == "cancelled"
+        assert saw_signal.is_set()  # the signal reached the tool before the turn closed
+        assert (await execution.outcome).status == "cancelled"
+        state = h.file_state(turn_id)
+        results = [t.result for t in state.tool_calls]
+        assert all(
+            r is not None and r.source == "runtime" and "cancelled" in str(r.result.output)
+            for r in results
+        )
+        assert h.types(turn_id).count("model_call_requested") == 1
+        await h.assert_file_matches_query(turn_id)
+
+
+async def test_temporal_cancellation_takes_the_same_path(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        [two_calls("ask", "ask")],
+        tools=[sync_tool("ask")],
+        implementations={"ask": noop},
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "suspended"
+        handle = h.client.get_workflow_handle(turn_id)
+        await handle.cancel()
+        result = await handle.result()
+        assert result["status"] == "cancelled"
+        assert h.types(turn_id)[-1] == "turn_cancelled"
+        assert len([e for e in h.lines(turn_id) if e["type"] == "tool_result"]) == 2
+
+
+async def test_cancel_succeeds_when_dependencies_are_gone(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        [two_calls("ask", "ask")],
+        tools=[sync_tool("ask")],
+        implementations={"ask": noop},
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "suspended"
+        # The provider disappears from configuration while the turn waits.
+        del h.models.models[MODEL.label()]
+        before = h.repo.path_for(turn_id).read_bytes()
+        with pytest.raises(RejectedInputError, match="no model is configured"):
+            await h.send(
+                turn_id,
+                {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"},
+            )
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        done = await h.send(turn_id, {"type": "cancel"})
+        assert done.status == "cancelled"
+        await h.assert_file_matches_query(turn_id)
