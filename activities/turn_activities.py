@@ -140,7 +140,7 @@ class TurnActivities:
         events = [parse_event(e) for e in input.events]
         try:
             offset = await asyncio.to_thread(
-                self._d.repository.append, input.turn_id, events, expected_offset=input.known_offset
+                self._d.repository.append, input.turn_id, events, known_offset=input.known_offset
             )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise _infrastructure(exc) from exc

@@ -888,3 +888,36 @@ def test_both_implementations_write_identical_bytes(tmp_path: Path) -> None:
         for event in history[1:]:
             s.repo.append(TURN_ID, [event])
     assert stores[0].raw(TURN_ID) == stores[1].raw(TURN_ID) == lines(history)
+
+
+class TestKnownOffset:
+    """``known_offset``: a lower bound for writers that share the file with concurrent appenders."""
+
+    def _prefix(self, store: Store) -> int:
+        builder = open_sync_calls(n=2)
+        store.seed(builder.events)
+        return len(builder.events)
+
+    def test_retry_is_recognised_after_other_writers_appended(self, store: Store) -> None:
+        n = self._prefix(store)
+        batch = [tool_progress(TURN_ID, "call_0", progress={"mine": 1})]
+        assert store.repo.append(TURN_ID, batch, known_offset=n) == n + 1
+        other = [tool_progress(TURN_ID, "call_0", progress={"theirs": 1})]
+        store.repo.append(TURN_ID, other)
+        before = store.repo.line_count(TURN_ID)
+        # The ambiguous first attempt landed; the retry writes nothing.
+        assert store.repo.append(TURN_ID, batch, known_offset=n) == before
+        assert store.repo.line_count(TURN_ID) == before
+
+    def test_new_batch_after_other_writers_is_appended(self, store: Store) -> None:
+        n = self._prefix(store)
+        store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0", progress={"theirs": 1})])
+        mine = [tool_progress(TURN_ID, "call_0", progress={"mine": 1})]
+        assert store.repo.append(TURN_ID, mine, known_offset=n) == n + 2
+
+    def test_file_shorter_than_known_offset_conflicts(self, store: Store) -> None:
+        n = self._prefix(store)
+        before = store.raw(TURN_ID)
+        with pytest.raises(AppendConflictError, match="only"):
+            store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], known_offset=n + 5)
+        assert store.raw(TURN_ID) == before

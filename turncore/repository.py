@@ -106,7 +106,12 @@ class TurnRepository(Protocol):
         ...
 
     def append(
-        self, turn_id: str, events: Sequence[TurnEvent], *, expected_offset: int | None = None
+        self,
+        turn_id: str,
+        events: Sequence[TurnEvent],
+        *,
+        expected_offset: int | None = None,
+        known_offset: int | None = None,
     ) -> int:
         """Append ``events`` as one whole batch or not at all; return the new line count."""
         ...
@@ -397,29 +402,54 @@ class _JsonlRepository(ABC):
         return events
 
     def append(
-        self, turn_id: str, events: Sequence[TurnEvent], *, expected_offset: int | None = None
+        self,
+        turn_id: str,
+        events: Sequence[TurnEvent],
+        *,
+        expected_offset: int | None = None,
+        known_offset: int | None = None,
     ) -> int:
         """Append ``events`` as one batch, or nothing at all; return the new line count.
 
         Every event is serialized, parsed back and folded into the reducer of
         the current log before anything is written. An event that cannot be
         written or would be illegal raises ``CorruptTurnError`` with the line
-        it would have had. With ``expected_offset``, a batch already present
-        right after that offset is recognised and not written again (the
-        count returned is then ``expected_offset + len(events)``). Any other
-        mismatch with the file raises ``AppendConflictError``.
+        it would have had.
+
+        Two ways to make a retry idempotent (DESIGN §3):
+
+        - ``expected_offset`` (optimistic concurrency): the file must have
+          exactly that many lines, or the batch must already sit right after
+          them; any other difference raises ``AppendConflictError``.
+        - ``known_offset`` (a lower bound, for writers that share the file
+          with concurrent appenders such as running tools): if the batch's
+          exact lines already follow that offset anywhere, the earlier attempt
+          landed and nothing is written; otherwise the batch is appended. A
+          file shorter than the known offset raises ``AppendConflictError``.
         """
         validate_turn_id(turn_id)
         where = self._where(turn_id)
         batch = list(events)
-        if expected_offset is not None and expected_offset < 0:
-            raise ValueError(f"expected_offset must not be negative, got {expected_offset}")
+        for name, value in (("expected_offset", expected_offset), ("known_offset", known_offset)):
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must not be negative, got {value}")
+        if expected_offset is not None and known_offset is not None:
+            raise ValueError("pass expected_offset or known_offset, not both")
         with self._lock(turn_id), self._writer(turn_id) as writer:
             tail = self._catch_up(turn_id, writer, where)
             count = tail.lines
             if expected_offset is not None and expected_offset != count:
                 self._put_tail(turn_id, tail)  # unchanged: nothing will be written
                 return self._retried(tail, writer, where, batch, expected_offset)
+            if known_offset is not None and batch:
+                if count < known_offset:
+                    self._put_tail(turn_id, tail)
+                    raise AppendConflictError(
+                        f"{where}: the caller knew {known_offset} lines but the file has only {count}"
+                    )
+                if count > known_offset and self._landed(writer, where, batch, known_offset):
+                    self._put_tail(turn_id, tail)
+                    return count
             if not batch:
                 self._put_tail(turn_id, tail)
                 return count
@@ -497,6 +527,15 @@ class _JsonlRepository(ABC):
             tail.size += len(data)
             tail.lines += len(events)
         return tail
+
+    def _landed(
+        self, writer: _Writer, where: str, batch: list[TurnEvent], known_offset: int
+    ) -> bool:
+        """Whether the batch's exact lines already follow line ``known_offset``."""
+        ours = [_encode(e, where, known_offset + 1 + i)[0] for i, e in enumerate(batch)]
+        after = [line + b"\n" for line in writer.read_from(0).split(b"\n")[known_offset:-1]]
+        width = len(ours)
+        return any(after[i : i + width] == ours for i in range(len(after) - width + 1))
 
     def _retried(
         self,
