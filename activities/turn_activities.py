@@ -19,7 +19,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from turncore.advance import completion_event, failure_event
-from turncore.compose import ComposedRequest, compose_model_request, next_model_request
+from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
 from turncore.errors import (
     CorruptTurnError,
@@ -34,12 +34,6 @@ from turncore.events import (
     ModelDescriptor,
     ModelStepEvent,
     ReasoningDelta,
-    StepFinish,
-    StepReasoningEnd,
-    StepReasoningStart,
-    StepTextEnd,
-    StepTextStart,
-    StepToolCall,
     TextDelta,
     ToolProgress,
     ToolResult,
@@ -52,13 +46,15 @@ from turncore.live import LiveHub
 from turncore.model import (
     CancellationToken,
     Model,
-    ModelCallRequest,
     ModelFailure,
     ReasoningDeltaEvent,
+    StepRecorder,
     StreamEvent,
     TextDeltaEvent,
+    build_request,
+    completion_fields,
+    failure_message,
 )
-from turncore.model import ToolDefinition as PortToolDefinition
 from turncore.permissions import (
     PermissionChecker,
     PermissionCheckInput,
@@ -201,8 +197,6 @@ class TurnActivities:
         try:
             state = await self._state(input.turn_id)
             messages = self._d.contexts.resolve(state.definition.context)
-            from turncore.compose import closed_transcript
-
             batch = PermissionClassificationBatch(
                 turn_id=input.turn_id,
                 messages=[*messages, *closed_transcript(state)],
@@ -258,32 +252,47 @@ class TurnActivities:
             request=next_model_request(state, input.parameters),
         )
         await commit(requested)  # the durable barrier precedes the side effect (§4.4)
-        composed = compose_model_request(agent, context, reducer.state, input.model_call_index)
         index = input.model_call_index
-        open_block: list[str] = []  # "text" or "reasoning" while a block streams
+        recorder = StepRecorder()
 
-        async def step(event: Any) -> None:
-            await commit(
-                ModelStepEvent(turn_id=turn_id, ts=d.clock(), model_call_index=index, event=event)
-            )
+        async def steps(events: list[Any]) -> None:
+            if events:
+                await commit(
+                    *(
+                        ModelStepEvent(
+                            turn_id=turn_id, ts=d.clock(), model_call_index=index, event=e
+                        )
+                        for e in events
+                    )
+                )
 
         async def sink(event: StreamEvent) -> None:
             activity.heartbeat()
-            if isinstance(event, TextDeltaEvent | ReasoningDeltaEvent):
-                kind = "text" if isinstance(event, TextDeltaEvent) else "reasoning"
-                if open_block != [kind]:
-                    if open_block:
-                        await step(StepTextEnd() if open_block[0] == "text" else StepReasoningEnd())
-                    open_block[:] = [kind]
-                    await step(StepTextStart() if kind == "text" else StepReasoningStart())
-                delta_type = TextDelta if kind == "text" else ReasoningDelta
-                d.hub.publish(delta_type(turn_id=turn_id, model_call_index=index, delta=event.text))
+            # Durable step events land before the next stream event is read (§13).
+            await steps(recorder.on_event(event))
+            if isinstance(event, TextDeltaEvent):
+                d.hub.publish(TextDelta(turn_id=turn_id, model_call_index=index, delta=event.text))
+            elif isinstance(event, ReasoningDeltaEvent):
+                d.hub.publish(
+                    ReasoningDelta(turn_id=turn_id, model_call_index=index, delta=event.text)
+                )
 
         cancel = CancellationToken()
         heartbeat = asyncio.create_task(_heartbeat_forever())
         try:
             try:
-                outcome = await model.turn(_port_request(composed), sink, cancel.clone())
+                composed = compose_model_request(agent, context, reducer.state, index)
+                parameters = dict(composed.parameters)
+                if composed.reasoning_effort is not None:
+                    parameters["reasoningEffort"] = composed.reasoning_effort
+                request = build_request(
+                    model=composed.model,
+                    system_prompt=composed.system,
+                    tools=agent.tools,
+                    messages=composed.messages,
+                    parameters=parameters,
+                )
+                outcome = await model.turn(request, sink, cancel.clone())
             except asyncio.CancelledError:
                 cancel.cancel()
                 await commit(
@@ -296,37 +305,30 @@ class TurnActivities:
                 )
                 raise
             except ModelFailure as failure:
+                await steps(recorder.fail(failure))
                 failed = ModelCallFailed(
-                    turn_id=turn_id, ts=d.clock(), model_call_index=index, error=str(failure)
+                    turn_id=turn_id,
+                    ts=d.clock(),
+                    model_call_index=index,
+                    error=failure_message(failure),
                 )
                 events: list[TurnEvent] = [failed]
                 if input.settle_if_final:
                     probe = reducer.copy()
                     probe.apply(failed)
-                    events.append(
-                        failure_event(
-                            probe.state, f"Model call {index} failed: {failure}", d.clock()
-                        )
-                    )
+                    events.append(failure_event(probe.state, failure_message(failure), d.clock()))
                 await commit(*events)
                 return ModelCallResult(events=_wire(written), offset=reducer.event_count)
-            if open_block:
-                await step(StepTextEnd() if open_block[0] == "text" else StepReasoningEnd())
-            for call in outcome.tool_calls():
-                await step(
-                    StepToolCall(
-                        tool_call_id=call.tool_call_id, tool_name=call.tool_name, input=call.input
-                    )
-                )
-            await step(StepFinish(finish_reason=outcome.finish_reason, usage=outcome.usage))
+            await steps(recorder.finish(outcome))
+            fields = completion_fields(outcome)
             completed = ModelCallCompleted(
                 turn_id=turn_id,
                 ts=d.clock(),
                 model_call_index=index,
-                message=outcome.message(),
-                finish_reason=outcome.finish_reason,
-                usage=outcome.usage,
-                provider_metadata=_observation(outcome),
+                message=fields.message,
+                finish_reason=fields.finish_reason,
+                usage=fields.usage,
+                provider_metadata=fields.provider_metadata,
             )
             events = [completed]
             if input.settle_if_final and not outcome.tool_calls():
@@ -441,34 +443,6 @@ def _sync_result(turn_id: str, ts: str, input: ToolCallInput, result: ToolResult
         source="sync",
         result=result,
     )
-
-
-def _port_request(composed: ComposedRequest) -> ModelCallRequest:
-    params = composed.parameters
-    effort = composed.reasoning_effort
-    return ModelCallRequest(
-        model=composed.model.model,
-        system=composed.system,
-        messages=composed.messages,
-        tools=[
-            PortToolDefinition(name=t.name, description=t.description, input_schema=t.input_schema)
-            for t in composed.tools
-        ],
-        temperature=params.get("temperature"),
-        top_p=params.get("topP"),
-        max_output_tokens=params.get("maxOutputTokens"),
-        reasoning_effort=effort if effort in ("low", "medium", "high") else None,  # type: ignore[arg-type]
-    )
-
-
-def _observation(outcome: Any) -> dict[str, Any] | None:
-    obs = outcome.observation
-    data = {
-        k: v
-        for k, v in (("upstreamModel", obs.upstream_model), ("responseId", obs.response_id))
-        if v
-    }
-    return data or None
 
 
 __all__ = ["TurnActivities", "TurnDependencies", "ModelResolver", "TurnNotFoundError"]
