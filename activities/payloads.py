@@ -19,22 +19,31 @@ class AppendInput:
     known_offset: int
     """The line count the workflow knew before this batch; a retried batch whose
     exact lines already follow it is recognised and not written twice."""
+    derive: str | None = None
+    """Instead of ``events``, an event the activity derives from the file, for
+    decisions that copy values the workflow only holds elided: "completion"."""
+    ts: str | None = None
 
 
 @dataclass
 class AppendResult:
     offset: int
+    events: list[WireEvent] = field(default_factory=list)
+    """Derived events as the workflow should fold them (large values elided)."""
 
 
 @dataclass
 class LoadInput:
     turn_id: str
+    start: int = 0
 
 
 @dataclass
 class LoadResult:
     events: list[WireEvent]
     offset: int
+    next_start: int | None = None
+    """Set when the events did not fit one payload: load again from here."""
 
 
 @dataclass

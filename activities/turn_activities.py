@@ -15,12 +15,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol
 
+import orjson
 from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from turncore.advance import completion_event, failure_event
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
+from turncore.elision import elide_wire
 from turncore.errors import (
     CorruptTurnError,
     DependencyError,
@@ -94,7 +96,11 @@ Clock = Callable[[], str]
 
 
 def _wire(events: Sequence[TurnEvent]) -> list[dict[str, Any]]:
-    return [e.to_wire() for e in events]
+    """Events as the workflow sees them: large values stay in the file (DESIGN §5)."""
+    return [elide_wire(e.to_wire()) for e in events]
+
+
+LOAD_PAGE_BYTES = 128 * 1024
 
 
 def _infrastructure(exc: Exception) -> ApplicationError:
@@ -133,22 +139,39 @@ class TurnActivities:
 
     @activity.defn(name="append_events")
     async def append_events(self, input: AppendInput) -> AppendResult:
-        events = [parse_event(e) for e in input.events]
+        derived: list[TurnEvent] = []
+        if input.derive == "completion":
+            state = await self._state(input.turn_id)
+            if state.terminal is not None and state.terminal.type == "turn_completed":
+                return AppendResult(offset=len(state.model_calls), events=[])
+            derived = [completion_event(state, input.ts or self._d.clock())]
+        elif input.derive is not None:
+            raise ApplicationError(f"unknown derived append {input.derive!r}", non_retryable=True)
+        events = derived or [parse_event(e) for e in input.events]
         try:
             offset = await asyncio.to_thread(
                 self._d.repository.append, input.turn_id, events, known_offset=input.known_offset
             )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise _infrastructure(exc) from exc
-        return AppendResult(offset=offset)
+        return AppendResult(offset=offset, events=_wire(derived))
 
     @activity.defn(name="load_turn")
     async def load_turn(self, input: LoadInput) -> LoadResult:
+        """The file's events from ``start``, elided, in pages that fit a payload."""
         try:
             events = await self._read(input.turn_id)
         except (CorruptTurnError, InfrastructureError) as exc:
             raise _infrastructure(exc) from exc
-        return LoadResult(events=_wire(events), offset=len(events))
+        page: list[dict[str, Any]] = []
+        size = 0
+        for i in range(input.start, len(events)):
+            wire = elide_wire(events[i].to_wire())
+            size += len(orjson.dumps(wire))
+            if page and size > LOAD_PAGE_BYTES:
+                return LoadResult(events=page, offset=len(events), next_start=i)
+            page.append(wire)
+        return LoadResult(events=page, offset=len(events))
 
     @activity.defn(name="validate_dependencies")
     async def validate_dependencies(self, input: ValidateDependenciesInput) -> None:

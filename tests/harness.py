@@ -34,6 +34,7 @@ from turncore.events import (
 from turncore.live import LiveHub
 from turncore.messages import UserMessage
 from turncore.model import Model
+from turncore.model.port import DEFAULT_LIMITS, Limits
 from turncore.model.scripted import ScriptedModel, ScriptItem
 from turncore.permissions import (
     DeclaredPermissionChecker,
@@ -97,12 +98,13 @@ class Harness:
     classifier: PermissionClassifier = field(default_factory=DeferAllClassifier)
     checker: PermissionChecker | None = None
     delay: float = 0.0
+    limits: Limits = DEFAULT_LIMITS
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
         self.repo = FileTurnRepository(self.work_dir)
         self.hub = LiveHub()
-        self.model = ScriptedModel(self.script, model="test", delay=self.delay)
+        self.model = ScriptedModel(self.script, model="test", delay=self.delay, limits=self.limits)
         self.models = StaticModels({MODEL.label(): self.model})
         self.registry = ToolRegistry(
             {f"builtin:{n}": FunctionTool(fn) for n, fn in self.implementations.items()},

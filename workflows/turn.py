@@ -191,7 +191,7 @@ class TurnWorkflow:
                 await self._settled()
                 await self._wait(idle=True)
             elif step == "complete":
-                await self._append([advance.completion_event(self._state, _ts())])
+                await self._append_derived("completion")
             elif step == "fail-limit":
                 await self._append([advance.limit_failure_event(self._state, _ts())])
             elif step == "call-model":
@@ -250,6 +250,25 @@ class TurnWorkflow:
         )
         for e in events:
             self._reducer.apply(e)
+
+    async def _append_derived(self, kind: str) -> None:
+        """Append an event the activity builds from the file (it copies values the
+        workflow holds only elided), then fold the elided copy it returns."""
+        assert self._reducer is not None
+        result: AppendResult = await self._execute_local(
+            "append_events",
+            AppendInput(
+                turn_id=self._turn_id,
+                events=[],
+                known_offset=self._reducer.event_count,
+                derive=kind,
+                ts=_ts(),
+            ),
+        )
+        if not result.events and self._state.terminal is None:
+            self._flags.reload = True  # it was already there: trust the file
+        for raw in result.events:
+            self._reducer.apply(parse_event(raw, trusted_json=True))
 
     def _absorb(self, wire_events: list[dict[str, Any]]) -> None:
         """Fold events an activity appended, skipping any a reload already brought in."""

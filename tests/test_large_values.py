@@ -1,0 +1,84 @@
+"""Large values live only in the file: no payload in the workflow history exceeds 256 KiB."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from temporalio.api.common.v1 import Payload
+from temporalio.testing import WorkflowEnvironment
+
+from tests.harness import Harness, sync_tool
+from turncore.elision import elide_event, is_elided
+from turncore.model.port import Limits
+from turncore.reducer import TurnReducer
+from turncore.tools import ToolContext
+
+BIG = Limits(
+    max_field_bytes=64 << 20,
+    max_request_bytes=64 << 20,
+    max_response_bytes=64 << 20,
+    max_sse_event_bytes=64 << 20,
+)
+PAYLOAD_LIMIT = 256 * 1024
+
+
+def _payloads(message: Any) -> list[Payload]:
+    """Every Payload inside a history event (walks the protobuf, maps and lists included)."""
+    if isinstance(message, Payload):
+        return [message]
+    found: list[Payload] = []
+    for _descriptor, value in message.ListFields():
+        if hasattr(value, "ListFields"):
+            found.extend(_payloads(value))
+        elif hasattr(value, "keys"):
+            found.extend(
+                p for v in value.values() if hasattr(v, "ListFields") for p in _payloads(v)
+            )
+        elif isinstance(value, (str, bytes, int, float, bool)):
+            continue
+        else:
+            found.extend(p for v in value if hasattr(v, "ListFields") for p in _payloads(v))
+    return found
+
+
+async def test_large_tool_output_and_model_response(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    ten_mb = "x" * (10 * 1024 * 1024)
+    five_mb = "y" * (5 * 1024 * 1024)
+
+    def dump(value: Any, ctx: ToolContext) -> Any:
+        return {"data": ten_mb}
+
+    script = [{"toolCalls": [{"toolName": "dump", "input": {}}]}, {"text": five_mb}]
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("dump")],
+        implementations={"dump": dump},
+        permissions={"builtin:dump": "none"},
+        limits=BIG,
+    ) as h:
+        turn_id, outcome = await h.run("make it big")
+        assert outcome.status == "completed"
+        events = h.repo.read(turn_id)
+        state = TurnReducer.of(events).state
+        assert state.tool_calls[0].result is not None
+        assert state.tool_calls[0].result.result.output == {
+            "data": ten_mb
+        }  # the file keeps the value
+        assert state.terminal is not None and state.terminal.type == "turn_completed"
+        assert state.terminal.output.text() == five_mb
+        # The state query shows the same turn with the large values marked elided.
+        queried = await h.query_state(turn_id)
+        queried.pop("rejectedInputs")
+        expected = TurnReducer.of([elide_event(e) for e in events]).state.to_wire()
+        assert queried == expected
+        assert is_elided(queried["toolCalls"][0]["result"]["result"]["output"])
+        assert "elided by turncore" in queried["terminal"]["output"]["content"][0]["text"]
+        history = await h.client.get_workflow_handle(turn_id).fetch_history()
+        sizes = [p.ByteSize() for e in history.events for p in _payloads(e)]
+        assert sizes, "the walk found no payloads at all"
+        assert max(sizes) < PAYLOAD_LIMIT, max(sizes)
