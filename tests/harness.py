@@ -99,6 +99,7 @@ class Harness:
     checker: PermissionChecker | None = None
     delay: float = 0.0
     limits: Limits = DEFAULT_LIMITS
+    workflow_options: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
@@ -133,7 +134,12 @@ class Harness:
             hub=self.hub,
         )
         self.turns = TurnClient(
-            self.client, self.repo, self.resolver, task_queue=self.task_queue, hub=self.hub
+            self.client,
+            self.repo,
+            self.resolver,
+            task_queue=self.task_queue,
+            hub=self.hub,
+            workflow_options=self.workflow_options,
         )
         self.worker: Worker | None = None
         self._task: asyncio.Task[None] | None = None

@@ -96,6 +96,7 @@ class TurnClient:
         clock: Callable[[], str] = iso_now,
         hub: LiveHub | None = None,
         tail_interval: float = 0.05,
+        workflow_options: dict[str, Any] | None = None,
     ) -> None:
         self._client = client
         self._repo = repository
@@ -105,6 +106,8 @@ class TurnClient:
         self._clock = clock
         self._hub = hub
         self._tail_interval = tail_interval
+        self._workflow_options = dict(workflow_options or {})
+        """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
 
     @property
     def repository(self) -> TurnRepository:
@@ -178,6 +181,9 @@ class TurnClient:
                 raw = await handle.execute_update("settle", None)
             else:
                 raw = await handle.execute_update(input.type, input.to_wire())
+            while raw.get("continuedAsNew"):
+                # The run handed over to a fresh one; ask that one.
+                raw = await self._client.get_workflow_handle(turn_id).execute_update("settle", None)
             return outcome_adapter.validate_python({k: v for k, v in raw.items() if k != "turnId"})
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
@@ -207,7 +213,7 @@ class TurnClient:
                 raise
         started = await self._client.start_workflow(
             TurnWorkflow.run,
-            TurnWorkflowInput(turn_id=turn_id, cancel=cancel),
+            TurnWorkflowInput(turn_id=turn_id, cancel=cancel, **self._workflow_options),
             id=turn_id,
             task_queue=self._task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,

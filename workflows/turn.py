@@ -23,6 +23,7 @@ reload, close every open call with a synthetic result, append
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 from collections import deque
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -88,6 +89,11 @@ class TurnWorkflowInput:
     heartbeat_timeout_seconds: float = 30.0
     cancel: dict[str, Any] | None = None
     """A cancel input to apply on start (cancelling a turn whose workflow is gone)."""
+    max_history_events: int = 5000
+    """Continue as new (reloading from the file) once history grows past this,
+    or earlier when Temporal suggests it."""
+    rejected_inputs: list[dict[str, Any]] = field(default_factory=list)
+    """Carried across continue-as-new so the state query keeps listing them."""
 
 
 @dataclass
@@ -132,6 +138,7 @@ class TurnWorkflow:
         self._turn_id = input.turn_id
         if input.cancel is not None:
             self._cancel = CancelInput.model_validate(input.cancel)
+        self._flags.rejected.extend(input.rejected_inputs)
         try:
             await self._reload()
             if self._state.terminal is None and self._cancel is None:
@@ -179,6 +186,8 @@ class TurnWorkflow:
             if self._queue and not self._flags.reload:
                 await self._apply_input(self._queue.popleft())
                 continue
+            if self._should_continue_as_new():
+                await self._continue_as_new()
             if await self._decide_batch():
                 continue
             step = advance.next_step(self._state, self._running)
@@ -189,6 +198,8 @@ class TurnWorkflow:
                 if suspended is not None:
                     await self._append([suspended])
                 await self._settled()
+                if self._should_continue_as_new() and not self._queue and self._cancel is None:
+                    await self._continue_as_new()
                 await self._wait(idle=True)
             elif step == "complete":
                 await self._append_derived("completion")
@@ -196,6 +207,28 @@ class TurnWorkflow:
                 await self._append([advance.limit_failure_event(self._state, _ts())])
             elif step == "call-model":
                 await self._call_model()
+
+    def _should_continue_as_new(self) -> bool:
+        if self._running or (self._model_handle is not None and not self._model_handle.done()):
+            return False
+        info = workflow.info()
+        return (
+            info.is_continue_as_new_suggested()
+            or info.get_current_history_length() > self._input.max_history_events
+        )
+
+    async def _continue_as_new(self) -> None:
+        """Hand the turn to a fresh run; it reloads everything from the file.
+
+        Callers waiting for a settle point are told the run continued as new
+        (``{"continuedAsNew": true}``) and ask the next run instead.
+        """
+        self._release_waiters({"continuedAsNew": True})
+        await workflow.wait_condition(workflow.all_handlers_finished)
+        carried = dataclasses.replace(
+            self._input, cancel=None, rejected_inputs=self._flags.rejected[-50:]
+        )
+        workflow.continue_as_new(carried)
 
     async def _wait(self, idle: bool = False) -> None:
         seen = self._flags.woken
