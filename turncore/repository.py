@@ -80,8 +80,11 @@ from .reducer import TurnReducer
 __all__ = [
     "FileTurnRepository",
     "InMemoryTurnRepository",
+    "RepairRefusedError",
+    "RepairReport",
     "TurnRepository",
     "read_path",
+    "repair_torn_tail",
 ]
 
 _EVENT_CLASSES: tuple[type, ...] = get_args(get_args(TurnEvent)[0])
@@ -712,6 +715,122 @@ def read_path(path: str | os.PathLike[str]) -> list[TurnEvent]:
     expected = stem if stem is not None and is_turn_id(stem) else None
     events, _, _ = _decode(data, str(p), expected)
     return events
+
+
+# ---------------------------------------------------------------- repair
+
+
+class RepairRefusedError(InfrastructureError):
+    """``repair_torn_tail`` found nothing it may repair; the file is unchanged."""
+
+
+@dataclass(frozen=True)
+class RepairReport:
+    """What ``repair_torn_tail`` moved out of a turn file."""
+
+    path: Path
+    sidecar: Path
+    """``<turnId>.jsonl.broken`` beside the file; the removed bytes were appended to it."""
+    line: int
+    """The 1-based line number the removed tail had."""
+    removed: bytes
+    kept_lines: int
+    """Complete, valid lines left in the file."""
+
+    @property
+    def removed_bytes(self) -> int:
+        return len(self.removed)
+
+    def preview(self, limit: int = 80) -> str:
+        """The removed bytes as one printable line (undecodable bytes shown as \\x..)."""
+        text = self.removed.decode("utf-8", errors="backslashreplace")
+        text = text.replace("\n", "\\n").replace("\r", "\\r")
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _unparseable(raw: bytes) -> bool:
+    """Whether a complete line fails to parse as an event (a reducer violation does not count)."""
+    try:
+        parse_event(orjson.loads(raw), trusted_json=True)
+    except (orjson.JSONDecodeError, ValidationError):
+        return True
+    return False
+
+
+def repair_torn_tail(path: str | os.PathLike[str]) -> RepairReport:
+    """Move a torn final line out of a turn file into its ``.broken`` sidecar.
+
+    This is the one repair the project makes, and only on request (``turns
+    repair``); reads never repair (§5.2). A tail is torn when the file does
+    not end with a newline (the partial line after the last newline), or when
+    its final line is not JSON or not a valid event. Everything before it must
+    be a valid turn log; otherwise ``RepairRefusedError`` names the problem
+    and nothing changes. So a corrupt middle line, a reducer violation (even
+    on the final line) or an empty file is reported, never "repaired".
+
+    The removed bytes are appended to ``<file>.broken`` and flushed to disk
+    before the file is truncated, under the same locks appends take, so no
+    byte is ever lost and no append interleaves with the surgery.
+    """
+    p = Path(path).absolute()
+    where = str(p)
+    with _FILE_LOCKS.hold(where):
+        try:
+            fd = os.open(p, os.O_RDWR | os.O_CLOEXEC)
+        except FileNotFoundError:
+            raise TurnNotFoundError(f"no turn file at {p}") from None
+        except OSError as exc:
+            raise InfrastructureError(f"{p}: could not open the turn file: {exc}") from exc
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+            data = _FileWriter(fd, where).read_from(0)
+            if not data:
+                raise RepairRefusedError(f"{p}: the file is empty; there is no turn to keep")
+            if data.endswith(b"\n"):
+                body = data[:-1]
+                start = body.rfind(b"\n") + 1
+                if not _unparseable(body[start:]):
+                    _refuse_unless_valid(data, p)
+                    raise RepairRefusedError(f"{p}: the final line is whole; nothing to repair")
+            else:
+                start = data.rfind(b"\n") + 1
+            prefix, tail = data[:start], data[start:]
+            line = prefix.count(b"\n") + 1
+            if not prefix:
+                raise RepairRefusedError(
+                    f"{p}:1: the only line is torn; no valid turn would remain"
+                )
+            _refuse_unless_valid(prefix, p)
+            sidecar = p.with_name(p.name + ".broken")
+            try:
+                with open(sidecar, "ab") as side:
+                    side.write(tail)
+                    side.flush()
+                    os.fsync(side.fileno())
+                os.ftruncate(fd, len(prefix))
+                os.fsync(fd)
+            except OSError as exc:
+                raise InfrastructureError(f"{p}: the repair failed: {exc}") from exc
+            return RepairReport(
+                path=p,
+                sidecar=sidecar,
+                line=line,
+                removed=tail,
+                kept_lines=prefix.count(b"\n"),
+            )
+        finally:
+            os.close(fd)
+
+
+def _refuse_unless_valid(data: bytes, p: Path) -> None:
+    stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else None
+    expected = stem if stem is not None and is_turn_id(stem) else None
+    try:
+        _decode(data, str(p), expected)
+    except CorruptTurnError as exc:
+        raise RepairRefusedError(
+            f"{exc}; only a torn final line is repaired, so the file was left alone"
+        ) from None
 
 
 # ---------------------------------------------------------------- memory
