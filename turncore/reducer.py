@@ -22,9 +22,9 @@ infers that a turn is running (§14.3): liveness is not durable.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
-from typing import Literal, assert_never
+from typing import Any, Literal
 
 from ._wire import Opt, WireModel
 from .errors import CorruptTurnError
@@ -214,6 +214,7 @@ class TurnReducer:
         "_model_calls",
         "_tool_calls",
         "_tool_by_id",
+        "_unresolved",
         "_suspension",
         "_terminal",
         "_usage",
@@ -227,6 +228,11 @@ class TurnReducer:
         self._model_calls: list[_ModelCall] = []
         self._tool_calls: list[_ToolCall] = []
         self._tool_by_id: dict[str, _ToolCall] = {}
+        # The tool calls without a terminal result, in source order. Only the
+        # latest completed model call's batch can have any (a model call may
+        # not start before the previous batch is resolved), so every check
+        # that asks "what is still open" is O(batch), not O(turn).
+        self._unresolved: dict[str, _ToolCall] = {}
         self._suspension: TurnSuspended | None = None
         self._terminal: TerminalEvent | None = None
         self._usage = TurnUsage()
@@ -289,6 +295,7 @@ class TurnReducer:
             for t in self._tool_calls
         ]
         other._tool_by_id = {t.tool_call_id: t for t in other._tool_calls}
+        other._unresolved = {i: other._tool_by_id[i] for i in self._unresolved}
         other._suspension = self._suspension
         other._terminal = self._terminal
         other._usage = self._usage
@@ -320,55 +327,22 @@ class TurnReducer:
         if self._terminal is not None:
             raise _corrupt(f"{event.type} follows the terminal event {self._terminal.type}")
 
-        match event:
-            case TurnCreated():
-                raise _corrupt("a turn has exactly one turn_created event")
-            case ModelCallRequested():
-                self._on_model_requested(created, event)
-            case ModelStepEvent():
-                call = self._open_call(event.model_call_index, event.type)
-                call.steps.append(event.event)
-            case ModelCallCompleted():
-                self._on_model_completed(event)
-            case ModelCallFailed():
-                call = self._open_call(event.model_call_index, event.type)
-                call.failed = event
-            case ToolPermissionRequired():
-                self._on_permission_required(event)
-            case ToolPermissionClassified():
-                self._on_permission_classified(event)
-            case ToolPermissionClassificationFailed():
-                self._on_classification_failed(event)
-            case ToolPermissionResolved():
-                self._on_permission_resolved(event)
-            case ToolInvocationRequested():
-                self._on_invocation(event)
-            case ToolProgress():
-                self._on_progress(event)
-            case ToolResult():
-                self._on_result(event)
-            case TurnSuspended():
-                self._on_suspended(event)
-            case TurnCompleted():
-                self._on_completed(event)
-            case TurnFailed() | TurnCancelled():
-                self._check_settled(event.type)
-                self._terminal = event
-            case _:
-                assert_never(event)
-        self._commit(event)
+        handler = _HANDLERS.get(type(event)) or _handler_for(event)
+        handler(self, event)
+        self._count += 1
+        self._state = None
+        # A snapshot describes the moment it was taken; any later fact
+        # invalidates it (§11.1, §27.2).
+        self._suspension = (
+            event if handler is _ON_SUSPENDED and isinstance(event, TurnSuspended) else None
+        )
 
     # -- bookkeeping --------------------------------------------------------
 
-    def _commit(self, event: TurnEvent) -> None:
+    def _commit(self, event: TurnCreated) -> None:
         self._count += 1
         self._state = None
-        if isinstance(event, TurnSuspended):
-            self._suspension = event
-        else:
-            # A snapshot describes the moment it was taken; any later fact
-            # invalidates it (§11.1, §27.2).
-            self._suspension = None
+        self._suspension = None
 
     def _check_created(self, event: TurnCreated) -> None:
         if event.schema_version != SCHEMA_VERSION:
@@ -381,18 +355,35 @@ class TurnReducer:
                     "an inherited agent snapshot must inherit from the turn's context.previousTurnId"
                 )
 
+    # -- per-event handlers (the dispatch table below maps event classes to these)
+
+    def _on_created_again(self, event: TurnCreated) -> None:
+        raise _corrupt("a turn has exactly one turn_created event")
+
+    def _on_step(self, event: ModelStepEvent) -> None:
+        self._open_call(event.model_call_index, event.type).steps.append(event.event)
+
+    def _on_model_failed(self, event: ModelCallFailed) -> None:
+        self._open_call(event.model_call_index, event.type).failed = event
+
+    def _on_failed_or_cancelled(self, event: TurnFailed | TurnCancelled) -> None:
+        self._check_settled(event.type)
+        self._terminal = event
+
     # -- model calls --------------------------------------------------------
 
     def _open_call(self, index: int, kind: str) -> _ModelCall:
         if index >= len(self._model_calls):
             raise _corrupt(f"{kind} for model call {index}, which was never requested")
         call = self._model_calls[index]
-        if not call.open:
+        if call.completed is not None or call.failed is not None:
             done = "completed" if call.completed is not None else "failed"
             raise _corrupt(f"{kind} for model call {index}, which already {done}")
         return call
 
-    def _on_model_requested(self, created: TurnCreated, event: ModelCallRequested) -> None:
+    def _on_model_requested(self, event: ModelCallRequested) -> None:
+        created = self._created
+        assert created is not None  # apply() folds turn_created first
         index = event.model_call_index
         expected = len(self._model_calls)
         if index != expected:
@@ -407,10 +398,10 @@ class TurnReducer:
             raise _corrupt(
                 f"model call {index} exceeds maxModelCalls={created.config.max_model_calls}"
             )
-        unresolved = [t.tool_call_id for t in self._tool_calls if t.result is None]
-        if unresolved:
+        if self._unresolved:
             raise _corrupt(
-                f"model call {index} was requested before tool calls {unresolved} have results"
+                f"model call {index} was requested before tool calls "
+                f"{list(self._unresolved)} have results"
             )
         self._check_request_refs(created, index, event.request)
         self._model_calls.append(_ModelCall(event))
@@ -479,6 +470,7 @@ class TurnReducer:
         for t in new_calls:
             self._tool_calls.append(t)
             self._tool_by_id[t.tool_call_id] = t
+            self._unresolved[t.tool_call_id] = t
 
     # -- permissions --------------------------------------------------------
 
@@ -605,6 +597,7 @@ class TurnReducer:
                     f"{event.tool_call_id!r}"
                 )
         call.result = event
+        del self._unresolved[event.tool_call_id]
 
     # -- settle points ------------------------------------------------------
 
@@ -613,9 +606,10 @@ class TurnReducer:
             raise _corrupt(
                 f"{kind} while model call {len(self._model_calls) - 1} is unresolved"
             )
-        unresolved = [t.tool_call_id for t in self._tool_calls if t.result is None]
-        if unresolved:
-            raise _corrupt(f"{kind} while tool calls {unresolved} lack terminal results")
+        if self._unresolved:
+            raise _corrupt(
+                f"{kind} while tool calls {list(self._unresolved)} lack terminal results"
+            )
 
     def _on_suspended(self, event: TurnSuspended) -> None:
         if self._model_calls and self._model_calls[-1].open:
@@ -623,16 +617,15 @@ class TurnReducer:
         # Compare against what is actually pending (same rule as TurnState's views).
         want_perm = {
             t.tool_call_id
-            for t in self._tool_calls
-            if t.result is None
-            and t.required is not None
+            for t in self._unresolved.values()
+            if t.required is not None
             and t.resolved is None
             and (t.classification is None or t.classification.decision == "defer")
         }
         want_async = {
             t.tool_call_id
-            for t in self._tool_calls
-            if t.result is None and t.invocation is not None and t.invocation.execution == "async"
+            for t in self._unresolved.values()
+            if t.invocation is not None and t.invocation.execution == "async"
         }
         got_perm = [p.tool_call_id for p in event.pending_permissions]
         got_async = [p.tool_call_id for p in event.pending_async_tools]
@@ -733,6 +726,42 @@ class TurnReducer:
         )
 
 
+_Handler = Callable[[TurnReducer, Any], None]
+
+_HANDLERS: dict[type, _Handler] = {
+    TurnCreated: TurnReducer._on_created_again,
+    ModelCallRequested: TurnReducer._on_model_requested,
+    ModelStepEvent: TurnReducer._on_step,
+    ModelCallCompleted: TurnReducer._on_model_completed,
+    ModelCallFailed: TurnReducer._on_model_failed,
+    ToolPermissionRequired: TurnReducer._on_permission_required,
+    ToolPermissionClassified: TurnReducer._on_permission_classified,
+    ToolPermissionClassificationFailed: TurnReducer._on_classification_failed,
+    ToolPermissionResolved: TurnReducer._on_permission_resolved,
+    ToolInvocationRequested: TurnReducer._on_invocation,
+    ToolProgress: TurnReducer._on_progress,
+    ToolResult: TurnReducer._on_result,
+    TurnSuspended: TurnReducer._on_suspended,
+    TurnCompleted: TurnReducer._on_completed,
+    TurnFailed: TurnReducer._on_failed_or_cancelled,
+    TurnCancelled: TurnReducer._on_failed_or_cancelled,
+}
+"""Event class → handler: one dict lookup per event instead of a chain of
+``isinstance`` checks (each a Python-level ``__instancecheck__`` on pydantic
+model classes). Every member of the ``TurnEvent`` union has an entry."""
+
+_ON_SUSPENDED: _Handler = TurnReducer._on_suspended
+
+
+def _handler_for(event: object) -> _Handler:
+    """The handler for an instance of a subclass of an event class (not in the table)."""
+    for cls in type(event).__mro__:
+        handler = _HANDLERS.get(cls)
+        if handler is not None:
+            return handler
+    raise AssertionError(f"{type(event).__name__} is not a turn event")
+
+
 def reduce_turn(events: Sequence[TurnEvent]) -> TurnState:
     """Replay a whole turn log. Raises ``CorruptTurnError`` naming the rule and 1-based line."""
     if not events:
@@ -800,6 +829,8 @@ def _reducer_from_state(state: TurnState) -> TurnReducer:
         )
         r._tool_calls.append(tc)
         r._tool_by_id[tc.tool_call_id] = tc
+        if tc.result is None:
+            r._unresolved[tc.tool_call_id] = tc
     r._suspension = state.suspension
     r._terminal = state.terminal
     r._usage = state.usage
