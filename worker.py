@@ -12,6 +12,7 @@ from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
+from temporalio.activity import _Definition
 from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
@@ -38,21 +39,32 @@ def build_worker(
     *,
     task_queue: str = DEFAULT_TASK_QUEUE,
     extra_activities: Sequence[object] = (),
+    replace_activities: Sequence[object] = (),
     max_concurrent_activities: int = 64,
 ) -> Worker:
+    """A worker for the Turn workflow and its activities.
+
+    ``replace_activities`` are registered instead of the built-in activity of
+    the same name (tests use it to inject faults under the real names).
+    """
     acts = TurnActivities(deps)
+    builtin = [
+        acts.append_events,
+        acts.load_turn,
+        acts.validate_dependencies,
+        acts.check_permissions,
+        acts.classify_permissions,
+        acts.call_model,
+        acts.run_tool,
+    ]
+    replaced = {_activity_name(a) for a in replace_activities}
     return Worker(
         client,
         task_queue=task_queue,
         workflows=[TurnWorkflow],
         activities=[
-            acts.append_events,
-            acts.load_turn,
-            acts.validate_dependencies,
-            acts.check_permissions,
-            acts.classify_permissions,
-            acts.call_model,
-            acts.run_tool,
+            *(a for a in builtin if _activity_name(a) not in replaced),
+            *replace_activities,
             *extra_activities,
         ],
         workflow_runner=workflow_runner(),
@@ -63,6 +75,11 @@ def build_worker(
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
     )
+
+
+def _activity_name(fn: object) -> str | None:
+    defn = _Definition.from_callable(fn)  # type: ignore[arg-type]
+    return defn.name if defn is not None else None
 
 
 if __name__ == "__main__":

@@ -1,0 +1,121 @@
+"""A worker process for the crash tests, killable with SIGKILL at chosen points.
+
+Usage: python -m tests.crash_worker ADDRESS TASK_QUEUE WORK_DIR [CRASH_AT]
+
+CRASH_AT is ``before-tool``: the process kills itself the moment a sync tool
+activity starts, i.e. after the invocation is durable and before the tool
+runs. Other kill points (while the model streams, while a tool runs) are hit
+from the outside by the test. Each tool execution appends a line to
+``WORK_DIR/executions`` so the test can count side effects across processes.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from temporalio import activity
+from temporalio.client import Client
+
+from activities import TurnDependencies
+from activities.payloads import ToolCallInput, ToolCallResult
+from turnclient.api import iso_now
+from turncore.agents import AgentDefinition, StaticAgentResolver
+from turncore.context import ContextResolver
+from turncore.events import ModelDescriptor, ToolDescriptor
+from turncore.live import LiveHub
+from turncore.model.scripted import ScriptedModel
+from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
+from turncore.reducer import TurnReducer
+from turncore.repository import FileTurnRepository
+from turncore.tools import FunctionTool, ToolContext, ToolRegistry
+
+MODEL = ModelDescriptor(provider="scripted", model="crash")
+SLOW = ToolDescriptor(
+    tool_id="builtin:slow",
+    name="slow",
+    description="takes its time",
+    input_schema={"type": "object"},
+    execution="sync",
+    requires_human=False,
+)
+SCRIPT: list[Any] = [
+    {
+        "text": "let me run the slow tool now",
+        "toolCalls": [{"toolName": "slow", "input": {"seconds": 0}}],
+    },
+    {"text": "the slow tool has finished and here is the answer"},
+]
+
+
+class Models:
+    def __init__(self, delay: float) -> None:
+        self.model = ScriptedModel(SCRIPT, model="crash", delay=delay)
+
+    def resolve(self, descriptor: ModelDescriptor) -> ScriptedModel:
+        return self.model
+
+
+def resolver() -> StaticAgentResolver:
+    return StaticAgentResolver(
+        agents={
+            "crash": AgentDefinition(agent_id="crash", system_prompt="crash test", tools=["slow"])
+        },
+        catalog={"slow": SLOW},
+        default_model=MODEL,
+    )
+
+
+def dependencies(work: Path, *, delay: float) -> TurnDependencies:
+    repo = FileTurnRepository(work)
+    executions = work / "executions"
+
+    async def slow(value: Any, ctx: ToolContext) -> Any:
+        with executions.open("a") as f:
+            f.write(f"{ctx.tool_call_id} {os.getpid()}\n")
+        await asyncio.sleep(
+            float(value.get("seconds", 0)) + float(os.environ.get("SLOW_TOOL_SECONDS", "0"))
+        )
+        return {"slept": True}
+
+    return TurnDependencies(
+        repository=repo,
+        models=Models(delay),
+        tools=ToolRegistry({"builtin:slow": FunctionTool(slow)}),
+        checker=DeclaredPermissionChecker({"builtin:slow": "none"}),
+        classifier=DeferAllClassifier(),
+        contexts=ContextResolver(lambda tid: TurnReducer.of(repo.read(tid)).state),
+        clock=iso_now,
+        hub=LiveHub(),
+    )
+
+
+async def main(address: str, task_queue: str, work: str, crash_at: str) -> None:
+    from activities import TurnActivities
+    from worker import build_worker
+
+    client = await Client.connect(address)
+    deps = dependencies(Path(work), delay=float(os.environ.get("MODEL_DELTA_DELAY", "0")))
+    acts = TurnActivities(deps)
+    extra: list[Any] = []
+    if crash_at == "before-tool":
+
+        @activity.defn(name="run_tool")
+        async def run_tool(input: ToolCallInput) -> ToolCallResult:
+            os.kill(os.getpid(), signal.SIGKILL)  # the invocation is durable; the tool never starts
+            return await acts.run_tool(input)
+
+        extra.append(run_tool)
+    worker = build_worker(client, deps, task_queue=task_queue, replace_activities=extra)
+    Path(work, "worker.ready").write_text(str(os.getpid()))
+    await worker.run()
+
+
+if __name__ == "__main__":
+    asyncio.run(
+        main(sys.argv[1], sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else "")
+    )

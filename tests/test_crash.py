@@ -1,0 +1,154 @@
+"""Real crashes: the worker runs in its own process and is killed with SIGKILL
+while the model streams, while a sync tool runs, and between the invocation
+append and the tool's start. A fresh worker then finishes the turn by the
+recovery table; the tool never runs twice and the file stays valid."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import sys
+import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from pathlib import Path
+
+import orjson
+from temporalio.testing import WorkflowEnvironment
+
+from tests.crash_worker import resolver
+from turnclient.api import CreateTurnInput, TurnClient
+from turncore.advance import INTERRUPTED_MODEL_CALL, INTERRUPTED_TOOL_RESULT
+from turncore.events import RequestedAgent
+from turncore.messages import UserMessage
+from turncore.reducer import TurnReducer
+from turncore.repository import FileTurnRepository
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+@asynccontextmanager
+async def worker_process(
+    env: WorkflowEnvironment, task_queue: str, work: Path, crash_at: str = "", **extra_env: str
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    ready = work / "worker.ready"
+    ready.unlink(missing_ok=True)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "tests.crash_worker",
+        env.client.service_client.config.target_host,
+        task_queue,
+        str(work),
+        crash_at,
+        cwd=ROOT,
+        env={**os.environ, **extra_env},
+    )
+    try:
+        for _ in range(400):
+            if ready.exists() or proc.returncode is not None:
+                break
+            await asyncio.sleep(0.05)
+        assert ready.exists(), "the worker process did not start"
+        yield proc
+    finally:
+        if proc.returncode is None:
+            proc.kill()
+        await proc.wait()
+
+
+def types(work: Path, turn_id: str) -> list[str]:
+    path = FileTurnRepository(work).path_for(turn_id)
+    return [orjson.loads(line)["type"] for line in path.read_bytes().splitlines()]
+
+
+async def until(predicate: object, timeout: float = 30.0) -> None:
+    for _ in range(int(timeout / 0.05)):
+        if predicate():  # type: ignore[operator]
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError("condition never became true")
+
+
+async def _scenario(
+    env: WorkflowEnvironment, work: Path, kill_point: str
+) -> tuple[str, FileTurnRepository]:
+    work.mkdir(parents=True)
+    task_queue = f"crash-{uuid.uuid4()}"
+    repo = FileTurnRepository(work)
+    client = TurnClient(
+        env.client,
+        repo,
+        resolver(),
+        task_queue=task_queue,
+        workflow_options={"heartbeat_timeout_seconds": 2.0},
+    )
+    turn_id = await client.create_turn(
+        CreateTurnInput(
+            agent=RequestedAgent(agent_id="crash"),
+            input=UserMessage(content="go"),
+            human_available=True,
+        )
+    )
+    executions = work / "executions"
+    first_env = (
+        {"MODEL_DELTA_DELAY": "1.0"} if kill_point == "model" else {"SLOW_TOOL_SECONDS": "60"}
+    )
+    crash_at = "before-tool" if kill_point == "before-tool" else ""
+    async with worker_process(env, task_queue, work, crash_at, **first_env) as first:
+        outcome = asyncio.ensure_future(client.recover(turn_id))
+        if kill_point == "model":
+            await until(lambda: "model_step_event" in types(work, turn_id))
+            first.send_signal(signal.SIGKILL)
+        elif kill_point == "tool":
+            await until(lambda: executions.exists() and executions.read_text().count("\n") == 1)
+            first.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(first.wait(), 30)
+        assert first.returncode == -signal.SIGKILL
+    async with worker_process(env, task_queue, work):
+        result = await asyncio.wait_for(outcome, 90)
+        assert result.status == "completed", result
+        state = TurnReducer.of(repo.read(turn_id)).state  # the file validates
+        queried = await env.client.get_workflow_handle(turn_id).query("state")
+        queried.pop("rejectedInputs")
+        assert queried == state.to_wire()
+    return turn_id, repo
+
+
+def executions_of(work: Path) -> list[str]:
+    path = work / "executions"
+    return path.read_text().splitlines() if path.exists() else []
+
+
+async def test_kill_while_the_model_streams(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    turn_id, repo = await _scenario(temporal_env, tmp_path / "w", "model")
+    state = TurnReducer.of(repo.read(turn_id)).state
+    assert state.model_calls[0].error == INTERRUPTED_MODEL_CALL
+    assert state.model_calls[1].request.messages == []  # re-issued as the next index
+    assert "turn_failed" not in types(tmp_path / "w", turn_id)
+    assert len(executions_of(tmp_path / "w")) == 1
+
+
+async def test_kill_while_a_sync_tool_runs(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    turn_id, repo = await _scenario(temporal_env, tmp_path / "w", "tool")
+    state = TurnReducer.of(repo.read(turn_id)).state
+    assert len(executions_of(tmp_path / "w")) == 1  # never run twice
+    result = state.tool_calls[0].result
+    assert result is not None and result.source == "runtime"
+    assert result.result.output == INTERRUPTED_TOOL_RESULT
+
+
+async def test_kill_between_invocation_and_tool_start(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    turn_id, repo = await _scenario(temporal_env, tmp_path / "w", "before-tool")
+    state = TurnReducer.of(repo.read(turn_id)).state
+    assert executions_of(tmp_path / "w") == []  # the tool never started, and is not started later
+    result = state.tool_calls[0].result
+    assert result is not None and result.result.output == INTERRUPTED_TOOL_RESULT
+    assert state.terminal is not None and state.terminal.type == "turn_completed"
