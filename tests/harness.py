@@ -100,6 +100,7 @@ class Harness:
     delay: float = 0.0
     limits: Limits = DEFAULT_LIMITS
     workflow_options: dict[str, Any] = field(default_factory=dict)
+    replace_activities: list[Any] = field(default_factory=list)
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
@@ -152,7 +153,9 @@ class Harness:
         await self.stop_worker()
 
     def start_worker(self) -> None:
-        self.worker = build_worker(self.client, self.deps, task_queue=self.task_queue)
+        self.worker = build_worker(
+            self.client, self.deps, task_queue=self.task_queue, replace_activities=self.replace_activities
+        )
         self._task = asyncio.create_task(self.worker.run())
 
     async def stop_worker(self) -> None:

@@ -1,0 +1,76 @@
+"""Appends under faults: a batch retried after an ambiguous failure is written once,
+and a torn final line makes the turn corrupt without any automatic repair."""
+
+from __future__ import annotations
+
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio import activity
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from activities import TurnActivities
+from activities.payloads import AppendInput, AppendResult
+from tests.harness import Harness, sync_tool
+from turncore.errors import CorruptTurnError
+from turncore.tools import ToolContext
+
+
+async def test_a_retried_append_writes_nothing_twice(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+    failed_once: set[int] = set()
+    calls: Counter[int] = Counter()
+    holder: dict[str, TurnActivities] = {}
+
+    @activity.defn(name="append_events")
+    async def flaky_append(input: AppendInput) -> AppendResult:
+        # The write lands, then the activity dies before reporting: an ambiguous failure.
+        result = await holder["real"].append_events(input)
+        key = hash((input.known_offset, len(input.events), input.derive))
+        calls[key] += 1
+        if key not in failed_once:
+            failed_once.add(key)
+            raise ApplicationError("lost the reply after writing")
+        return result
+
+    def noop(value: Any, ctx: ToolContext) -> Any:
+        return 1
+
+    script = [{"toolCalls": [{"toolName": "t", "input": {}}]}, {"text": "done"}]
+    h = Harness(
+        temporal_env.client, tmp_path, script, tools=[sync_tool("t")], implementations={"t": noop},
+        replace_activities=[flaky_append],
+    )
+    holder["real"] = TurnActivities(h.deps)
+    async with h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "suspended"
+        done = await h.send(turn_id, {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"})
+        assert done.status == "completed"
+        assert calls and all(n == 2 for n in calls.values())  # every batch was retried once
+        lines = h.repo.path_for(turn_id).read_bytes().splitlines()
+        assert len(lines) == len(set(lines))  # and landed exactly once
+        types = h.types(turn_id)
+        assert types.count("tool_permission_required") == 1
+        assert types.count("tool_permission_resolved") == 1
+        assert types.count("tool_invocation_requested") == 1
+        assert types.count("turn_suspended") == 1
+        await h.assert_file_matches_query(turn_id)
+
+
+async def test_a_torn_final_line_makes_the_turn_corrupt(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+    async with Harness(temporal_env.client, tmp_path, ["hi"]) as h:
+        turn_id, outcome = await h.run("go")
+        path = h.repo.path_for(turn_id)
+        intact = path.read_bytes()
+        path.write_bytes(intact + b'{"type":"turn_fail')
+        n = intact.count(b"\n") + 1
+        for _ in range(2):  # every read fails the same way; nothing is repaired
+            with pytest.raises(CorruptTurnError) as info:
+                h.repo.read(turn_id)
+            assert info.value.line == n and str(path) in str(info.value)
+        with pytest.raises(CorruptTurnError):
+            await h.turns.get_turn(turn_id)
+        assert path.read_bytes() == intact + b'{"type":"turn_fail'
