@@ -10,7 +10,6 @@ events for the turn to progress. ``get_turn`` only reads.
 from __future__ import annotations
 
 import asyncio
-import contextlib
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -37,6 +36,7 @@ from turncore.events import (
     TurnConfig,
     TurnContext,
     TurnCreated,
+    TurnDelta,
     TurnEvent,
     TurnExternalInput,
     TurnOutcome,
@@ -152,10 +152,19 @@ class TurnClient:
     # ---------------------------------------------------------------- advance
 
     def advance_turn(self, turn_id: str, input: TurnExternalInput | None = None) -> TurnExecution:
-        """Advance a turn by at most one input; the hot execution starts at once."""
+        """Advance a turn by at most one input; the hot execution starts at once.
+
+        ``outcome`` settles whether or not anyone reads ``events``. ``events``
+        yields the durable events this invocation produced (tailed from the
+        file after the offset it started at) and the deltas published in
+        this process; it ends when the outcome settles and raises the same
+        error as ``outcome`` if that fails. Closing it early drops later
+        events and cancels nothing.
+        """
         start = asyncio.get_running_loop().create_future()
+        deltas = self._hub.attach(turn_id) if self._hub is not None else None
         outcome = asyncio.ensure_future(self._advance(turn_id, input, start))
-        events = self._events(turn_id, start, outcome)
+        events = self._events(turn_id, start, outcome, deltas)
         return TurnExecution(outcome, events)
 
     async def _advance(
@@ -227,33 +236,31 @@ class TurnClient:
         return await self.advance_turn(turn_id).outcome
 
     async def _events(
-        self, turn_id: str, start: asyncio.Future[int], outcome: asyncio.Task[TurnOutcome]
+        self,
+        turn_id: str,
+        start: asyncio.Future[int],
+        outcome: asyncio.Task[TurnOutcome],
+        deltas: asyncio.Queue[TurnDelta] | None,
     ) -> AsyncIterator[TurnStreamEvent]:
-        offset = await start
-        if offset < 0:
-            with contextlib.suppress(BaseException):
-                await outcome
-            return
-        hub = self._hub
-        sub = hub.subscribe(turn_id) if hub is not None else None
-        queue = await sub.__aenter__() if sub is not None else None
         try:
+            offset = await start
+            if offset < 0:
+                await outcome  # raises the error that kept the turn from starting
+                return
             while True:
                 done = outcome.done()
-                if queue is not None:
-                    while not queue.empty():
-                        yield queue.get_nowait()
-                events = (await asyncio.to_thread(self._repo.read, turn_id))[offset:]
-                for e in events:
-                    yield e
-                offset += len(events)
+                while deltas is not None and not deltas.empty():
+                    yield deltas.get_nowait()
+                for event in await asyncio.to_thread(self._repo.read_after, turn_id, offset):
+                    offset += 1
+                    yield event
                 if done:
-                    break
-                with contextlib.suppress(asyncio.TimeoutError):
-                    await asyncio.wait_for(asyncio.shield(outcome), self._tail_interval)
+                    outcome.result()  # the same error as the outcome, if it failed
+                    return
+                await asyncio.wait([outcome], timeout=self._tail_interval)
         finally:
-            if sub is not None:
-                await sub.__aexit__(None, None, None)
+            if deltas is not None and self._hub is not None:
+                self._hub.detach(turn_id, deltas)
 
 
 __all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "TurnFailure", "iso_now"]

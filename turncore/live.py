@@ -25,15 +25,23 @@ class LiveHub:
         for queue in list(self._subscribers.get(delta.turn_id, ())):
             queue.put_nowait(delta)
 
-    @asynccontextmanager
-    async def subscribe(self, turn_id: str) -> AsyncIterator[asyncio.Queue[TurnDelta]]:
+    def attach(self, turn_id: str) -> asyncio.Queue[TurnDelta]:
+        """Start receiving the turn's deltas now; pair with ``detach``."""
         queue: asyncio.Queue[TurnDelta] = asyncio.Queue()
         self._subscribers[turn_id].append(queue)
+        return queue
+
+    def detach(self, turn_id: str, queue: asyncio.Queue[TurnDelta]) -> None:
+        subs = self._subscribers.get(turn_id)
+        if subs is not None and queue in subs:
+            subs.remove(queue)
+            if not subs:
+                del self._subscribers[turn_id]
+
+    @asynccontextmanager
+    async def subscribe(self, turn_id: str) -> AsyncIterator[asyncio.Queue[TurnDelta]]:
+        queue = self.attach(turn_id)
         try:
             yield queue
         finally:
-            subs = self._subscribers.get(turn_id)
-            if subs is not None:
-                subs.remove(queue)
-                if not subs:
-                    del self._subscribers[turn_id]
+            self.detach(turn_id, queue)

@@ -108,6 +108,10 @@ class TurnRepository(Protocol):
         """
         ...
 
+    def read_after(self, turn_id: str, offset: int) -> list[TurnEvent]:
+        """The events after line ``offset``, for followers (each line validated)."""
+        ...
+
     def append(
         self,
         turn_id: str,
@@ -403,6 +407,21 @@ class _JsonlRepository(ABC):
         events, reducer, _ = _decode(data, self._where(turn_id), turn_id)
         self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
         return events
+
+    def read_after(self, turn_id: str, offset: int) -> list[TurnEvent]:
+        """The complete lines after line ``offset``, each validated (DESIGN §7).
+
+        Followers call this repeatedly; the whole log was validated by every
+        writer's gate, so only the new lines are parsed. Offsets are 1-based
+        line numbers as in spec §17.1: ``offset`` lines are skipped.
+        """
+        validate_turn_id(turn_id)
+        if offset < 0:
+            raise ValueError(f"offset must not be negative, got {offset}")
+        _, data = self._load(turn_id)
+        lines = data.split(b"\n")[:-1]  # a final piece without its newline is not a line yet
+        where = self._where(turn_id)
+        return [_decode_line(raw, where, offset + 1 + i) for i, raw in enumerate(lines[offset:])]
 
     def append(
         self,
