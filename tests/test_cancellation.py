@@ -11,7 +11,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import MODEL, Harness, async_tool, sync_tool
-from turncore.errors import RejectedInputError
+from turncore.errors import DependencyError, RejectedInputError
 from turncore.tools import ToolContext
 
 
@@ -167,3 +167,18 @@ async def test_cancel_succeeds_when_dependencies_are_gone(
         done = await h.send(turn_id, {"type": "cancel"})
         assert done.status == "cancelled"
         await h.assert_file_matches_query(turn_id)
+
+
+async def test_advance_with_a_missing_model_rejects_and_writes_nothing(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with Harness(temporal_env.client, tmp_path, ["hi"]) as h:
+        turn_id = await h.create("go")
+        del h.models.models[MODEL.label()]
+        before = h.repo.path_for(turn_id).read_bytes()
+        with pytest.raises(DependencyError, match="no model is configured for scripted/test"):
+            await h.turns.recover(turn_id)
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        # Fixing the environment and recovering again advances the same turn.
+        h.models.models[MODEL.label()] = h.model
+        assert (await h.turns.recover(turn_id)).status == "completed"

@@ -18,6 +18,7 @@ from typing import Any
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
+    WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
@@ -27,7 +28,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from turncore.advance import check_input, outcome_of
 from turncore.agents import AgentResolver
-from turncore.errors import RejectedInputError, TurnFailure
+from turncore.errors import DependencyError, InfrastructureError, RejectedInputError, TurnFailure
 from turncore.events import (
     DEFAULT_MAX_MODEL_CALLS,
     SCHEMA_VERSION,
@@ -196,17 +197,31 @@ class TurnClient:
             return outcome_adapter.validate_python({k: v for k, v in raw.items() if k != "turnId"})
         except WorkflowUpdateFailedError as exc:
             cause = exc.cause
-            while (
-                isinstance(cause, ApplicationError) is False
-                and cause is not None
-                and cause.__cause__
-            ):
-                cause = cause.__cause__  # type: ignore[assignment]
-            message = str(cause) if cause is not None else str(exc)
-            raise RejectedInputError(message) from None
+            if isinstance(cause, ApplicationError) and cause.type == "DependencyError":
+                raise DependencyError(cause.message) from None
+            if isinstance(cause, ApplicationError):
+                raise RejectedInputError(cause.message) from None
+            raise RejectedInputError(str(cause) if cause is not None else str(exc)) from None
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND or "aborted" in exc.message:
+                # The run ended under the update (it could not advance): report why.
+                raise await self._run_failure(turn_id, exc) from None
+            raise
         finally:
             if not start.done():
                 start.set_result(-1)
+
+    async def _run_failure(self, turn_id: str, exc: RPCError) -> Exception:
+        try:
+            await self._client.get_workflow_handle(turn_id).result(follow_runs=False)
+        except WorkflowFailureError as failure:
+            cause = failure.cause
+            if isinstance(cause, ApplicationError) and cause.type == "DependencyError":
+                return DependencyError(cause.message)
+            return InfrastructureError(f"the workflow of turn {turn_id} failed: {cause or failure}")
+        except Exception:  # the original RPC error says more than a second failure would
+            return exc
+        return exc
 
     async def _ensure_running(
         self, turn_id: str, cancel: dict[str, Any] | None = None

@@ -659,7 +659,7 @@ class TurnWorkflow:
         self._queue.clear()
         for w in waiters:
             if not w.done():
-                w.set_exception(ApplicationError(str(exc), type=exc.type, non_retryable=True))
+                w.set_exception(ApplicationError(exc.message, type=exc.type, non_retryable=True))
 
     def _release_waiters(self, outcome: dict[str, Any]) -> None:
         waiters, self._settle_waiters = self._settle_waiters, []

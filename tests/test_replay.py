@@ -1,0 +1,28 @@
+"""Committed histories replay against the current workflow code, so a change that
+would break in-flight turns fails the build (use `workflow.patched` for
+deliberate behaviour changes, then re-record with `python -m tests.replay.record`)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+from temporalio.client import WorkflowHistory
+from temporalio.worker import Replayer
+
+from worker import workflow_runner
+from workflows import TurnWorkflow
+
+HISTORIES = sorted((Path(__file__).parent / "replay" / "histories").glob("*.json"))
+
+
+def test_histories_are_committed() -> None:
+    assert len(HISTORIES) >= 4
+
+
+@pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
+async def test_history_replays(path: Path) -> None:
+    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    replayer = Replayer(workflows=[TurnWorkflow], workflow_runner=workflow_runner())
+    result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
+    assert result.replay_failure is None
