@@ -22,7 +22,12 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
 )
-from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
+from temporalio.common import (
+    SearchAttributePair,
+    TypedSearchAttributes,
+    WorkflowIDConflictPolicy,
+    WorkflowIDReusePolicy,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
@@ -50,11 +55,40 @@ from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
 from workflows import TurnWorkflow, TurnWorkflowInput
+from workflows.turn import TURN_AGENT, TURN_MODEL, TURN_SESSION, TURN_STATUS
+
+from .summary import message_preview
+
+INPUT_PREVIEW = 200
+"""Longest input preview in a turn's memo, in characters."""
 
 
 def iso_now() -> str:
     now = datetime.now(UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def start_details(definition: TurnCreated) -> dict[str, Any]:
+    """What Temporal Web shows of a turn from its start: a memo with the input
+    preview, and the search attributes, with ``TurnStatus=running`` until the
+    workflow's first settle point upserts the real status."""
+    resolved = definition.agent.resolved
+    pairs: list[SearchAttributePair[Any]] = [
+        TURN_STATUS.value_set("running"),
+        TURN_AGENT.value_set(resolved.agent_id),
+        TURN_MODEL.value_set(resolved.model.label()),
+    ]
+    if definition.session_id:
+        pairs.append(TURN_SESSION.value_set(definition.session_id))
+    memo: dict[str, Any] = {
+        "turnId": definition.turn_id,
+        "input": message_preview(definition.input, INPUT_PREVIEW),
+        "agent": resolved.agent_id,
+        "model": resolved.model.label(),
+    }
+    if definition.session_id:
+        memo["session"] = definition.session_id
+    return {"memo": memo, "search_attributes": TypedSearchAttributes(pairs)}
 
 
 @dataclass(frozen=True)
@@ -235,6 +269,8 @@ class TurnClient:
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
+        events = await asyncio.to_thread(self._repo.read, turn_id)
+        definition = TurnReducer.of(events).state.definition
         started = await self._client.start_workflow(
             TurnWorkflow.run,
             TurnWorkflowInput(turn_id=turn_id, cancel=cancel, **self._workflow_options),
@@ -242,7 +278,7 @@ class TurnClient:
             task_queue=self._task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            memo={"turnId": turn_id},
+            **start_details(definition),
         )
         return started, True
 

@@ -44,9 +44,9 @@ def json_preview(value: Any) -> str:
     return clip(orjson.dumps(value).decode())
 
 
-def message_preview(message: UserMessage | AssistantMessage) -> str:
+def message_preview(message: UserMessage | AssistantMessage, limit: int = PREVIEW) -> str:
     if isinstance(message.content, str):
-        return clip(message.content)
+        return clip(message.content, limit)
     bits: list[str] = []
     for part in message.content:
         if isinstance(part, ReasoningPart):
@@ -57,7 +57,7 @@ def message_preview(message: UserMessage | AssistantMessage) -> str:
             bits.append(part.text)
         else:
             bits.append(describe_part(part))
-    return clip(" ".join(bits))
+    return clip(" ".join(bits), limit)
 
 
 def usage_text(usage: TurnUsage) -> str:
