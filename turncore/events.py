@@ -8,12 +8,16 @@ whoever performs the fact, never by the reducer.
 
 from __future__ import annotations
 
-from typing import Annotated, Any, Literal, TypeAlias
+import math
+from collections.abc import Mapping
+from types import MappingProxyType
+from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 
-from pydantic import Discriminator, Field, Tag, TypeAdapter, field_validator
+from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError, field_validator
+from pydantic_core import SchemaValidator
 
 from ._wire import Opt, WireModel
-from .jsonvalue import TRUSTED_JSON, JsonObject, JsonValue
+from .jsonvalue import TRUSTED_JSON, JsonObject, JsonValue, without_json_checks
 from .messages import AssistantMessage, ConversationMessage, UserMessage
 
 SCHEMA_VERSION = 1
@@ -378,8 +382,80 @@ EVENT_TYPES: tuple[str, ...] = (
 event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
 
 
+def _model_classes(schema: Any, into: set[type]) -> set[type]:
+    if isinstance(schema, dict):
+        if schema.get("type") == "model":
+            into.add(schema["cls"])
+        for v in schema.values():
+            _model_classes(v, into)
+    elif isinstance(schema, list):
+        for v in schema:
+            _model_classes(v, into)
+    return into
+
+
+def _trusted_validators() -> dict[str, SchemaValidator]:
+    """One validator per event type for values a strict JSON parser produced.
+
+    Each is built from the event class's own core schema minus the
+    ``JsonValue`` checks (``without_json_checks``), so it accepts and rejects
+    exactly what ``event_adapter`` does under the ``trusted_json`` context and
+    returns the same classes. Choosing it by the line's ``type`` also skips
+    the union's dispatch.
+
+    pydantic-core reuses a model class's finished validator when a schema
+    names the class (so the checks would come back); the classes are marked
+    incomplete only while these validators are built, at import. If the
+    result still holds a check or a reused validator, none is returned and
+    ``parse_event`` keeps to ``event_adapter`` (same result, just slower).
+    (tests/test_trusted_parse.py checks the built validators in full.)
+    """
+    schemas = {
+        cls.model_fields["type"].default: without_json_checks(cls.__pydantic_core_schema__)
+        for cls in get_args(get_args(TurnEvent)[0])
+    }
+    models = _model_classes(list(schemas.values()), set())
+    saved = {m: m.__dict__.get("__pydantic_complete__") for m in models}
+    try:
+        for m in models:
+            type.__setattr__(m, "__pydantic_complete__", False)
+        built = {kind: SchemaValidator(schema) for kind, schema in schemas.items()}
+    finally:
+        for m, was in saved.items():
+            type.__setattr__(m, "__pydantic_complete__", was)
+    # Probe a top-level and a nested JSON field: without context a remaining
+    # check would reject NaN here (a check on its own is harmless, only slow).
+    common = {"turnId": "t", "ts": "t", "toolCallId": "c", "source": "sync"}
+    try:
+        built["tool_progress"].validate_python({**common, "progress": math.nan})
+        built["tool_result"].validate_python(
+            {**common, "toolName": "n", "result": {"output": math.nan, "isError": False}}
+        )
+    except ValidationError:
+        return {}
+    return built
+
+
+TRUSTED_EVENT_VALIDATORS: Mapping[str, SchemaValidator] = MappingProxyType(_trusted_validators())
+"""Event type → validator for objects from a strict JSON parser (see ``_trusted_validators``).
+
+Empty if they could not be built; then callers use ``parse_event``."""
+
+
 def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
-    """Validate one decoded JSON object as a TurnEvent (raises pydantic.ValidationError)."""
+    """Validate one decoded JSON object as a TurnEvent (raises pydantic.ValidationError).
+
+    ``trusted_json``: ``obj`` came from a strict JSON parser (``orjson``), so
+    the ``JsonValue`` walk is skipped; everything else is validated as always.
+    """
+    if trusted_json and type(obj) is dict:
+        kind = obj.get("type")
+        validator = TRUSTED_EVENT_VALIDATORS.get(kind) if type(kind) is str else None
+        if validator is not None:
+            try:
+                return cast(TurnEvent, validator.validate_python(obj))
+            except ValidationError:
+                pass  # the union below raises the same error, located as callers expect
     return event_adapter.validate_python(obj, context=TRUSTED_JSON if trusted_json else None)
 
 

@@ -59,7 +59,7 @@ from .events import (
     TurnUsage,
 )
 from .jsonvalue import JsonValue
-from .messages import AssistantMessage
+from .messages import AssistantMessage, ToolCallPart
 
 # ---------------------------------------------------------------- the §14.2 projection
 
@@ -203,6 +203,18 @@ class _ToolCall:
 
 def _corrupt(rule: str) -> CorruptTurnError:
     return CorruptTurnError(rule)
+
+
+def _tool_calls(message: AssistantMessage) -> list[ToolCallPart]:
+    """``message.tool_calls()``, selected by the parts' ``type`` tag.
+
+    Same parts (the tag is what the union dispatched on), without an
+    ``isinstance`` per part, which runs Python code for pydantic classes.
+    """
+    content = message.content
+    if isinstance(content, str):
+        return []
+    return [p for p in content if p.type == "tool-call"]
 
 
 class TurnReducer:
@@ -361,7 +373,11 @@ class TurnReducer:
         raise _corrupt("a turn has exactly one turn_created event")
 
     def _on_step(self, event: ModelStepEvent) -> None:
-        self._open_call(event.model_call_index, event.type).steps.append(event.event)
+        calls, index = self._model_calls, event.model_call_index
+        call = calls[index] if index < len(calls) else None
+        if call is None or call.completed is not None or call.failed is not None:
+            call = self._open_call(index, event.type)  # raises
+        call.steps.append(event.event)
 
     def _on_model_failed(self, event: ModelCallFailed) -> None:
         self._open_call(event.model_call_index, event.type).failed = event
@@ -424,7 +440,7 @@ class TurnReducer:
                 raise _corrupt(f"model call {index} has a contextRef; only call 0 may")
             previous = self._model_calls[index - 1]
             if previous.completed is not None:
-                calls = previous.completed.message.tool_calls()
+                calls = _tool_calls(previous.completed.message)
                 if not calls:
                     raise _corrupt(
                         f"model call {index} follows a response without tool calls, "
@@ -443,7 +459,7 @@ class TurnReducer:
         call = self._open_call(event.model_call_index, event.type)
         new_calls: list[_ToolCall] = []
         seen: set[str] = set()
-        for order, part in enumerate(event.message.tool_calls()):
+        for order, part in enumerate(_tool_calls(event.message)):
             if part.tool_call_id in seen:
                 raise _corrupt(
                     f"tool-call id {part.tool_call_id!r} appears twice in model call "
@@ -564,7 +580,11 @@ class TurnReducer:
         call.invocation = event
 
     def _on_progress(self, event: ToolProgress) -> None:
-        call = self._target(event.tool_call_id, event.type)
+        # An unresolved call is a known one without a result: ``_target``'s
+        # checks, which raise the precise error when the lookup misses.
+        call = self._unresolved.get(event.tool_call_id) or self._target(
+            event.tool_call_id, event.type
+        )
         if call.invocation is None:
             raise _corrupt(f"progress for tool call {event.tool_call_id!r}, which was never invoked")
         if call.invocation.execution != event.source:
@@ -666,7 +686,7 @@ class TurnReducer:
         last = self._model_calls[-1] if self._model_calls else None
         if last is None or last.completed is None:
             raise _corrupt("turn_completed without a completed final model call")
-        if last.completed.message.tool_calls():
+        if _tool_calls(last.completed.message):
             raise _corrupt("turn_completed after a response that called tools")
         if event.output != last.completed.message:
             raise _corrupt("turn_completed.output differs from the final model response")

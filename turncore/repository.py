@@ -73,7 +73,14 @@ from .errors import (
     TurnExistsError,
     TurnNotFoundError,
 )
-from .events import EVENT_TYPES, SCHEMA_VERSION, TurnCreated, TurnEvent, parse_event
+from .events import (
+    EVENT_TYPES,
+    SCHEMA_VERSION,
+    TRUSTED_EVENT_VALIDATORS,
+    TurnCreated,
+    TurnEvent,
+    parse_event,
+)
 from .ids import is_turn_id, turn_path, validate_turn_id
 from .reducer import TurnReducer
 
@@ -256,11 +263,20 @@ def _decode(
         raise AssertionError("continuing a log needs its reducer and turn id")
 
     # The hot loop: one pass, so the first offending line is the one reported.
-    # (``_fold`` is inlined here; this loop runs once per line of every read.)
+    # ``_decode_line`` and ``_fold`` are inlined here; this loop runs once per
+    # line of every read. The fast path is ``parse_event(obj, trusted_json=True)``
+    # without its checks of ``obj``: anything unusual (not JSON, not an object,
+    # no or an unknown type, invalid) takes ``_decode_line``, which raises the
+    # precise error (or, should the fast path ever be unavailable, decodes).
     apply, add = reducer.apply, events.append
+    loads, validators = orjson.loads, TRUSTED_EVENT_VALIDATORS
     with _collector_paused():
         for line, raw in enumerate(lines[len(events) :], start=first_line + len(events)):
-            event = _decode_line(raw, where, line)
+            try:
+                obj = loads(raw)
+                event: TurnEvent = validators[obj["type"]].validate_python(obj)
+            except (orjson.JSONDecodeError, KeyError, TypeError, ValidationError):
+                event = _decode_line(raw, where, line)
             if event.turn_id != turn_id:
                 raise CorruptTurnError(
                     f"{event.type} has turnId {_shorten(event.turn_id)}, not this file's {turn_id}",

@@ -1,0 +1,145 @@
+"""The trusted fast path of reading (``TRUSTED_EVENT_VALIDATORS``) is the union's result, faster.
+
+Reading picks one validator per line by its ``type`` and skips the
+``JsonValue`` checks, because the line came from ``orjson`` (strict JSON: no
+NaN, no infinity, string keys). Anything the fast path does not accept goes
+through ``event_adapter``, so the results and the errors are those of
+``parse_event(obj, trusted_json=True)`` as it was before the fast path.
+"""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+from typing import Any
+
+import orjson
+import pytest
+from pydantic import ValidationError
+
+from tests.builders import TURN_ID, TurnBuilder, ask_call, read_call
+from turncore.errors import CorruptTurnError
+from turncore.events import (
+    EVENT_TYPES,
+    TRUSTED_EVENT_VALIDATORS,
+    event_adapter,
+    parse_event,
+)
+from turncore.jsonvalue import TRUSTED_JSON
+from turncore.repository import InMemoryTurnRepository
+
+GOLDEN = Path(__file__).parent / "golden"
+
+
+def _history() -> list[bytes]:
+    b = TurnBuilder(TURN_ID)
+    b.model_call("Reading.", [read_call("r1"), ask_call("a1")])
+    b.invoke("r1")
+    b.invoke("a1")
+    b.progress("r1", {"bytesRead": 10, "ratio": 0.5, "nested": [None, True, {"k": "v"}]})
+    b.result("r1", "contents")
+    b.suspend()
+    b.progress("a1", {"status": "delivered"})
+    b.result("a1", "Yes.")
+    b.model_call("Done.")
+    b.finish()
+    return [orjson.dumps(e.to_wire()) for e in b.events]
+
+
+def _lines() -> list[bytes]:
+    lines = _history()
+    for path in sorted(GOLDEN.glob("*.jsonl")):
+        lines += path.read_bytes().splitlines()
+    return lines
+
+
+def test_every_event_type_has_a_fast_validator_without_json_checks() -> None:
+    assert set(TRUSTED_EVENT_VALIDATORS) == set(EVENT_TYPES)
+    for kind, validator in TRUSTED_EVENT_VALIDATORS.items():
+        text = repr(validator)
+        assert "_validate_json_value" not in text, kind
+        assert "Prebuilt" not in text, kind  # built from the stripped schema, not reused
+
+
+@pytest.mark.parametrize("raw", _lines())
+def test_fast_path_equals_the_union(raw: bytes) -> None:
+    obj = orjson.loads(raw)
+    fast = TRUSTED_EVENT_VALIDATORS[obj["type"]].validate_python(obj)
+    slow = event_adapter.validate_python(obj, context=TRUSTED_JSON)
+    assert type(fast) is type(slow)
+    assert fast == slow
+    assert fast.to_wire() == slow.to_wire()
+    assert parse_event(obj, trusted_json=True) == slow
+
+
+def _progress(**overrides: Any) -> dict[str, Any]:
+    obj: dict[str, Any] = {
+        "turnId": TURN_ID,
+        "ts": "2025-11-11T04:36:29.000Z",
+        "type": "tool_progress",
+        "toolCallId": "c1",
+        "source": "sync",
+        "progress": {"done": False},
+    }
+    obj.update(overrides)
+    return {k: v for k, v in obj.items() if v is not ...}
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        _progress(extra=1),  # unknown field
+        _progress(source="elsewhere"),  # literal out of range
+        _progress(toolCallId=7),  # wrong type
+        _progress(progress=...),  # missing field
+        _progress(type="tool_progresss"),  # unknown type
+        _progress(type=["tool_progress"]),  # unhashable type
+        _progress(type=...),  # no type
+    ],
+)
+def test_invalid_objects_fail_exactly_as_through_the_union(obj: dict[str, Any]) -> None:
+    with pytest.raises(ValidationError) as through_union:
+        event_adapter.validate_python(obj, context=TRUSTED_JSON)
+    with pytest.raises(ValidationError) as through_parse:
+        parse_event(obj, trusted_json=True)
+    assert through_parse.value.errors() == through_union.value.errors()
+
+
+def test_untrusted_values_are_still_walked() -> None:
+    with pytest.raises(ValidationError, match="NaN"):
+        parse_event(_progress(progress={"x": math.nan}))
+    with pytest.raises(ValidationError, match="non-string key"):
+        parse_event(_progress(progress={1: "x"}))
+
+
+@pytest.mark.parametrize(
+    ("line", "rule"),
+    [
+        (b'{"progress": NaN}', "not valid JSON"),
+        (b"[1, 2]", "not an event object"),
+        (b'"tool_progress"', "not an event object"),
+        (b'{"type": "nope"}', "unknown event type"),
+        (b"{}", "no event type"),
+    ],
+)
+def test_reading_reports_odd_lines_precisely(line: bytes, rule: str) -> None:
+    lines = _history()
+    lines.insert(3, line)
+    repo = InMemoryTurnRepository()
+    repo.put_raw(TURN_ID, b"".join(raw + b"\n" for raw in lines))
+    with pytest.raises(CorruptTurnError) as caught:
+        repo.read(TURN_ID)
+    assert caught.value.line == 4
+    assert rule in str(caught.value)
+
+
+def test_reading_rejects_a_non_finite_number_spelled_as_overflow() -> None:
+    lines = _history()
+    progress = next(i for i, raw in enumerate(lines) if b'"tool_progress"' in raw)
+    lines[progress] = lines[progress].replace(b'"bytesRead":10', b'"bytesRead":1e400')
+    assert b"1e400" in lines[progress]
+    repo = InMemoryTurnRepository()
+    repo.put_raw(TURN_ID, b"".join(raw + b"\n" for raw in lines))
+    with pytest.raises(CorruptTurnError) as caught:
+        repo.read(TURN_ID)
+    assert caught.value.line == progress + 1
