@@ -13,9 +13,9 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from activities import TurnActivities
-from activities.payloads import AppendInput, AppendResult
+from activities.payloads import AppendInput, AppendResult, ModelCallInput, ModelCallResult
 from tests.harness import Harness, sync_tool
-from turncore.errors import CorruptTurnError
+from turncore.errors import CorruptTurnError, InfrastructureError
 from turncore.tools import ToolContext
 
 
@@ -74,3 +74,22 @@ async def test_a_torn_final_line_makes_the_turn_corrupt(temporal_env: WorkflowEn
         with pytest.raises(CorruptTurnError):
             await h.turns.get_turn(turn_id)
         assert path.read_bytes() == intact + b'{"type":"turn_fail'
+
+
+async def test_a_model_activity_that_keeps_dying_fails_the_run_not_the_turn(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    attempts: list[int] = []
+
+    @activity.defn(name="call_model")
+    async def broken_model_activity(input: ModelCallInput) -> ModelCallResult:
+        attempts.append(input.model_call_index)
+        raise RuntimeError("the model activity crashed before recording anything")
+
+    async with Harness(temporal_env.client, tmp_path, ["hi"], replace_activities=[broken_model_activity]) as h:
+        turn_id = await h.create("go")
+        before = h.repo.path_for(turn_id).read_bytes()
+        with pytest.raises(InfrastructureError, match="3 times in a row"):
+            await h.turns.recover(turn_id)
+        assert len(attempts) == 3
+        assert h.repo.path_for(turn_id).read_bytes() == before  # no false turn_failed

@@ -63,6 +63,21 @@ INPUT_PREVIEW = 200
 """Longest input preview in a turn's memo, in characters."""
 
 
+_REJECTIONS = {"RejectedInputError", "ValueError", "ValidationError"}
+
+
+def _update_error(exc: WorkflowUpdateFailedError) -> Exception:
+    """The turncore error an update failure stands for."""
+    cause = exc.cause
+    if not isinstance(cause, ApplicationError):
+        return RejectedInputError(str(cause) if cause is not None else str(exc))
+    if cause.type == "DependencyError":
+        return DependencyError(cause.message)
+    if cause.type in _REJECTIONS or cause.type is None:
+        return RejectedInputError(cause.message)
+    return InfrastructureError(cause.message)
+
+
 def iso_now() -> str:
     now = datetime.now(UTC)
     return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
@@ -74,12 +89,12 @@ def start_details(definition: TurnCreated) -> dict[str, Any]:
     workflow's first settle point upserts the real status."""
     resolved = definition.agent.resolved
     pairs: list[SearchAttributePair[Any]] = [
-        TURN_STATUS.value_set("running"),
-        TURN_AGENT.value_set(resolved.agent_id),
-        TURN_MODEL.value_set(resolved.model.label()),
+        SearchAttributePair(TURN_STATUS, "running"),
+        SearchAttributePair(TURN_AGENT, resolved.agent_id),
+        SearchAttributePair(TURN_MODEL, resolved.model.label()),
     ]
     if definition.session_id:
-        pairs.append(TURN_SESSION.value_set(definition.session_id))
+        pairs.append(SearchAttributePair(TURN_SESSION, definition.session_id))
     memo: dict[str, Any] = {
         "turnId": definition.turn_id,
         "input": message_preview(definition.input, INPUT_PREVIEW),
@@ -230,12 +245,7 @@ class TurnClient:
                 raw = await self._client.get_workflow_handle(turn_id).execute_update("settle", None)
             return outcome_adapter.validate_python({k: v for k, v in raw.items() if k != "turnId"})
         except WorkflowUpdateFailedError as exc:
-            cause = exc.cause
-            if isinstance(cause, ApplicationError) and cause.type == "DependencyError":
-                raise DependencyError(cause.message) from None
-            if isinstance(cause, ApplicationError):
-                raise RejectedInputError(cause.message) from None
-            raise RejectedInputError(str(cause) if cause is not None else str(exc)) from None
+            raise _update_error(exc) from None
         except RPCError as exc:
             if exc.status == RPCStatusCode.NOT_FOUND or "aborted" in exc.message:
                 # The run ended under the update (it could not advance): report why.

@@ -77,6 +77,10 @@ TURN_SESSION = SearchAttributeKey.for_keyword("TurnSession")
 TURN_PENDING = SearchAttributeKey.for_keyword("TurnPendingInputs")
 SEARCH_ATTRIBUTES = (TURN_STATUS, TURN_AGENT, TURN_MODEL, TURN_SESSION, TURN_PENDING)
 
+MAX_FRUITLESS_MODEL_ATTEMPTS = 3
+"""An activity that keeps dying before it records anything is an infrastructure
+problem, not something to retry forever."""
+
 _SAFE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5)
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 
@@ -107,6 +111,8 @@ class _Flags:
     reload: bool = False
     woken: int = 0
     settles: int = 0
+    strikes: int = 0
+    """Model call attempts in a row that ended without a result."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
 
 
@@ -148,13 +154,19 @@ class TurnWorkflow:
                     "validate_dependencies", ValidateDependenciesInput(turn_id=self._turn_id), None
                 )
             await self._drive()
-        except ApplicationError as exc:
-            # The environment cannot advance this turn (§15.3): answer every
-            # waiting caller with the reason, then fail this run. The file is
-            # unchanged; `recover` starts a new run once the environment is fixed.
-            self._fail_waiters(exc)
+        except (ApplicationError, ActivityError) as exc:
+            # The environment cannot advance this turn (§15.3) or the file
+            # cannot be trusted: answer every waiting caller with the reason,
+            # then fail this run. Nothing false was written; `recover` starts
+            # a new run once the environment or the file is fixed.
+            if isinstance(exc, ApplicationError):
+                self._fail_waiters(exc)
+                await workflow.wait_condition(workflow.all_handlers_finished)
+                raise
+            failure = _infrastructure_failure(exc)
+            self._fail_waiters(failure)
             await workflow.wait_condition(workflow.all_handlers_finished)
-            raise
+            raise failure from None
         except asyncio.CancelledError:
             # Temporal cancelled the workflow: the same path as a cancel input.
             if self._cancel is None:
@@ -451,7 +463,16 @@ class TurnWorkflow:
                 ) from exc
             workflow.logger.warning("model call %s ended without a result: %s", index, exc)
             self._flags.reload = True
+            self._flags.strikes += 1
+            if self._flags.strikes >= MAX_FRUITLESS_MODEL_ATTEMPTS:
+                raise ApplicationError(
+                    f"turn {self._turn_id}: the model call activity failed {self._flags.strikes} times "
+                    f"in a row without recording anything: {_cause(exc)}",
+                    type="InfrastructureError",
+                    non_retryable=True,
+                ) from exc
             return
+        self._flags.strikes = 0
         self._absorb_model(result.events)
 
     def _absorb_model(self, wire_events: list[dict[str, Any]]) -> None:
@@ -703,6 +724,12 @@ class TurnWorkflow:
                     raise RejectedInputError(message) from exc
                 raise ApplicationError(message, type="DependencyError", non_retryable=True) from exc
             raise
+
+
+def _infrastructure_failure(exc: ActivityError) -> ApplicationError:
+    failure = _application_failure(exc)
+    kind = failure.type if failure is not None and failure.type else "InfrastructureError"
+    return ApplicationError(_cause(exc), type=kind, non_retryable=True)
 
 
 def _classify_request(t: ToolCallState) -> ClassifyRequest:
