@@ -13,6 +13,7 @@ from turncore.events import TextDelta
 async def test_plain_model_response(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
     async with Harness(temporal_env.client, tmp_path, ["Hello there, how are you today?"]) as h:
         turn_id = await h.create("hi")
+        lifecycle = h.hub.lifecycle()
         execution = h.turns.advance_turn(turn_id)
         streamed = [e async for e in execution.events]
         outcome = await execution.outcome
@@ -33,3 +34,8 @@ async def test_plain_model_response(temporal_env: WorkflowEnvironment, tmp_path:
         deltas = [e for e in streamed if isinstance(e, TextDelta)]
         assert "".join(d.delta for d in deltas) == "Hello there, how are you today?"
         await h.assert_file_matches_query(turn_id)
+        # Processing events are published on the bus but never persisted (§17, §26.1).
+        published = [lifecycle.get_nowait().type for _ in range(lifecycle.qsize())]
+        assert published == ["turn-processing-start", "turn-processing-end"]
+        assert not {"turn-processing-start", "turn-processing-end"} & set(types)
+        assert turn_id not in h.hub.active

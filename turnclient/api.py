@@ -50,7 +50,7 @@ from turncore.events import (
     outcome_adapter,
 )
 from turncore.ids import TurnIdGenerator, validate_turn_id
-from turncore.live import LiveHub
+from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
@@ -218,6 +218,18 @@ class TurnClient:
         return TurnExecution(outcome, events)
 
     async def _advance(
+        self, turn_id: str, input: TurnExternalInput | None, start: asyncio.Future[int]
+    ) -> TurnOutcome:
+        hub = self._hub
+        if hub is not None:
+            hub.publish_lifecycle(TurnProcessingStart(turn_id=turn_id))
+        try:
+            return await self._advance_inner(turn_id, input, start)
+        finally:
+            if hub is not None:
+                hub.publish_lifecycle(TurnProcessingEnd(turn_id=turn_id))
+
+    async def _advance_inner(
         self, turn_id: str, input: TurnExternalInput | None, start: asyncio.Future[int]
     ) -> TurnOutcome:
         try:

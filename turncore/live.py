@@ -13,13 +13,54 @@ import asyncio
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Literal
 
+from ._wire import WireModel
 from .events import TurnDelta
+
+
+class TurnProcessingStart(WireModel):
+    """Ephemeral (§17): an advance of this turn began in this process. Never persisted."""
+
+    type: Literal["turn-processing-start"] = "turn-processing-start"
+    turn_id: str
+
+
+class TurnProcessingEnd(WireModel):
+    """Ephemeral (§17): that advance settled or failed. Never persisted."""
+
+    type: Literal["turn-processing-end"] = "turn-processing-end"
+    turn_id: str
+
+
+LifecycleEvent = TurnProcessingStart | TurnProcessingEnd
 
 
 class LiveHub:
     def __init__(self) -> None:
         self._subscribers: dict[str, list[asyncio.Queue[TurnDelta]]] = defaultdict(list)
+        self._lifecycle: list[asyncio.Queue[LifecycleEvent]] = []
+        self.active: set[str] = set()
+        """Turns with an advance in progress in this process; lost with the process,
+        which is exactly right: no execution is then known to be active."""
+
+    def publish_lifecycle(self, event: LifecycleEvent) -> None:
+        if isinstance(event, TurnProcessingStart):
+            self.active.add(event.turn_id)
+        else:
+            self.active.discard(event.turn_id)
+        for queue in list(self._lifecycle):
+            queue.put_nowait(event)
+
+    def lifecycle(self) -> asyncio.Queue[LifecycleEvent]:
+        """A queue of every lifecycle event from now on (until ``drop_lifecycle``)."""
+        queue: asyncio.Queue[LifecycleEvent] = asyncio.Queue()
+        self._lifecycle.append(queue)
+        return queue
+
+    def drop_lifecycle(self, queue: asyncio.Queue[LifecycleEvent]) -> None:
+        if queue in self._lifecycle:
+            self._lifecycle.remove(queue)
 
     def publish(self, delta: TurnDelta) -> None:
         for queue in list(self._subscribers.get(delta.turn_id, ())):
