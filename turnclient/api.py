@@ -253,7 +253,8 @@ class TurnClient:
             else:
                 raw = await handle.execute_update(input.type, input.to_wire())
             while raw.get("continuedAsNew"):
-                # The run handed over to a fresh one; ask that one.
+                # The run is handing over to a fresh one; ask the latest run.
+                await asyncio.sleep(0.05)
                 raw = await self._client.get_workflow_handle(turn_id).execute_update("settle", None)
             return outcome_adapter.validate_python({k: v for k, v in raw.items() if k != "turnId"})
         except WorkflowUpdateFailedError as exc:

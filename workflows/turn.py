@@ -235,8 +235,18 @@ class TurnWorkflow:
         Callers waiting for a settle point are told the run continued as new
         (``{"continuedAsNew": true}``) and ask the next run instead.
         """
-        self._release_waiters({"continuedAsNew": True})
-        await workflow.wait_condition(workflow.all_handlers_finished)
+        while True:
+            self._release_waiters({"continuedAsNew": True})
+            await workflow.wait_condition(
+                lambda: workflow.all_handlers_finished()
+                or bool(self._settle_waiters)
+                or bool(self._queue)
+                or self._cancel is not None
+            )
+            if self._queue or self._cancel is not None:
+                return  # new input arrived meanwhile: serve it here, hand over later
+            if workflow.all_handlers_finished():
+                break
         carried = dataclasses.replace(
             self._input, cancel=None, rejected_inputs=self._flags.rejected[-50:]
         )
