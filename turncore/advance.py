@@ -41,6 +41,7 @@ from .events import (
     TurnOutcome,
     TurnSuspended,
 )
+from .jsonvalue import JsonValue
 from .permissions import PermissionCheck, PermissionClassification
 from .reducer import ToolCallState, TurnState
 
@@ -499,6 +500,14 @@ def _known_call(state: TurnState, tool_call_id: str) -> ToolCallState:
     return call
 
 
+def _stated_reason(metadata: JsonValue) -> str | None:
+    if isinstance(metadata, dict):
+        reason = metadata.get("reason")
+        if isinstance(reason, str) and reason.strip():
+            return reason
+    return None
+
+
 def input_events(state: TurnState, input: TurnExternalInput, ts: str) -> list[TurnEvent]:
     """The durable events of an accepted non-cancel input (check it first)."""
     turn_id = state.definition.turn_id
@@ -511,6 +520,10 @@ def input_events(state: TurnState, input: TurnExternalInput, ts: str) -> list[Tu
                     tool_call_id=input.tool_call_id,
                     decision=input.decision,
                     source="human",
+                    # A human's stated reason (``turns deny --reason``) rides in
+                    # the input's metadata; it becomes the decision's reason,
+                    # which the denial result shows the model.
+                    reason=_stated_reason(input.metadata),
                     metadata=input.metadata,
                 )
             ]
