@@ -1,0 +1,226 @@
+"""``turns.toml``: layering over the built-ins, and every mistake named by its key."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from turnclient.config import BUILTIN_AGENTS, ConfigError, load_config
+from turnclient.runtime import RuleClassifier, Runtime
+from turncore.errors import DependencyError
+from turncore.events import RequestedAgent
+from turncore.permissions import PermissionClassificationBatch, PermissionClassificationInput
+from turncore.tools import ToolContext
+
+
+def write(home: Path, text: str) -> Path:
+    home.mkdir(parents=True, exist_ok=True)
+    (home / "turns.toml").write_text(textwrap.dedent(text))
+    return home
+
+
+def test_no_file_means_the_built_ins(tmp_path: Path) -> None:
+    config = load_config(tmp_path)
+    assert config.source is None
+    assert config.default_agent == "demo"
+    assert config.default_model is None
+    assert config.task_queue == "turns"
+    assert config.workspace == tmp_path / "workspace"
+    assert set(config.agents) == set(BUILTIN_AGENTS) == {"demo", "assistant"}
+    assert config.agents["demo"].model == "scripted/demo"
+    assert set(config.tools) == {
+        "clock",
+        "calculator",
+        "read_file",
+        "list_dir",
+        "write_file",
+        "http_get",
+        "ask_human",
+    }
+    permissions = {n: t.permission for n, t in config.tools.items()}
+    assert permissions["write_file"] == permissions["http_get"] == "ask"
+    assert permissions["read_file"] == permissions["clock"] == "none"
+    ask = config.tools["ask_human"]
+    assert (ask.execution, ask.requires_human, ask.tool_id) == ("async", True, "builtin:ask_human")
+
+
+def test_a_full_file_layers_over_the_built_ins(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        """
+        default_agent = "coder"
+        default_model = "openai/gpt-4.1"
+        workspace = "/srv/project"
+        task_queue = "my-turns"
+
+        [providers.openai]
+        kind = "openai-responses"
+        api_key_env = "OPENAI_API_KEY"
+
+        [providers.local]
+        kind = "openai-chat"
+        base_url = "http://127.0.0.1:11434/v1"
+
+        [agents.coder]
+        system_prompt = "You write code."
+        model = "local/qwen3:8b"
+        tools = ["read_file", "deploy", "word_count"]
+        reasoning_effort = "high"
+
+        [agents.demo]
+        tools = ["clock"]
+
+        [tools.deploy]
+        execution = "async"
+        description = "Deploy; CI reports back."
+        input_schema = { type = "object", properties = { env = { type = "string" } } }
+
+        [tools.word_count]
+        execution = "sync"
+        callable = "mytools:word_count"
+        permission = "none"
+
+        [tools.write_file]
+        permission = "none"
+
+        [permissions]
+        allow = ["write_file"]
+        deny = ["http_get"]
+
+        [context]
+        elide_historic_tool_results_threshold_chars = 100
+        """,
+    )
+    config = load_config(tmp_path, env={"TURNS_TASK_QUEUE": "from-env"})
+    assert config.default_agent == "coder"
+    assert config.default_model == "openai/gpt-4.1"
+    assert config.workspace == Path("/srv/project")
+    assert config.task_queue == "from-env"  # the environment wins over the file
+    coder = config.agents["coder"]
+    assert (coder.model, coder.tools, coder.reasoning_effort) == (
+        "local/qwen3:8b",
+        ("read_file", "deploy", "word_count"),
+        "high",
+    )
+    demo = config.agents["demo"]
+    assert demo.tools == ("clock",) and demo.model == "scripted/demo"  # other keys kept
+    assert config.agents["assistant"] == BUILTIN_AGENTS["assistant"]
+    deploy = config.tools["deploy"]
+    assert (deploy.tool_id, deploy.permission, deploy.requires_human) == (
+        "external:deploy",
+        "ask",  # undeclared permission fails closed
+        False,
+    )
+    assert config.tools["word_count"].tool_id == "user:word_count"
+    assert config.tools["write_file"].permission == "none"
+    assert config.tools["write_file"].builtin
+    assert config.providers["local"].base_url == "http://127.0.0.1:11434/v1"
+    assert (config.auto_allow, config.auto_deny) == (("write_file",), ("http_get",))
+    assert config.context.elide_historic_tool_results_threshold_chars == 100
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("defualt_agent = 'x'", "turns.toml: unknown key defualt_agent"),
+        ("default_agent = 'nobody'", "default_agent 'nobody' is not an agent"),
+        ("default_model = 'gpt-4'", "a model reference is PROVIDER/MODEL"),
+        ("default_model = 'openai/gpt-4'", "provider 'openai' is not configured"),
+        ("[agents.x]\nmodel = 'scripted/demo'", "agents.x needs a system_prompt"),
+        ("[agents.x]\nsystem_prompt = 's'\ntools = ['bash']", "agents.x.tools: unknown tool 'bash'"),
+        ("[agents.x]\nsystem_prompt = 's'\ntools = 'clock'", "agents.x.tools must be a list"),
+        ("[agents.x]\nsystem_prompt = 's'\nreasoning_effort = 'max'", "reasoning_effort must be"),
+        ("[agents.x]\nsystem_prompt = 's'\ntemperature = 1", "agents.x: unknown key temperature"),
+        ("[tools.t]\ndescription = 'd'", 'tools.t.execution must be "sync" or "async"'),
+        ("[tools.t]\nexecution = 'sync'", 'a sync tool needs callable = "module:function"'),
+        ("[tools.t]\nexecution = 'async'\ncallable = 'm:f'", "an async tool has no callable"),
+        ("[tools.t]\nexecution = 'async'\npermission = 'maybe'", "permission must be"),
+        ("[tools.'a b']\nexecution = 'async'", "a tool name is 1-64 letters"),
+        ("[tools.read_file]\nexecution = 'async'", "read_file is a built-in tool"),
+        ("[providers.p]\nkind = 'openai-chat'\napi_key = 'sk-1'", "API keys are never written"),
+        ("[providers.p]\nkind = 'grpc'", "unknown provider kind 'grpc'"),
+        ("[permissions]\nallow = ['nope']", "permissions.allow: unknown tool 'nope'"),
+        ("[context]\nelide_everything = true", "context:"),
+        ("this is not toml", "is not valid TOML"),
+    ],
+)
+def test_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
+    write(tmp_path, text)
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("[", r"\[")) as info:
+        load_config(tmp_path)
+    assert str(tmp_path / "turns.toml") in str(info.value)
+    assert isinstance(info.value, DependencyError)
+
+
+def test_the_runtime_wires_user_tools_agents_and_the_classifier(tmp_path: Path) -> None:
+    (tmp_path / "mytools_cfgtest.py").write_text(
+        "def word_count(input):\n    return {'words': len(input['text'].split())}\n"
+    )
+    write(
+        tmp_path,
+        """
+        [agents.counter]
+        system_prompt = "Count."
+        model = "scripted/demo"
+        tools = ["word_count", "deploy", "clock"]
+
+        [tools.word_count]
+        execution = "sync"
+        callable = "mytools_cfgtest:word_count"
+        permission = "none"
+
+        [tools.deploy]
+        execution = "async"
+
+        [permissions]
+        allow = ["clock"]
+        deny = ["deploy"]
+        """,
+    )
+    runtime = Runtime.from_work_dir(tmp_path, env={})
+    resolved = runtime.resolver.resolve(RequestedAgent(agent_id="counter"))
+    assert [t.tool_id for t in resolved.tools] == ["user:word_count", "external:deploy", "builtin:clock"]
+    runtime.tools.check_all(resolved.tools)
+    assert runtime.work_dir == tmp_path and (tmp_path / "workspace").is_dir()
+
+    import asyncio
+
+    tool = runtime.tools.sync_tool(resolved.tools[0])
+    context = ToolContext("t", "c", asyncio.Event(), lambda p: asyncio.sleep(0))
+    result = asyncio.run(tool.execute({"text": "one two three"}, context))
+    assert result.output == {"words": 3} and not result.is_error
+
+    assert isinstance(runtime.deps.classifier, RuleClassifier)
+    batch = PermissionClassificationBatch(
+        turn_id="t",
+        messages=[],
+        requests=[
+            PermissionClassificationInput(tool_call_id=c, tool_name=n, input={}, request=None)
+            for c, n in (("a", "clock"), ("b", "deploy"), ("c", "word_count"))
+        ],
+    )
+    decisions = asyncio.run(runtime.deps.classifier.classify(batch))
+    assert [d.decision for d in decisions] == ["allow", "deny", "defer"]
+
+
+def test_a_callable_that_cannot_be_imported_is_a_config_error(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        """
+        [tools.t]
+        execution = "sync"
+        callable = "no_such_module_here:f"
+        """,
+    )
+    with pytest.raises(ConfigError, match="tools.t: cannot load no_such_module_here:f"):
+        Runtime.from_work_dir(tmp_path, env={})
+
+
+def test_an_agent_without_a_model_needs_the_default(tmp_path: Path) -> None:
+    runtime = Runtime.from_work_dir(tmp_path, env={})
+    with pytest.raises(DependencyError, match="names no model"):
+        runtime.resolver.resolve(RequestedAgent(agent_id="assistant"))
+    assert runtime.model_for("assistant", None) is None
+    assert runtime.model_for("assistant", "scripted/demo") is not None

@@ -1,0 +1,444 @@
+"""The built-in tools: clock, calculator, read_file, list_dir, write_file, http_get, ask_human.
+
+Each is a plain function ``fn(input, context)`` wrapped in a ``FunctionTool``
+(``ask_human`` is async: it has no implementation, a human answers it with
+``turns complete``). File tools are confined to one directory, the
+workspace: a path that resolves outside it — through ``..``, an absolute
+path or a symlink — is refused with an error result, never followed.
+
+A tool's problem (a bad argument, a refused path, an unreachable URL) is an
+error *result* the model can read and correct (§21.2), not an exception.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import math
+import operator
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import UTC, datetime
+from pathlib import Path
+from typing import Any, Literal
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import httpx
+
+from turncore.events import ToolResultData
+from turncore.tools import ToolContext, ToolFunction
+
+MAX_READ_BYTES = 256 * 1024
+MAX_LIST_ENTRIES = 500
+MAX_HTTP_BYTES = 64 * 1024
+HTTP_TIMEOUT = 15.0
+
+
+class ToolProblem(Exception):
+    """A problem the model should read as an error result."""
+
+
+@dataclass(frozen=True)
+class BuiltinTool:
+    """The declaration of a built-in tool (what ``turns.toml`` may override is marked)."""
+
+    name: str
+    description: str
+    """Overridable in ``[tools.NAME]``."""
+    input_schema: dict[str, Any]
+    execution: Literal["sync", "async"]
+    permission: Literal["none", "ask"]
+    """Overridable in ``[tools.NAME]``."""
+    requires_human: bool = False
+
+
+def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
+    return {
+        "type": "object",
+        "properties": properties,
+        "required": required,
+        "additionalProperties": False,
+    }
+
+
+_PATH = {"type": "string", "description": "A path relative to the workspace."}
+
+BUILTIN_TOOLS: dict[str, BuiltinTool] = {
+    t.name: t
+    for t in (
+        BuiltinTool(
+            "clock",
+            "The current date and time in an IANA time zone such as America/Chicago "
+            "(UTC when no zone is given).",
+            _obj({"timeZone": {"type": "string", "description": "An IANA time zone name."}}, []),
+            "sync",
+            "none",
+        ),
+        BuiltinTool(
+            "calculator",
+            "Evaluate an arithmetic expression: numbers, + - * / // % **, parentheses, "
+            "pi, e, and sqrt, exp, log, log10, sin, cos, tan, abs, round, floor, ceil.",
+            _obj({"expression": {"type": "string"}}, ["expression"]),
+            "sync",
+            "none",
+        ),
+        BuiltinTool(
+            "read_file",
+            "Read a text file in the workspace.",
+            _obj({"path": _PATH}, ["path"]),
+            "sync",
+            "none",
+        ),
+        BuiltinTool(
+            "list_dir",
+            "List a directory in the workspace ('.' is the workspace itself).",
+            _obj({"path": _PATH}, []),
+            "sync",
+            "none",
+        ),
+        BuiltinTool(
+            "write_file",
+            "Write (or with append=true, append to) a text file in the workspace. "
+            "Needs a human's approval.",
+            _obj(
+                {"path": _PATH, "content": {"type": "string"}, "append": {"type": "boolean"}},
+                ["path", "content"],
+            ),
+            "sync",
+            "ask",
+        ),
+        BuiltinTool(
+            "http_get",
+            "Fetch an http(s) URL and return its status, content type and (text) body. "
+            "Needs a human's approval.",
+            _obj({"url": {"type": "string"}}, ["url"]),
+            "sync",
+            "ask",
+        ),
+        BuiltinTool(
+            "ask_human",
+            "Ask the human a question and wait for the answer.",
+            _obj({"question": {"type": "string"}}, ["question"]),
+            "async",
+            "none",
+            requires_human=True,
+        ),
+    )
+}
+
+
+def _field(input: Any, name: str, kind: type, default: Any = None, required: bool = True) -> Any:
+    if not isinstance(input, dict):
+        raise ToolProblem("the input must be a JSON object")
+    if name not in input:
+        if required:
+            raise ToolProblem(f"the input needs {name!r}")
+        return default
+    value = input[name]
+    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
+        raise ToolProblem(f"{name!r} must be a {kind.__name__}")
+    return value
+
+
+def _problems_as_results(fn: Callable[[Any, ToolContext], Any]) -> ToolFunction:
+    """Turn a ToolProblem into an error result; anything else propagates (a tool bug)."""
+    if _is_async(fn):
+
+        async def run_async(input: Any, context: ToolContext) -> Any:
+            try:
+                return await fn(input, context)
+            except ToolProblem as exc:
+                return ToolResultData(output=str(exc), is_error=True)
+
+        return run_async
+
+    def run(input: Any, context: ToolContext) -> Any:
+        try:
+            return fn(input, context)
+        except ToolProblem as exc:
+            return ToolResultData(output=str(exc), is_error=True)
+
+    return run
+
+
+def _is_async(fn: Callable[..., Any]) -> bool:
+    return inspect.iscoroutinefunction(fn)
+
+
+# ---------------------------------------------------------------- clock
+
+
+def clock_tool(now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> ToolFunction:
+    def clock(input: Any, context: ToolContext) -> Any:
+        zone_name = _field(input, "timeZone", str, "UTC", required=False)
+        try:
+            zone = ZoneInfo(zone_name)
+        except (ZoneInfoNotFoundError, ValueError):
+            raise ToolProblem(
+                f"unknown time zone {zone_name!r}; use an IANA name such as America/Chicago"
+            ) from None
+        local = now().astimezone(zone)
+        hour = local.hour % 12 or 12
+        return {
+            "timeZone": zone_name,
+            "iso": local.isoformat(timespec="seconds"),
+            "display": f"{hour}:{local:%M} {local:%p} on {local:%A}, {local.day} {local:%B %Y}",
+            "abbreviation": local.tzname() or "",
+            "utcOffset": local.strftime("%z")[:3] + ":" + local.strftime("%z")[3:],
+        }
+
+    return _problems_as_results(clock)
+
+
+# ---------------------------------------------------------------- calculator
+
+_BINARY: dict[type[ast.operator], Callable[[Any, Any], Any]] = {
+    ast.Add: operator.add,
+    ast.Sub: operator.sub,
+    ast.Mult: operator.mul,
+    ast.Div: operator.truediv,
+    ast.FloorDiv: operator.floordiv,
+    ast.Mod: operator.mod,
+    ast.Pow: operator.pow,
+}
+_UNARY: dict[type[ast.unaryop], Callable[[Any], Any]] = {
+    ast.UAdd: operator.pos,
+    ast.USub: operator.neg,
+}
+_FUNCTIONS: dict[str, Callable[..., Any]] = {
+    "sqrt": math.sqrt,
+    "exp": math.exp,
+    "log": math.log,
+    "log10": math.log10,
+    "sin": math.sin,
+    "cos": math.cos,
+    "tan": math.tan,
+    "abs": abs,
+    "round": round,
+    "floor": math.floor,
+    "ceil": math.ceil,
+}
+_CONSTANTS = {"pi": math.pi, "e": math.e}
+MAX_EXPRESSION = 500
+MAX_MAGNITUDE = 10**100
+
+
+def evaluate(expression: str) -> int | float:
+    """Evaluate arithmetic safely: only numbers, operators and the listed functions."""
+    if len(expression) > MAX_EXPRESSION:
+        raise ToolProblem(f"the expression is longer than {MAX_EXPRESSION} characters")
+    try:
+        tree = ast.parse(expression.replace("^", "**"), mode="eval")
+    except SyntaxError:
+        raise ToolProblem(f"{expression!r} is not an arithmetic expression") from None
+
+    def ev(node: ast.AST) -> Any:
+        if isinstance(node, ast.Expression):
+            return ev(node.body)
+        if isinstance(node, ast.Constant) and type(node.value) in (int, float):
+            return node.value
+        if isinstance(node, ast.Name) and node.id in _CONSTANTS:
+            return _CONSTANTS[node.id]
+        if isinstance(node, ast.UnaryOp) and type(node.op) in _UNARY:
+            return _UNARY[type(node.op)](ev(node.operand))
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = ev(node.left), ev(node.right)
+            if isinstance(node.op, ast.Pow) and (abs(right) > 1000 or abs(left) > 10**9):
+                raise ToolProblem("the power is too large")
+            return _check(_BINARY[type(node.op)](left, right))
+        if (
+            isinstance(node, ast.Call)
+            and isinstance(node.func, ast.Name)
+            and node.func.id in _FUNCTIONS
+            and not node.keywords
+            and 1 <= len(node.args) <= 2
+        ):
+            return _check(_FUNCTIONS[node.func.id](*(ev(a) for a in node.args)))
+        raise ToolProblem(f"{ast.unparse(node)!r} is not allowed in an arithmetic expression")
+
+    try:
+        result = ev(tree)
+    except ZeroDivisionError:
+        raise ToolProblem("division by zero") from None
+    except (ValueError, OverflowError, TypeError) as exc:
+        raise ToolProblem(f"cannot evaluate {expression!r}: {exc}") from None
+    return result  # type: ignore[no-any-return]
+
+
+def _check(value: Any) -> Any:
+    if isinstance(value, complex):
+        raise ToolProblem("the result is not a real number")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ToolProblem("the result is not a finite number")
+    if isinstance(value, int) and abs(value) > MAX_MAGNITUDE:
+        raise ToolProblem("the result is too large")
+    return value
+
+
+def calculator_tool() -> ToolFunction:
+    def calculator(input: Any, context: ToolContext) -> Any:
+        expression = _field(input, "expression", str)
+        return {"expression": expression, "result": evaluate(expression)}
+
+    return _problems_as_results(calculator)
+
+
+# ---------------------------------------------------------------- files
+
+
+def confine(root: Path, given: Any) -> Path:
+    """``given`` resolved inside ``root`` (following symlinks), or a ToolProblem."""
+    if not isinstance(given, str) or not given.strip():
+        raise ToolProblem("'path' must be a non-empty string")
+    if "\0" in given:
+        raise ToolProblem("'path' must not contain NUL")
+    base = root.resolve()
+    candidate = Path(given)
+    resolved = (candidate if candidate.is_absolute() else base / candidate).resolve()
+    if resolved != base and base not in resolved.parents:
+        raise ToolProblem(f"{given!r} is outside the workspace; only paths inside it are allowed")
+    return resolved
+
+
+def _relative(root: Path, path: Path) -> str:
+    rel = path.relative_to(root.resolve())
+    return str(rel) if str(rel) != "." else "."
+
+
+def read_file_tool(root: Path) -> ToolFunction:
+    def read_file(input: Any, context: ToolContext) -> Any:
+        path = confine(root, _field(input, "path", str))
+        if not path.exists():
+            raise ToolProblem(f"{_relative(root, path)} does not exist")
+        if not path.is_file():
+            raise ToolProblem(f"{_relative(root, path)} is not a file")
+        with open(path, "rb") as f:
+            data = f.read(MAX_READ_BYTES + 1)
+        truncated = len(data) > MAX_READ_BYTES
+        data = data[:MAX_READ_BYTES]
+        if b"\0" in data:
+            raise ToolProblem(f"{_relative(root, path)} is a binary file")
+        return {
+            "path": _relative(root, path),
+            "size": path.stat().st_size,
+            "content": data.decode("utf-8", errors="replace"),
+            "truncated": truncated,
+        }
+
+    return _problems_as_results(read_file)
+
+
+def list_dir_tool(root: Path) -> ToolFunction:
+    def list_dir(input: Any, context: ToolContext) -> Any:
+        path = confine(root, _field(input, "path", str, ".", required=False))
+        if not path.is_dir():
+            raise ToolProblem(f"{_relative(root, path)} is not a directory")
+        entries: list[dict[str, Any]] = []
+        names = sorted(os.listdir(path))
+        for name in names[:MAX_LIST_ENTRIES]:
+            full = path / name
+            if full.is_symlink():
+                kind = "link"
+            elif full.is_dir():
+                kind = "dir"
+            elif full.is_file():
+                kind = "file"
+            else:
+                kind = "other"
+            entry: dict[str, Any] = {"name": name, "type": kind}
+            if kind == "file":
+                entry["size"] = full.stat().st_size
+            entries.append(entry)
+        return {
+            "path": _relative(root, path),
+            "entries": entries,
+            "truncated": len(names) > MAX_LIST_ENTRIES,
+        }
+
+    return _problems_as_results(list_dir)
+
+
+def write_file_tool(root: Path) -> ToolFunction:
+    def write_file(input: Any, context: ToolContext) -> Any:
+        path = confine(root, _field(input, "path", str))
+        content = _field(input, "content", str)
+        append = _field(input, "append", bool, False, required=False)
+        if path == root.resolve() or path.is_dir():
+            raise ToolProblem(f"{_relative(root, path)} is a directory")
+        existed = path.exists()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a" if append else "w", encoding="utf-8") as f:
+            f.write(content)
+        return {
+            "path": _relative(root, path),
+            "bytes": len(content.encode("utf-8")),
+            "created": not existed,
+            "appended": append,
+        }
+
+    return _problems_as_results(write_file)
+
+
+# ---------------------------------------------------------------- http
+
+
+def http_get_tool(
+    client_factory: Callable[[], httpx.AsyncClient] | None = None,
+) -> ToolFunction:
+    def make_client() -> httpx.AsyncClient:
+        if client_factory is not None:
+            return client_factory()
+        return httpx.AsyncClient(timeout=HTTP_TIMEOUT, follow_redirects=True, max_redirects=5)
+
+    async def http_get(input: Any, context: ToolContext) -> Any:
+        url = _field(input, "url", str)
+        try:
+            parsed = httpx.URL(url)
+        except httpx.InvalidURL:
+            raise ToolProblem(f"{url!r} is not a URL") from None
+        if parsed.scheme not in ("http", "https") or not parsed.host:
+            raise ToolProblem("only http and https URLs can be fetched")
+        try:
+            async with make_client() as client, client.stream("GET", url) as response:
+                body = b""
+                async for chunk in response.aiter_bytes():
+                    body += chunk
+                    if len(body) > MAX_HTTP_BYTES:
+                        break
+        except httpx.HTTPError as exc:
+            raise ToolProblem(f"fetching {url} failed: {type(exc).__name__}") from None
+        truncated = len(body) > MAX_HTTP_BYTES
+        return {
+            "url": str(response.url),
+            "status": response.status_code,
+            "contentType": response.headers.get("content-type", ""),
+            "body": body[:MAX_HTTP_BYTES].decode(response.encoding or "utf-8", errors="replace"),
+            "truncated": truncated,
+        }
+
+    return _problems_as_results(http_get)
+
+
+def builtin_implementations(
+    workspace: Path, now: Callable[[], datetime] | None = None
+) -> dict[str, ToolFunction]:
+    """The sync built-ins by name, over ``workspace``."""
+    return {
+        "clock": clock_tool(now) if now is not None else clock_tool(),
+        "calculator": calculator_tool(),
+        "read_file": read_file_tool(workspace),
+        "list_dir": list_dir_tool(workspace),
+        "write_file": write_file_tool(workspace),
+        "http_get": http_get_tool(),
+    }
+
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "BuiltinTool",
+    "ToolProblem",
+    "builtin_implementations",
+    "confine",
+    "evaluate",
+]
