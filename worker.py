@@ -41,6 +41,7 @@ def build_worker(
     extra_activities: Sequence[object] = (),
     replace_activities: Sequence[object] = (),
     max_concurrent_activities: int = 64,
+    graceful_shutdown: timedelta = timedelta(0),
 ) -> Worker:
     """A worker for the Turn workflow and its activities.
 
@@ -74,6 +75,9 @@ def build_worker(
         # heartbeats go out at least every second (not every 0.8 × timeout).
         max_heartbeat_throttle_interval=timedelta(seconds=1),
         default_heartbeat_throttle_interval=timedelta(seconds=1),
+        # How long a stopping worker lets running activities finish before
+        # cancelling them (a long-lived `turns worker` waits; tests do not).
+        graceful_shutdown_timeout=graceful_shutdown,
     )
 
 

@@ -1,0 +1,387 @@
+"""Wiring a runtime from a work dir, connecting to Temporal, and serving turns.
+
+``Runtime.from_work_dir`` turns ``turns.toml`` (over the built-ins) into the
+dependencies the activities need (``TurnDependencies``) and the agent
+resolver the client needs: providers become a ``ModelRegistry`` (with the
+demo model registered), tools a catalog of descriptors, a ``ToolRegistry``
+and the permission declarations, agents a ``StaticAgentResolver``; the
+context resolver reads the work dir's turn files; one ``LiveHub`` carries
+deltas from this process's model calls to this process's watchers.
+
+``temporal(...)`` connects: to ``TEMPORAL_ADDRESS`` (namespace, TLS and API
+key from the usual ``TEMPORAL_*`` variables, through
+``temporalio.envconfig``) when it is set, and otherwise to the work dir's
+embedded dev server (``turnclient.embedded``). ``serving(...)`` runs a
+worker in this process for as long as the block runs. The CLI, ``turns
+worker``, ``python worker.py`` and the tests all wire through here.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import importlib
+import inspect
+import logging
+import os
+import signal
+import sys
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from dataclasses import dataclass
+from datetime import timedelta
+from pathlib import Path
+from typing import Any
+
+from temporalio.client import Client
+from temporalio.envconfig import ClientConfig
+from temporalio.worker import Worker
+
+from activities import TurnDependencies
+from turncore.agents import AgentDefinition, StaticAgentResolver
+from turncore.context import ContextResolver
+from turncore.events import ModelDescriptor, ToolDescriptor
+from turncore.live import LiveHub
+from turncore.model import ModelRegistry, parse_model_ref
+from turncore.permissions import (
+    DeclaredPermissionChecker,
+    PermissionClassification,
+    PermissionClassificationBatch,
+)
+from turncore.reducer import TurnReducer, TurnState
+from turncore.repository import FileTurnRepository
+from turncore.tools import FunctionTool, SyncTool, ToolFunction, ToolRegistry
+from workflows import SEARCH_ATTRIBUTES
+
+from .api import TurnClient, iso_now
+from .builtin_tools import builtin_implementations
+from .config import Config, ConfigError, ToolConfig, load_config, work_dir_from_env
+from .demo import DEMO_MODEL, demo_model
+from .embedded import NAMESPACE, EmbeddedServer
+
+log = logging.getLogger("turnclient")
+
+
+class RuleClassifier:
+    """The ``--auto-permission`` classifier: ``[permissions] allow``/``deny`` by tool name.
+
+    Everything else is deferred to a human (or denied when none is available).
+    """
+
+    def __init__(self, allow: Sequence[str], deny: Sequence[str]) -> None:
+        self._allow = frozenset(allow)
+        self._deny = frozenset(deny)
+
+    async def classify(
+        self, batch: PermissionClassificationBatch
+    ) -> Sequence[PermissionClassification]:
+        out: list[PermissionClassification] = []
+        for r in batch.requests:
+            if r.tool_name in self._deny:
+                decision, reason = "deny", "listed in [permissions] deny of turns.toml"
+            elif r.tool_name in self._allow:
+                decision, reason = "allow", "listed in [permissions] allow of turns.toml"
+            else:
+                decision, reason = "defer", "not listed in [permissions] of turns.toml"
+            out.append(
+                PermissionClassification(
+                    tool_call_id=r.tool_call_id, decision=decision, reason=reason
+                )
+            )
+        return out
+
+
+def import_callable(tool: ToolConfig, search: Path) -> ToolFunction:
+    """The function named by ``callable = "module:function"`` (the work dir is importable)."""
+    assert tool.callable is not None
+    module_name, _, attr = tool.callable.partition(":")
+    if str(search) not in sys.path:
+        sys.path.insert(0, str(search))
+    try:
+        module = importlib.import_module(module_name)
+        fn = getattr(module, attr)
+    except Exception as exc:
+        raise ConfigError(
+            f"tools.{tool.name}: cannot load {tool.callable}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(fn):
+        raise ConfigError(f"tools.{tool.name}: {tool.callable} is not callable")
+    takes_context = len(inspect.signature(fn).parameters) >= 2
+    if takes_context:
+        return fn  # type: ignore[no-any-return]
+    if inspect.iscoroutinefunction(fn):
+
+        async def without_context_async(input: Any, context: Any) -> Any:
+            return await fn(input)
+
+        return without_context_async
+
+    def without_context(input: Any, context: Any) -> Any:
+        return fn(input)
+
+    return without_context
+
+
+@dataclass(frozen=True)
+class Runtime:
+    """Everything a process needs to create, advance and serve the work dir's turns."""
+
+    config: Config
+    repository: FileTurnRepository
+    models: ModelRegistry
+    tools: ToolRegistry
+    catalog: dict[str, ToolDescriptor]
+    resolver: StaticAgentResolver
+    contexts: ContextResolver
+    hub: LiveHub
+    deps: TurnDependencies
+
+    @property
+    def work_dir(self) -> Path:
+        return self.config.work_dir
+
+    @property
+    def task_queue(self) -> str:
+        return self.config.task_queue
+
+    @classmethod
+    def from_work_dir(
+        cls,
+        work_dir: str | os.PathLike[str] | None = None,
+        *,
+        env: Mapping[str, str] | None = None,
+        config: Config | None = None,
+    ) -> Runtime:
+        env = os.environ if env is None else env
+        root = Path(work_dir).absolute() if work_dir is not None else work_dir_from_env(env)
+        config = config or load_config(root, env)
+        return cls.from_config(config, env=env)
+
+    @classmethod
+    def from_config(cls, config: Config, *, env: Mapping[str, str] | None = None) -> Runtime:
+        env = os.environ if env is None else env
+        root = config.work_dir
+        repository = FileTurnRepository(root)
+        models = ModelRegistry(config.providers, env=env, base_dir=root)
+        models.register_function(DEMO_MODEL, demo_model)
+
+        config.workspace.mkdir(parents=True, exist_ok=True)
+        builtins = builtin_implementations(config.workspace)
+        catalog: dict[str, ToolDescriptor] = {}
+        sync: dict[str, SyncTool] = {}
+        async_ids: set[str] = set()
+        declarations: dict[str, Any] = {}
+        for name, tool in config.tools.items():
+            catalog[name] = ToolDescriptor(
+                tool_id=tool.tool_id,
+                name=name,
+                description=tool.description,
+                input_schema=tool.input_schema,
+                execution=tool.execution,
+                requires_human=tool.requires_human,
+            )
+            declarations[tool.tool_id] = tool.permission
+            if tool.execution == "async":
+                async_ids.add(tool.tool_id)
+            elif tool.builtin:
+                sync[tool.tool_id] = FunctionTool(builtins[name])
+            else:
+                sync[tool.tool_id] = FunctionTool(import_callable(tool, root))
+
+        default_model = (
+            parse_model_ref(config.default_model) if config.default_model is not None else None
+        )
+        resolver = StaticAgentResolver(
+            agents={
+                name: AgentDefinition(
+                    agent_id=name,
+                    system_prompt=a.system_prompt,
+                    tools=a.tools,
+                    model=parse_model_ref(a.model) if a.model is not None else None,
+                )
+                for name, a in config.agents.items()
+            },
+            catalog=catalog,
+            default_model=default_model,
+        )
+
+        def load(turn_id: str) -> TurnState:
+            return TurnReducer.of(repository.read(turn_id)).state
+
+        contexts = ContextResolver(load, config.context)
+        hub = LiveHub()
+        registry = ToolRegistry(sync, async_ids)
+        deps = TurnDependencies(
+            repository=repository,
+            models=models,
+            tools=registry,
+            checker=DeclaredPermissionChecker(declarations),
+            classifier=RuleClassifier(config.auto_allow, config.auto_deny),
+            contexts=contexts,
+            clock=iso_now,
+            hub=hub,
+        )
+        return cls(
+            config=config,
+            repository=repository,
+            models=models,
+            tools=registry,
+            catalog=catalog,
+            resolver=resolver,
+            contexts=contexts,
+            hub=hub,
+            deps=deps,
+        )
+
+    def turn_client(self, client: Client) -> TurnClient:
+        return TurnClient(
+            client, self.repository, self.resolver, task_queue=self.task_queue, hub=self.hub
+        )
+
+    def model_for(self, agent: str, override: str | None) -> ModelDescriptor | None:
+        if override is not None:
+            return parse_model_ref(override)
+        a = self.config.agents.get(agent)
+        if a is not None and a.model is not None:
+            return parse_model_ref(a.model)
+        return parse_model_ref(self.config.default_model) if self.config.default_model else None
+
+
+# ---------------------------------------------------------------- Temporal
+
+
+@dataclass(frozen=True)
+class Temporal:
+    """A connection: the client, and the embedded server it goes through (if any)."""
+
+    client: Client
+    address: str
+    namespace: str
+    server: EmbeddedServer | None = None
+
+    @property
+    def ui_url(self) -> str | None:
+        if self.server is not None and self.server.info is not None:
+            return self.server.info.ui_url
+        return None
+
+
+def uses_embedded(env: Mapping[str, str] | None = None) -> bool:
+    env = os.environ if env is None else env
+    return not env.get("TEMPORAL_ADDRESS")
+
+
+@contextlib.asynccontextmanager
+async def temporal(
+    work_dir: Path,
+    *,
+    env: Mapping[str, str] | None = None,
+    ui: bool = False,
+    ui_port: int | None = None,
+) -> AsyncIterator[Temporal]:
+    """Connect to ``TEMPORAL_ADDRESS``, or join the work dir's embedded server for the block."""
+    env = os.environ if env is None else env
+    if not uses_embedded(env):
+        options = ClientConfig.load_client_connect_config(override_env_vars=dict(env))
+        client = await Client.connect(**options)
+        yield Temporal(client, client.service_client.config.target_host, client.namespace)
+        return
+    server = EmbeddedServer(work_dir, SEARCH_ATTRIBUTES, ui=ui, ui_port=ui_port)
+    info = await server.acquire()
+    try:
+        client = await Client.connect(info.address, namespace=NAMESPACE)
+        yield Temporal(client, info.address, NAMESPACE, server)
+    finally:
+        await server.release()
+
+
+def build_turn_worker(
+    runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
+) -> Worker:
+    from worker import build_worker  # the top-level worker module (py-modules)
+
+    return build_worker(
+        client, runtime.deps, task_queue=runtime.task_queue, graceful_shutdown=graceful_shutdown
+    )
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
+) -> AsyncIterator[Worker]:
+    """Run a worker in this process for the block; it is shut down when the block ends."""
+    worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown)
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        if not task.done():
+            await worker.shutdown()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def run_worker(
+    runtime: Runtime,
+    *,
+    env: Mapping[str, str] | None = None,
+    on_ready: Callable[[Temporal], None] | None = None,
+    ui: bool = False,
+    ui_port: int | None = None,
+    worker: bool = True,
+    graceful_shutdown: timedelta = timedelta(seconds=30),
+) -> None:
+    """Serve turns until SIGINT or SIGTERM (``turns worker``, ``turns dev``, ``worker.py``)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        async with temporal(runtime.work_dir, env=env, ui=ui, ui_port=ui_port) as conn:
+            if worker:
+                async with serving(runtime, conn.client, graceful_shutdown=graceful_shutdown):
+                    if on_ready is not None:
+                        on_ready(conn)
+                    await stop.wait()
+            else:
+                if on_ready is not None:
+                    on_ready(conn)
+                await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+
+async def run_worker_from_env() -> None:
+    """``python worker.py``: a worker configured by the environment (see worker.py)."""
+    logging.basicConfig(
+        level=os.environ.get("TURNS_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    runtime = Runtime.from_work_dir()
+
+    def ready(conn: Temporal) -> None:
+        log.info(
+            "serving turns of %s on task queue %r at %s (namespace %s)",
+            runtime.work_dir,
+            runtime.task_queue,
+            conn.address,
+            conn.namespace,
+        )
+
+    await run_worker(runtime, on_ready=ready)
+
+
+__all__ = [
+    "RuleClassifier",
+    "Runtime",
+    "Temporal",
+    "build_turn_worker",
+    "import_callable",
+    "run_worker",
+    "run_worker_from_env",
+    "serving",
+    "temporal",
+    "uses_embedded",
+]
