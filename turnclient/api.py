@@ -247,38 +247,71 @@ class TurnClient:
             if input is not None:
                 check_input(state, input)
             cancel = input.to_wire() if input is not None and input.type == "cancel" else None
-            handle, started = await self._ensure_running(turn_id, cancel)
+            _, started = await self._ensure_running(turn_id, cancel)
             if input is None or (cancel is not None and started):
-                raw = await handle.execute_update("settle", None)
+                raw = await self._send(turn_id, "settle", None)
             else:
-                raw = await handle.execute_update(input.type, input.to_wire())
-            while raw.get("continuedAsNew"):
-                # The run is handing over to a fresh one; ask the latest run.
-                await asyncio.sleep(0.05)
-                raw = await self._client.get_workflow_handle(turn_id).execute_update("settle", None)
+                raw = await self._send(turn_id, input.type, input.to_wire())
             return outcome_adapter.validate_python({k: v for k, v in raw.items() if k != "turnId"})
-        except WorkflowUpdateFailedError as exc:
-            raise _update_error(exc) from None
-        except RPCError as exc:
-            if exc.status == RPCStatusCode.NOT_FOUND or "aborted" in exc.message:
-                # The run ended under the update (it could not advance): report why.
-                raise await self._run_failure(turn_id, exc) from None
-            raise
         finally:
             if not start.done():
                 start.set_result(-1)
 
-    async def _run_failure(self, turn_id: str, exc: RPCError) -> Exception:
+    async def _send(self, turn_id: str, name: str, arg: Any) -> dict[str, Any]:
+        """Deliver one update to the turn's latest run and return the settled outcome.
+
+        A run may close under the update (it continued as new, it ended, or it
+        failed): the update then goes to the next run, or the closed run's
+        outcome or failure is reported. An input that never reached a run
+        that applied it is rejected, never silently dropped.
+        """
+        deadline = asyncio.get_running_loop().time() + 60.0
+        while True:
+            handle = self._client.get_workflow_handle(turn_id)
+            try:
+                raw: dict[str, Any] = await handle.execute_update(name, arg)
+            except WorkflowUpdateFailedError as exc:
+                raise _update_error(exc) from None
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND and "aborted" not in exc.message:
+                    raise
+                closed = await self._closed_outcome(turn_id)
+                if closed is not None:
+                    if name != "settle":
+                        raise RejectedInputError(
+                            f"turn {turn_id} settled as {closed.get('status')} before {name} was applied"
+                        ) from None
+                    return closed
+                raw = {"continuedAsNew": True}  # a newer run is there: ask it again
+                if name != "settle":
+                    await asyncio.sleep(0.05)
+                    continue
+            if not raw.get("continuedAsNew"):
+                return raw
+            name, arg = "settle", None  # the input (if any) was applied; wait for a settle point
+            if asyncio.get_running_loop().time() > deadline:
+                raise InfrastructureError(f"turn {turn_id} kept handing over between runs for 60 s")
+            await asyncio.sleep(0.05)
+
+    async def _closed_outcome(self, turn_id: str) -> dict[str, Any] | None:
+        """The outcome of the turn's closed latest run; None if a run is running."""
+        handle = self._client.get_workflow_handle(turn_id)
+        desc = await handle.describe()
+        if desc.status in (
+            WorkflowExecutionStatus.RUNNING,
+            WorkflowExecutionStatus.CONTINUED_AS_NEW,
+        ):
+            return None
         try:
-            await self._client.get_workflow_handle(turn_id).result(follow_runs=False)
+            result: dict[str, Any] = await handle.result(follow_runs=False)
         except WorkflowFailureError as failure:
             cause = failure.cause
             if isinstance(cause, ApplicationError) and cause.type == "DependencyError":
-                return DependencyError(cause.message)
-            return InfrastructureError(f"the workflow of turn {turn_id} failed: {cause or failure}")
-        except Exception:  # the original RPC error says more than a second failure would
-            return exc
-        return exc
+                raise DependencyError(cause.message) from None
+            raise InfrastructureError(
+                f"the workflow of turn {turn_id} failed: {cause or failure}"
+            ) from None
+        return result
 
     async def _ensure_running(
         self, turn_id: str, cancel: dict[str, Any] | None = None
