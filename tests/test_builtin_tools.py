@@ -172,7 +172,11 @@ ALL = {"clock", "calculator", "read_file", "list_dir", "write_file", "http_get",
         ("Calculate (17 + 3) * 23", "calculator", {"expression": "(17 + 3) * 23"}),
         ("List the files", "list_dir", {"path": "."}),
         ("Read a.txt please", "read_file", {"path": "a.txt"}),
-        ("Save 'hi there' to notes.txt", "write_file", {"path": "notes.txt", "content": "hi there\n"}),
+        (
+            "Save 'hi there' to notes.txt",
+            "write_file",
+            {"path": "notes.txt", "content": "hi there\n"},
+        ),
         ("Fetch https://example.com.", "http_get", {"url": "https://example.com"}),
         ("Ask me for my name", "ask_human", {"question": "What is your name?"}),
     ],
@@ -203,14 +207,18 @@ def test_the_demo_answers_from_the_real_tool_result() -> None:
     assistant = AssistantMessage(
         content=[
             TextPart(text=first["text"]),
-            ToolCallPart(tool_call_id="c0", tool_name="clock", input=first["toolCalls"][0]["input"]),
+            ToolCallPart(
+                tool_call_id="c0", tool_name="clock", input=first["toolCalls"][0]["input"]
+            ),
         ]
     )
     result = {"timeZone": "America/Chicago", "display": "9:41 AM on Tuesday", "abbreviation": "CST"}
     tool = ToolMessage(
         content=[
             ToolResultPart(
-                tool_call_id="c0", tool_name="clock", output=ToolResultOutput(type="json", value=result)
+                tool_call_id="c0",
+                tool_name="clock",
+                output=ToolResultOutput(type="json", value=result),
             )
         ]
     )

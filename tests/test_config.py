@@ -129,7 +129,10 @@ def test_a_full_file_layers_over_the_built_ins(tmp_path: Path) -> None:
         ("default_model = 'gpt-4'", "a model reference is PROVIDER/MODEL"),
         ("default_model = 'openai/gpt-4'", "provider 'openai' is not configured"),
         ("[agents.x]\nmodel = 'scripted/demo'", "agents.x needs a system_prompt"),
-        ("[agents.x]\nsystem_prompt = 's'\ntools = ['bash']", "agents.x.tools: unknown tool 'bash'"),
+        (
+            "[agents.x]\nsystem_prompt = 's'\ntools = ['bash']",
+            "agents.x.tools: unknown tool 'bash'",
+        ),
         ("[agents.x]\nsystem_prompt = 's'\ntools = 'clock'", "agents.x.tools must be a list"),
         ("[agents.x]\nsystem_prompt = 's'\nreasoning_effort = 'max'", "reasoning_effort must be"),
         ("[agents.x]\nsystem_prompt = 's'\ntemperature = 1", "agents.x: unknown key temperature"),
@@ -181,7 +184,11 @@ def test_the_runtime_wires_user_tools_agents_and_the_classifier(tmp_path: Path) 
     )
     runtime = Runtime.from_work_dir(tmp_path, env={})
     resolved = runtime.resolver.resolve(RequestedAgent(agent_id="counter"))
-    assert [t.tool_id for t in resolved.tools] == ["user:word_count", "external:deploy", "builtin:clock"]
+    assert [t.tool_id for t in resolved.tools] == [
+        "user:word_count",
+        "external:deploy",
+        "builtin:clock",
+    ]
     runtime.tools.check_all(resolved.tools)
     assert runtime.work_dir == tmp_path and (tmp_path / "workspace").is_dir()
 

@@ -124,7 +124,7 @@ def plan(prompt: str, tools: set[str]) -> tuple[str, dict[str, Any], str] | None
 
 
 def _question(prompt: str, start: int, quoted: re.Match[str] | None) -> str:
-    """"Ask me for my favourite colour" → "What is your favourite colour?"."""
+    """ "Ask me for my favourite colour" → "What is your favourite colour?"."""
     if quoted:
         return quoted.group(1)
     rest = prompt[start:].strip(" .?!")
