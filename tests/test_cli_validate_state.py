@@ -258,7 +258,12 @@ def test_state_of_a_broken_file_reports_on_stderr() -> None:
     assert r.stdout == ""
     assert r.stderr == problem_line(path) + "\n"
     r = turns("state", path, "--json")
-    assert (r.returncode, r.stdout) == (1, "")
+    assert r.returncode == 1
+    assert orjson.loads(r.stdout) == {
+        "status": "error",
+        "error": problem_line(path),
+        "exitCode": 1,
+    }
 
 
 def test_usage_errors_exit_2() -> None:
