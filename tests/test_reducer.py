@@ -1445,6 +1445,13 @@ def test_turn_completed_must_follow_a_tool_free_response() -> None:
         4,
         "differs from the final model response",
     )
+    final = h.last_response
+    assert final is not None
+    assert_rejects(
+        [*h.events, edit(done, output=final, finish_reason="length")],
+        4,
+        "finishReason 'length' differs",
+    )
     h2 = History()
     h2.request()
     h2.fail_call()

@@ -690,6 +690,11 @@ class TurnReducer:
             raise _corrupt("turn_completed after a response that called tools")
         if event.output != last.completed.message:
             raise _corrupt("turn_completed.output differs from the final model response")
+        if event.finish_reason != last.completed.finish_reason:
+            raise _corrupt(
+                f"turn_completed.finishReason {event.finish_reason!r} differs from the final "
+                f"model response's {last.completed.finish_reason!r}"
+            )
         self._terminal = event
 
     # -- projection ---------------------------------------------------------
