@@ -12,6 +12,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import MODEL, Harness, async_tool, sync_tool
 from turncore.errors import DependencyError, RejectedInputError
+from turncore.events import ContextRef
+from turncore.model import ModelCallRequest
+from turncore.model.scripted import call_index
 from turncore.tools import ToolContext
 
 
@@ -182,3 +185,44 @@ async def test_advance_with_a_missing_model_rejects_and_writes_nothing(
         # Fixing the environment and recovering again advances the same turn.
         h.models.models[MODEL.label()] = h.model
         assert (await h.turns.recover(turn_id)).status == "completed"
+
+
+def _by_prompt(request: ModelCallRequest) -> Any:
+    """Answer the earlier turn in text; make the later one wait on two approvals."""
+    last_user = [m for m in request.messages if m.role == "user"][-1]
+    if last_user.content == "earlier turn":
+        return {"text": "noted"}
+    return two_calls("ask", "ask") if call_index(request.messages) == 0 else {"text": "never"}
+
+
+@pytest.mark.parametrize("breakage", ["tool renamed", "context chain unreadable"])
+async def test_cancel_succeeds_when_the_environment_broke(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, breakage: str
+) -> None:
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        _by_prompt,
+        tools=[sync_tool("ask")],
+        implementations={"ask": noop},
+    ) as h:
+        earlier = await h.create("earlier turn")
+        assert (await h.turns.recover(earlier)).status == "completed"
+        turn_id = await h.create("go", context=ContextRef(previous_turn_id=earlier))
+        assert (await h.turns.recover(turn_id)).status == "suspended"
+        if breakage == "tool renamed":
+            h.registry._sync.pop("builtin:ask")
+            expected = "no sync implementation"
+        else:
+            h.repo.path_for(earlier).unlink()
+            expected = "cannot be read"
+        before = h.repo.path_for(turn_id).read_bytes()
+        with pytest.raises(RejectedInputError, match=expected):
+            await h.send(
+                turn_id,
+                {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"},
+            )
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        done = await h.send(turn_id, {"type": "cancel", "reason": "environment gone"})
+        assert done.status == "cancelled"
+        assert h.types(turn_id)[-1] == "turn_cancelled"
