@@ -1,9 +1,11 @@
-"""Run a turncore worker: `python worker.py` (configured by environment).
+"""Run a turncore worker: `python worker.py` or `python -m worker` (configured by environment).
 
-TEMPORAL_ADDRESS (default localhost:7233), TEMPORAL_NAMESPACE (default),
-TURNS_TASK_QUEUE (turns), TURNS_HOME (./.turns: the work dir holding
-storage/ and turns.toml), TEMPORAL_TLS_CERT / TEMPORAL_TLS_KEY or
-TEMPORAL_API_KEY for Temporal Cloud.
+TEMPORAL_ADDRESS (unset: the work dir's embedded dev server), TEMPORAL_NAMESPACE
+(default), TEMPORAL_API_KEY or TEMPORAL_TLS_CLIENT_CERT_PATH /
+TEMPORAL_TLS_CLIENT_KEY_PATH for Temporal Cloud (every TEMPORAL_* variable
+``temporalio.envconfig`` reads), TURNS_HOME (./.turns: the work dir holding
+turns.toml, storage/ and workspace/), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
+TURNS_LOG_LEVEL (INFO). See docs/operations.md.
 """
 
 from __future__ import annotations

@@ -231,3 +231,12 @@ def test_an_agent_without_a_model_needs_the_default(tmp_path: Path) -> None:
         runtime.resolver.resolve(RequestedAgent(agent_id="assistant"))
     assert runtime.model_for("assistant", None) is None
     assert runtime.model_for("assistant", "scripted/demo") is not None
+
+
+def test_turns_config_names_the_file(tmp_path: Path) -> None:
+    elsewhere = write(tmp_path / "etc", "default_agent = 'assistant'\n") / "turns.toml"
+    config = load_config(tmp_path / "home", env={"TURNS_CONFIG": str(elsewhere)})
+    assert (config.source, config.default_agent) == (elsewhere, "assistant")
+    assert config.work_dir == tmp_path / "home"
+    with pytest.raises(ConfigError, match="TURNS_CONFIG names .* which is not a file"):
+        load_config(tmp_path / "home", env={"TURNS_CONFIG": str(tmp_path / "missing.toml")})

@@ -1,8 +1,8 @@
 """``turns.toml``: agents, providers and tools, layered over built-in defaults.
 
-The file lives in the work dir (``TURNS_HOME``, default ``./.turns``); a
-missing file means the built-ins alone. Relative paths in it are taken from
-the work dir. Every table is checked when the file is loaded: an unknown
+The file lives in the work dir (``TURNS_HOME``, default ``./.turns``), or
+wherever ``TURNS_CONFIG`` names; a missing file means the built-ins alone.
+Relative paths in it are taken from the work dir. Every table is checked when the file is loaded: an unknown
 key, a wrong type, an agent naming an unknown tool or provider is a
 ``ConfigError`` that names the key, so a typo never silently changes what
 an agent can do.
@@ -275,9 +275,11 @@ def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None 
     """The configuration of a work dir: built-ins, then ``turns.toml`` over them."""
     env = os.environ if env is None else env
     root = Path(work_dir).absolute()
-    path = root / CONFIG_FILE
+    path = Path(env["TURNS_CONFIG"]).absolute() if env.get("TURNS_CONFIG") else root / CONFIG_FILE
     data: dict[str, Any] = {}
     source: Path | None = None
+    if env.get("TURNS_CONFIG") and not path.is_file():
+        raise ConfigError(f"TURNS_CONFIG names {path}, which is not a file")
     if path.exists():
         source = path
         try:

@@ -1,0 +1,16 @@
+# The turncore image: the `turns` CLI and the worker (python -m worker).
+# Used by compose.yaml; configure it with TEMPORAL_* / TURNS_* variables.
+FROM python:3.11-slim
+
+WORKDIR /app
+COPY pyproject.toml README.md worker.py ./
+COPY turncore ./turncore
+COPY activities ./activities
+COPY workflows ./workflows
+COPY turnclient ./turnclient
+RUN pip install --no-cache-dir .
+
+ENV TURNS_HOME=/turns \
+    PYTHONUNBUFFERED=1
+VOLUME ["/turns"]
+CMD ["python", "-m", "worker"]
