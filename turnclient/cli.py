@@ -968,7 +968,8 @@ def list_turns(args: argparse.Namespace) -> int:
 
         from .runtime import temporal
 
-        clauses = ["WorkflowType = 'Turn'"]
+        # A run that continued as new hands the turn to its successor: list only the latest.
+        clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
         if args.status:
             clauses.append(f"TurnStatus = '{args.status}'")
         if args.agent:
@@ -1009,6 +1010,10 @@ def list_turns(args: argparse.Namespace) -> int:
             return EXIT_OK
         for r in rows:
             pending = f" · waiting: {', '.join(r['pendingInputs'])}" if r["pendingInputs"] else ""
+            if r["status"] in ("running", "suspended") and r["workflowStatus"] != "running":
+                # The run ended without settling the turn (its environment could not
+                # advance it); the file is intact and `turns recover` starts a new run.
+                pending += f" · workflow {r['workflowStatus']}: turns recover {r['turnId']}"
             print(
                 f"{r['turnId']}  {r['status'] or '?':<9}  {r['agent'] or '?'} · {r['model'] or '?'}{pending}"
             )
@@ -1157,11 +1162,10 @@ def config(args: argparse.Namespace) -> int:
         print("providers")
         print("  scripted     built in (demo, or a JSON script file)")
         for n, p in cfg.providers.items():
-            key = (
-                ""
-                if not p.api_key_env
-                else f" · key ${p.api_key_env} {'set' if doc['providers'][n]['apiKeySet'] else 'NOT set'}"
-            )
+            key = ""
+            if p.api_key_env:
+                state = "set" if os.environ.get(p.api_key_env) else "NOT set"
+                key = f" · key ${p.api_key_env} {state}"
             print(f"  {n:<12} {p.kind} · {p.base_url or 'default endpoint'}{key}")
         return EXIT_OK
 

@@ -87,9 +87,9 @@ def _place(prompt: str) -> tuple[str, str]:
     for name, zone in PLACES.items():
         if name in lowered:
             return name.title() if name != "utc" else "UTC", zone
-    zone = re.search(r"\b([A-Z][a-z]+/[A-Za-z_]+)\b", prompt)
-    if zone:
-        return zone.group(1), zone.group(1)
+    named = re.search(r"\b([A-Z][a-z]+/[A-Za-z_]+)\b", prompt)
+    if named:
+        return named.group(1), named.group(1)
     return "UTC", "UTC"
 
 
