@@ -238,6 +238,13 @@ def test_deny_complete_progress_cancel_and_rejections(held: Path) -> None:
     assert durable == lines(home, asked)  # no gaps, no duplicates
     assert seen[-1]["status"] == "completed" and seen[-1]["turnId"] == asked
 
+    # a failed turn: the model-call limit stops the demo after its tool call (exit 4)
+    r = turns(home, "run", "What time is it in Tokyo?", "--max-model-calls", "1", "--json")
+    assert r.returncode == 4, r.stderr
+    failed = as_json(r)
+    assert (failed["status"], failed["code"]) == ("failed", "model-call-limit")
+    assert lines(home, failed["turnId"])[-2]["type"] == "tool_result"  # the batch finished first
+
     # cancel: exit 5, open calls closed; later inputs are rejected
     r = turns(home, "run", "Save 'x' to x.txt", "--json")
     assert r.returncode == 3

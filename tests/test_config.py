@@ -240,3 +240,43 @@ def test_turns_config_names_the_file(tmp_path: Path) -> None:
     assert config.work_dir == tmp_path / "home"
     with pytest.raises(ConfigError, match="TURNS_CONFIG names .* which is not a file"):
         load_config(tmp_path / "home", env={"TURNS_CONFIG": str(tmp_path / "missing.toml")})
+
+
+def test_a_scripted_provider_plays_a_json_script_from_the_work_dir(tmp_path: Path) -> None:
+    import orjson
+
+    from turncore.events import ModelDescriptor
+    from turncore.model import ScriptedModel
+
+    (tmp_path / "script.json").write_bytes(
+        orjson.dumps(
+            {
+                "responses": [
+                    {"toolCalls": [{"toolName": "clock", "input": {}}], "text": "checking"},
+                    {"text": "done"},
+                    {"error": "gone"},
+                ]
+            }
+        )
+    )
+    write(
+        tmp_path,
+        """
+        [providers.play]
+        kind = "scripted"
+        delay = 0.01
+
+        [agents.player]
+        system_prompt = "Play."
+        model = "play/script.json"
+        tools = ["clock"]
+        """,
+    )
+    runtime = Runtime.from_work_dir(tmp_path, env={})
+    model = runtime.models.resolve(ModelDescriptor(provider="play", model="script.json"))
+    assert isinstance(model, ScriptedModel)
+    assert runtime.model_for("player", None) == ModelDescriptor(
+        provider="play", model="script.json"
+    )
+    with pytest.raises(DependencyError, match="neither a registered function nor a script file"):
+        runtime.models.resolve(ModelDescriptor(provider="play", model="missing.json"))
