@@ -10,6 +10,7 @@ the commands under test reuse it. A fixture kills any server left behind.
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import signal
@@ -21,8 +22,12 @@ from typing import Any
 
 import orjson
 import pytest
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
 
+from tests.histories import TURN_ID, created
 from tests.test_embedded import kill_stragglers
+from turnclient.api import start_details
 from turnclient.cli import main
 from turnclient.embedded import servers_on
 
@@ -75,6 +80,36 @@ def no_server(home: Path) -> bool:
         servers_on(str(home.absolute() / "temporal" / "dev.db")) == []
         and not (home / "temporal" / "server.json").exists()
     )
+
+
+async def describe(home: Path, turn_id: str) -> dict[str, Any]:
+    """What Temporal Web shows of the turn: its memo and search attributes."""
+    server = json.loads((home / "temporal" / "server.json").read_text())
+    client = await Client.connect(f"127.0.0.1:{server['port']}")
+    desc = await client.get_workflow_handle(turn_id).describe()
+    attributes = {
+        name: desc.typed_search_attributes.get(SearchAttributeKey.for_keyword(name))
+        for name in ("TurnStatus", "TurnAgent", "TurnModel", "TurnSession", "TurnPendingInputs")
+    }
+    return {
+        "memo": await desc.memo(),
+        "attributes": {k: v for k, v in attributes.items() if v is not None},
+    }
+
+
+def test_a_started_workflow_shows_its_input_and_running_status() -> None:
+    definition = created(TURN_ID, input="Summarise the quarterly report, please", session_id="s-1")
+    details = start_details(definition)
+    assert details["memo"] == {
+        "turnId": TURN_ID,
+        "input": "Summarise the quarterly report, please",
+        "agent": definition.agent.resolved.agent_id,
+        "model": "openai/gpt-4.1",
+        "session": "s-1",
+    }
+    pairs = {p.key.name: p.value for p in details["search_attributes"]}
+    assert pairs["TurnStatus"] == "running"
+    assert pairs["TurnSession"] == "s-1" and pairs["TurnModel"] == "openai/gpt-4.1"
 
 
 @pytest.fixture
@@ -202,6 +237,14 @@ def test_deny_complete_progress_cancel_and_rejections(held: Path) -> None:
     ask = as_json(r)
     asked = ask["turnId"]
     assert [a["toolName"] for a in ask["pendingAsyncTools"]] == ["ask_human"]
+    described = asyncio.run(describe(home, asked))
+    assert described["memo"]["input"] == "Ask me for my name"
+    assert described["attributes"] == {
+        "TurnStatus": "suspended",
+        "TurnAgent": "demo",
+        "TurnModel": "scripted/demo",
+        "TurnPendingInputs": "async:call_0_0",
+    }
     r = turns(home, "progress", asked, "call_0_0", "--data", '{"typing": true}', "--json")
     assert r.returncode == 0, r.stderr
     assert as_json(r)["status"] == "suspended"
