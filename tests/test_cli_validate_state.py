@@ -298,3 +298,12 @@ def test_a_new_command_is_one_decorated_function(capsys: pytest.CaptureFixture[s
             cli.command("echo-count", "again")(echo_count)
     finally:
         del cli.COMMANDS["echo-count"]
+
+
+def test_validate_json_lists_valid_and_invalid_files() -> None:
+    r = turns("validate", GOOD[0], BAD[0], "--json")
+    assert r.returncode == 1
+    assert orjson.loads(r.stdout) == {
+        "valid": [GOOD[0]],
+        "invalid": [{"path": BAD[0], "problem": problem_line(BAD[0])}],
+    }

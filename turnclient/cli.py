@@ -366,16 +366,23 @@ def _runtime() -> Runtime:
     "validate",
     "check turn files; print PATH:LINE: rule for each invalid one",
     arg("paths", nargs="+", metavar="PATH", help="a turn file, or a directory of them"),
+    arg("--json", action="store_true", help='{"valid": [PATH…], "invalid": [{path, problem}…]}'),
 )
 def validate(args: argparse.Namespace) -> int:
-    bad = 0
+    valid: list[str] = []
+    invalid: list[dict[str, str]] = []
     for given in args.paths:
         for path in _turn_files(given):
             _, problem = _read(path)
-            if problem is not None:
+            if problem is None:
+                valid.append(path)
+                continue
+            invalid.append({"path": path, "problem": problem})
+            if not args.json:
                 print(problem)
-                bad += 1
-    return 1 if bad else 0
+    if args.json:
+        _emit_json({"valid": valid, "invalid": invalid})
+    return 1 if invalid else 0
 
 
 @command(
