@@ -25,11 +25,12 @@ import pytest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
 
-from tests.histories import TURN_ID, created
+from tests.histories import TURN_ID, created, to_line, tool_turn
 from tests.test_embedded import kill_stragglers
 from turnclient.api import start_details
 from turnclient.cli import main
 from turnclient.embedded import servers_on
+from turncore.ids import turn_path
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -329,3 +330,36 @@ def test_usage_errors_exit_2_with_one_line(
     assert main(["--help"]) == 0
     assert "3  the turn is suspended" in capsys.readouterr().out
     assert no_server(tmp_path)
+
+
+def test_repair_moves_a_torn_tail_and_refuses_twice(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setenv("TURNS_HOME", str(tmp_path))
+    history = tool_turn().events
+    path = turn_path(tmp_path, TURN_ID)
+    path.parent.mkdir(parents=True)
+    whole = b"".join(to_line(e) for e in history[:4])
+    path.write_bytes(whole + to_line(history[4])[:25])
+    assert main(["validate", str(path)]) == 1
+    capsys.readouterr()
+
+    assert main(["repair", TURN_ID, "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report == {
+        "status": "repaired",
+        "path": str(path),
+        "sidecar": str(path) + ".broken",
+        "line": 5,
+        "removedBytes": 25,
+        "preview": to_line(history[4])[:25].decode(),
+        "keptLines": 4,
+    }
+    assert path.read_bytes() == whole
+    assert main(["show", TURN_ID]) == 0
+    capsys.readouterr()
+
+    assert main(["repair", TURN_ID]) == 1
+    err = capsys.readouterr().err
+    assert err.startswith("not repaired: ") and "nothing to repair" in err
+    assert err.count("\n") == 1
