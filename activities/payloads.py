@@ -36,6 +36,8 @@ class AppendResult:
 class LoadInput:
     turn_id: str
     start: int = 0
+    validate: bool = False
+    """Also check the live dependencies (§15.3) against the snapshot, in the same read."""
 
 
 @dataclass

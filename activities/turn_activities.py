@@ -161,6 +161,10 @@ class TurnActivities:
         """The file's events from ``start``, elided, in pages that fit a payload."""
         try:
             events = await self._read(input.turn_id)
+            if input.validate:
+                state = TurnReducer.of(events).state
+                if state.terminal is None:
+                    self._check_dependencies(state)
         except (CorruptTurnError, InfrastructureError) as exc:
             raise _infrastructure(exc) from exc
         page: list[dict[str, Any]] = []
@@ -177,13 +181,15 @@ class TurnActivities:
     async def validate_dependencies(self, input: ValidateDependenciesInput) -> None:
         """§15.3: the live model and tools must match the snapshot before advancing."""
         try:
-            state = await self._state(input.turn_id)
-            agent = self._d.contexts.resolve_agent(state.definition)
-            self._d.contexts.resolve(state.definition.context)
-            self._d.models.resolve(agent.model)
-            self._d.tools.check_all(agent.tools)
+            self._check_dependencies(await self._state(input.turn_id))
         except (InfrastructureError, DependencyError) as exc:
             raise _infrastructure(exc) from exc
+
+    def _check_dependencies(self, state: TurnState) -> None:
+        agent = self._d.contexts.resolve_agent(state.definition)
+        self._d.contexts.resolve(state.definition.context)
+        self._d.models.resolve(agent.model)
+        self._d.tools.check_all(agent.tools)
 
     @activity.defn(name="check_permissions")
     async def check_permissions(self, input: CheckPermissionsInput) -> CheckPermissionsResult:

@@ -82,3 +82,43 @@ async def test_large_tool_output_and_model_response(
         sizes = [p.ByteSize() for e in history.events for p in _payloads(e)]
         assert sizes, "the walk found no payloads at all"
         assert max(sizes) < PAYLOAD_LIMIT, max(sizes)
+
+
+async def test_long_files_load_in_pages_that_fit_payloads(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    def eight_kb(value: Any, ctx: ToolContext) -> Any:
+        return {"chunk": "x" * 8_000, "i": value["i"]}  # under the elision budget: loaded as is
+
+    calls = [{"toolName": "dump", "input": {"i": i}} for i in range(40)]
+    script = [
+        {"toolCalls": calls},
+        {"toolCalls": [{"toolName": "ask", "input": {}}]},
+        {"text": "done"},
+    ]
+    tools = [sync_tool("dump"), sync_tool("ask")]
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=tools,
+        implementations={"dump": eight_kb, "ask": eight_kb},
+        permissions={"builtin:dump": "none"},
+    ) as h:
+        turn_id, outcome = await h.run("many chunks")
+        assert outcome.status == "suspended"
+        assert h.repo.path_for(turn_id).stat().st_size > 300_000
+        # A new run for the same file must load it in several pages.
+        await h.client.get_workflow_handle(turn_id).terminate("reload from the file")
+        assert (await h.turns.recover(turn_id)).status == "suspended"
+        history = await h.client.get_workflow_handle(turn_id).fetch_history()
+        loads = [
+            e
+            for e in history.events
+            if e.HasField("marker_recorded_event_attributes")
+            and b"load_turn" in e.SerializeToString()
+        ]
+        assert len(loads) >= 3
+        sizes = [p.ByteSize() for e in history.events for p in _payloads(e)]
+        assert max(sizes) < PAYLOAD_LIMIT
+        await h.assert_file_matches_query(turn_id)

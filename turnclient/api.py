@@ -247,7 +247,7 @@ class TurnClient:
             if input is not None:
                 check_input(state, input)
             cancel = input.to_wire() if input is not None and input.type == "cancel" else None
-            _, started = await self._ensure_running(turn_id, cancel)
+            started = await self._ensure_running(turn_id, state.definition, cancel)
             if input is None or (cancel is not None and started):
                 raw = await self._send(turn_id, "settle", None)
             else:
@@ -314,29 +314,34 @@ class TurnClient:
         return result
 
     async def _ensure_running(
-        self, turn_id: str, cancel: dict[str, Any] | None = None
-    ) -> tuple[WorkflowHandle[Any, Any], bool]:
-        """The running workflow of the turn, starting one from the file if none runs."""
-        handle = self._client.get_workflow_handle(turn_id)
-        try:
-            desc = await handle.describe()
-            if desc.status == WorkflowExecutionStatus.RUNNING:
-                return handle, False
-        except RPCError as exc:
-            if exc.status != RPCStatusCode.NOT_FOUND:
-                raise
-        events = await asyncio.to_thread(self._repo.read, turn_id)
-        definition = TurnReducer.of(events).state.definition
-        started = await self._client.start_workflow(
+        self, turn_id: str, definition: TurnCreated, cancel: dict[str, Any] | None = None
+    ) -> bool:
+        """Make sure a run serves the turn, starting one from the file if none runs.
+
+        Returns whether this call started the run. Without a cancel the start
+        goes straight to the server (an existing run is used as it is) and asks
+        an in-process worker to take the first task eagerly; a cancel looks
+        first, because a fresh run takes the cancel in its input.
+        """
+        if cancel is not None:
+            try:
+                desc = await self._client.get_workflow_handle(turn_id).describe()
+                if desc.status == WorkflowExecutionStatus.RUNNING:
+                    return False
+            except RPCError as exc:
+                if exc.status != RPCStatusCode.NOT_FOUND:
+                    raise
+        await self._client.start_workflow(
             TurnWorkflow.run,
             TurnWorkflowInput(turn_id=turn_id, cancel=cancel, **self._workflow_options),
             id=turn_id,
             task_queue=self._task_queue,
             id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
             id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            request_eager_start=True,
             **start_details(definition),
         )
-        return started, True
+        return cancel is not None
 
     async def recover(self, turn_id: str) -> TurnOutcome:
         """The spec's ``advanceTurn(turnId)`` with no input."""

@@ -146,13 +146,10 @@ class TurnWorkflow:
             self._cancel = CancelInput.model_validate(input.cancel)
         self._flags.rejected.extend(input.rejected_inputs)
         try:
-            await self._reload()
-            if self._state.terminal is None and self._cancel is None:
-                # §15.3: a broken environment rejects the advance before any
-                # write; cancellation never needs live dependencies (§22).
-                await self._execute_activity(
-                    "validate_dependencies", ValidateDependenciesInput(turn_id=self._turn_id), None
-                )
+            # §15.3: a broken environment rejects the advance before any write
+            # (checked in the same read); cancellation never needs live
+            # dependencies (§22).
+            await self._reload(validate=self._cancel is None)
             await self._drive()
         except (ApplicationError, ActivityError) as exc:
             # The environment cannot advance this turn (§15.3) or the file
@@ -238,10 +235,12 @@ class TurnWorkflow:
         while True:
             self._release_waiters({"continuedAsNew": True})
             await workflow.wait_condition(
-                lambda: workflow.all_handlers_finished()
-                or bool(self._settle_waiters)
-                or bool(self._queue)
-                or self._cancel is not None
+                lambda: (
+                    workflow.all_handlers_finished()
+                    or bool(self._settle_waiters)
+                    or bool(self._queue)
+                    or self._cancel is not None
+                )
             )
             if self._queue or self._cancel is not None:
                 return  # new input arrived meanwhile: serve it here, hand over later
@@ -267,18 +266,21 @@ class TurnWorkflow:
 
     # ------------------------------------------------------------- recovery
 
-    async def _reload(self, recover: bool = True) -> None:
+    async def _reload(self, recover: bool = True, validate: bool = False) -> None:
         """Rebuild state from the file and apply the recovery table (§23).
 
-        The cancellation path reloads without recovery: it closes open work
-        with cancellation results instead.
+        The file arrives in pages that each fit a payload. The cancellation
+        path reloads without recovery: it closes open work with cancellation
+        results instead.
         """
-        result: LoadResult = await self._execute_local(
-            "load_turn", LoadInput(turn_id=self._turn_id)
-        )
         reducer = TurnReducer()
-        for e in result.events:
-            reducer.apply(parse_event(e, trusted_json=True))
+        start: int | None = 0
+        while start is not None:
+            load = LoadInput(turn_id=self._turn_id, start=start, validate=validate and start == 0)
+            result: LoadResult = await self._execute_activity("load_turn", load, LoadResult)
+            for e in result.events:
+                reducer.apply(parse_event(e, trusted_json=True))
+            start = result.next_start
         self._reducer = reducer
         self._flags.reload = False
         state = reducer.state
