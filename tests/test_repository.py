@@ -921,3 +921,18 @@ class TestKnownOffset:
         with pytest.raises(AppendConflictError, match="only"):
             store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], known_offset=n + 5)
         assert store.raw(TURN_ID) == before
+
+
+def test_snake_case_field_names_are_not_the_wire_format(tmp_path: Path) -> None:
+    from tests.builders import turn_created
+    from turncore.repository import FileTurnRepository as Repo
+
+    repo = Repo(tmp_path)
+    created = turn_created(TURN_ID)
+    repo.create(created)
+    path = repo.path_for(TURN_ID)
+    line = b'{"type":"model_call_failed","turn_id":"%s","ts":"2025-11-11T04:36:29.000Z","modelCallIndex":0,"error":"x"}\n'
+    path.write_bytes(path.read_bytes() + line % TURN_ID.encode())
+    with pytest.raises(CorruptTurnError) as info:
+        repo.read(TURN_ID)
+    assert info.value.line == 2

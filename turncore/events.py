@@ -453,10 +453,13 @@ def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
         validator = TRUSTED_EVENT_VALIDATORS.get(kind) if type(kind) is str else None
         if validator is not None:
             try:
-                return cast(TurnEvent, validator.validate_python(obj))
+                return cast(TurnEvent, validator.validate_python(obj, by_alias=True, by_name=False))
             except ValidationError:
                 pass  # the union below raises the same error, located as callers expect
-    return event_adapter.validate_python(obj, context=TRUSTED_JSON if trusted_json else None)
+    # Wire names only: a line spelling ``turn_id`` for ``turnId`` is not a turn event.
+    return event_adapter.validate_python(
+        obj, context=TRUSTED_JSON if trusted_json else None, by_alias=True, by_name=False
+    )
 
 
 # ---------------------------------------------------------------- stream-only deltas (§13)
@@ -531,6 +534,12 @@ TurnExternalInput = Annotated[
     Field(discriminator="type"),
 ]
 external_input_adapter: TypeAdapter[TurnExternalInput] = TypeAdapter(TurnExternalInput)
+
+
+def parse_input(obj: Any) -> TurnExternalInput:
+    """Validate an external input in its wire form (raises pydantic.ValidationError)."""
+    return external_input_adapter.validate_python(obj, by_alias=True, by_name=False)
+
 
 # ---------------------------------------------------------------- outcomes (§16.4)
 

@@ -64,8 +64,8 @@ with workflow.unsafe.imports_passed_through():
         ResolvedAgent,
         TurnEvent,
         TurnExternalInput,
-        external_input_adapter,
         parse_event,
+        parse_input,
     )
     from turncore.permissions import PermissionCheck, PermissionClassification
     from turncore.reducer import ToolCallState, TurnReducer, TurnState
@@ -495,7 +495,7 @@ class TurnWorkflow:
     # ---------------------------------------------------------------- inputs
 
     def _enqueue(self, raw: Any, waiter: asyncio.Future[dict[str, Any]] | None) -> None:
-        parsed = external_input_adapter.validate_python(raw)
+        parsed = parse_input(raw)
         if isinstance(parsed, CancelInput):
             if self._cancel is None:
                 self._cancel = parsed
@@ -508,7 +508,7 @@ class TurnWorkflow:
 
     def _signal(self, raw: Any) -> None:
         try:
-            parsed = external_input_adapter.validate_python(raw)
+            parsed = parse_input(raw)
             if self._reducer is not None:
                 advance.check_input(self._state, parsed)
         except (ValidationError, RejectedInputError) as exc:
@@ -523,7 +523,7 @@ class TurnWorkflow:
 
     def _validate(self, raw: Any) -> None:
         try:
-            parsed = external_input_adapter.validate_python(raw)
+            parsed = parse_input(raw)
         except ValidationError as exc:
             raise ValueError(_reason(exc)) from None
         if self._reducer is not None:
