@@ -75,3 +75,14 @@ async def test_infrastructure_failure_errors_both(
             await execution.outcome
         assert from_events.value is from_outcome.value
         assert from_outcome.value.line == 2
+
+
+async def test_unread_events_do_not_keep_a_subscription(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with Harness(temporal_env.client, tmp_path, SLOW_TEXT) as h:
+        turn_id = await h.create()
+        execution = h.turns.advance_turn(turn_id)
+        assert turn_id in h.hub._subscribers  # deltas are collected from the start
+        await execution.outcome
+        assert turn_id not in h.hub._subscribers  # and no longer once it settled

@@ -20,6 +20,7 @@ from turncore.permissions import (
     PermissionClassificationBatch,
 )
 from turncore.tools import ToolContext
+from workflows.turn import TURN_PENDING, TURN_STATUS
 
 
 class Recorder:
@@ -55,12 +56,19 @@ def echo(value: Any, ctx: ToolContext) -> Any:
     return {"echo": value}
 
 
-async def test_mixed_sync_and_async_tools(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_mixed_sync_and_async_tools(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     recorder = Recorder([calls("A", "B", "C", "D"), {"text": "all done"}])
     tools = [sync_tool("A"), async_tool("B"), sync_tool("C"), async_tool("D")]
     perms = {t.tool_id: "none" for t in tools}
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=tools, implementations={"A": echo, "C": echo}, permissions=perms
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=tools,
+        implementations={"A": echo, "C": echo},
+        permissions=perms,
     ) as h:
         turn_id, outcome = await h.run("go")
         assert outcome.status == "suspended"
@@ -69,19 +77,29 @@ async def test_mixed_sync_and_async_tools(temporal_env: WorkflowEnvironment, tmp
         invocations = [e["toolCallId"] for e in lines if e["type"] == "tool_invocation_requested"]
         assert invocations == ["call_0_0", "call_0_1", "call_0_2", "call_0_3"]
         first_sync_result = next(i for i, e in enumerate(lines) if e["type"] == "tool_result")
-        last_invocation = max(i for i, e in enumerate(lines) if e["type"] == "tool_invocation_requested")
+        last_invocation = max(
+            i for i, e in enumerate(lines) if e["type"] == "tool_invocation_requested"
+        )
         assert last_invocation < first_sync_result  # all invocations before any sync tool starts
         await h.assert_file_matches_query(turn_id)
         # Async results arrive in reverse order.
         mid = await h.send(
             turn_id,
-            {"type": "async_tool_result", "toolCallId": "call_0_3", "result": {"output": "D!", "isError": False}},
+            {
+                "type": "async_tool_result",
+                "toolCallId": "call_0_3",
+                "result": {"output": "D!", "isError": False},
+            },
         )
         assert mid.status == "suspended"
         assert [p.tool_call_id for p in mid.pending_async_tools] == ["call_0_1"]
         done = await h.send(
             turn_id,
-            {"type": "async_tool_result", "toolCallId": "call_0_1", "result": {"output": "B!", "isError": False}},
+            {
+                "type": "async_tool_result",
+                "toolCallId": "call_0_1",
+                "result": {"output": "B!", "isError": False},
+            },
         )
         assert done.status == "completed"
         second = [e for e in h.lines(turn_id) if e["type"] == "model_call_requested"][1]
@@ -93,12 +111,19 @@ async def test_mixed_sync_and_async_tools(temporal_env: WorkflowEnvironment, tmp
             "toolResult:call_0_3",
         ]
         tool_message = recorder.requests[1].messages[-1]
-        assert [p.tool_call_id for p in tool_message.content] == ["call_0_0", "call_0_1", "call_0_2", "call_0_3"]  # type: ignore[union-attr]
+        assert [p.tool_call_id for p in tool_message.content] == [
+            "call_0_0",
+            "call_0_1",
+            "call_0_2",
+            "call_0_3",
+        ]  # type: ignore[union-attr]
         await assert_composer_reproduces(h, turn_id, recorder)
         await h.assert_file_matches_query(turn_id)
 
 
-async def test_partial_human_permission_decisions(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_partial_human_permission_decisions(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     recorder = Recorder([calls("S1", "S2", "A1", "A2"), {"text": "finished"}])
     tools = [sync_tool("S1"), sync_tool("S2"), async_tool("A1"), async_tool("A2")]
     ran: list[str] = []
@@ -108,18 +133,35 @@ async def test_partial_human_permission_decisions(temporal_env: WorkflowEnvironm
         return "ok"
 
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=tools, implementations={"S1": track, "S2": track}
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=tools,
+        implementations={"S1": track, "S2": track},
     ) as h:
         turn_id, outcome = await h.run("go")
         assert outcome.status == "suspended"
-        assert [p.tool_call_id for p in outcome.pending_permissions] == ["call_0_0", "call_0_1", "call_0_2", "call_0_3"]
+        assert [p.tool_call_id for p in outcome.pending_permissions] == [
+            "call_0_0",
+            "call_0_1",
+            "call_0_2",
+            "call_0_3",
+        ]
         assert h.types(turn_id).count("tool_permission_required") == 4
         # One approval advances only its tool; an approved sync tool runs at once.
-        o = await h.send(turn_id, {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"})
+        o = await h.send(
+            turn_id, {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"}
+        )
         assert ran == ["call_0_0"]
-        assert [p.tool_call_id for p in o.pending_permissions] == ["call_0_1", "call_0_2", "call_0_3"]
+        assert [p.tool_call_id for p in o.pending_permissions] == [
+            "call_0_1",
+            "call_0_2",
+            "call_0_3",
+        ]
         # An approved async tool becomes pending at once, beside the remaining permissions.
-        o = await h.send(turn_id, {"type": "permission_decision", "toolCallId": "call_0_2", "decision": "allow"})
+        o = await h.send(
+            turn_id, {"type": "permission_decision", "toolCallId": "call_0_2", "decision": "allow"}
+        )
         assert [p.tool_call_id for p in o.pending_async_tools] == ["call_0_2"]
         assert [p.tool_call_id for p in o.pending_permissions] == ["call_0_1", "call_0_3"]
         snapshot = [e for e in h.lines(turn_id) if e["type"] == "turn_suspended"][-1]
@@ -128,24 +170,36 @@ async def test_partial_human_permission_decisions(temporal_env: WorkflowEnvironm
         # Async results may arrive while permissions remain unresolved.
         o = await h.send(
             turn_id,
-            {"type": "async_tool_result", "toolCallId": "call_0_2", "result": {"output": 1, "isError": False}},
+            {
+                "type": "async_tool_result",
+                "toolCallId": "call_0_2",
+                "result": {"output": 1, "isError": False},
+            },
         )
         assert o.status == "suspended"
         # A denied call receives a runtime error result and never runs.
-        o = await h.send(turn_id, {"type": "permission_decision", "toolCallId": "call_0_1", "decision": "deny"})
+        o = await h.send(
+            turn_id, {"type": "permission_decision", "toolCallId": "call_0_1", "decision": "deny"}
+        )
         assert ran == ["call_0_0"]
         denied = h.file_state(turn_id).tool_call("call_0_1")
         assert denied is not None and denied.result is not None
         assert denied.result.source == "runtime" and denied.result.result.is_error
-        assert h.types(turn_id).count("model_call_requested") == 1  # not until every call has a result
-        o = await h.send(turn_id, {"type": "permission_decision", "toolCallId": "call_0_3", "decision": "deny"})
+        assert (
+            h.types(turn_id).count("model_call_requested") == 1
+        )  # not until every call has a result
+        o = await h.send(
+            turn_id, {"type": "permission_decision", "toolCallId": "call_0_3", "decision": "deny"}
+        )
         assert o.status == "completed"
         assert h.types(turn_id).count("model_call_requested") == 2
         await assert_composer_reproduces(h, turn_id, recorder)
         await h.assert_file_matches_query(turn_id)
 
 
-async def test_automatic_permission_classification(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_automatic_permission_classification(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     recorder = Recorder([calls("allowme", "denyme", "deferme", "failme"), {"text": "ok"}])
     tools = [sync_tool("allowme"), sync_tool("denyme"), sync_tool("deferme"), sync_tool("failme")]
     ran: list[str] = []
@@ -159,31 +213,52 @@ async def test_automatic_permission_classification(temporal_env: WorkflowEnviron
         batches.append(batch)
         decisions = {"allowme": "allow", "denyme": "deny", "deferme": "defer"}
         return [
-            PermissionClassification(tool_call_id=r.tool_call_id, decision=decisions[r.tool_name], reason=f"policy {r.tool_name}")  # type: ignore[arg-type]
+            PermissionClassification(
+                tool_call_id=r.tool_call_id,
+                decision=decisions[r.tool_name],
+                reason=f"policy {r.tool_name}",
+            )  # type: ignore[arg-type]
             for r in batch.requests
             if r.tool_name in decisions  # "failme" is omitted: treated as defer
         ]
 
     impls = {n: track for n in ("allowme", "denyme", "deferme", "failme")}
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=tools, implementations=impls, classifier=FunctionClassifier(classify)
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=tools,
+        implementations=impls,
+        classifier=FunctionClassifier(classify),
     ) as h:
         turn_id, outcome = await h.run("go", auto_permission=True, human_available=True)
-        assert len(batches) == 1 and len(batches[0].requests) == 4  # one classifier batch per response
+        assert (
+            len(batches) == 1 and len(batches[0].requests) == 4
+        )  # one classifier batch per response
         assert ran == ["call_0_0"]
         assert outcome.status == "suspended"
         assert [p.tool_call_id for p in outcome.pending_permissions] == ["call_0_2", "call_0_3"]
         lines = h.lines(turn_id)
-        classified = {e["toolCallId"]: e["decision"] for e in lines if e["type"] == "tool_permission_classified"}
+        classified = {
+            e["toolCallId"]: e["decision"]
+            for e in lines
+            if e["type"] == "tool_permission_classified"
+        }
         assert classified == {"call_0_0": "allow", "call_0_1": "deny", "call_0_2": "defer"}
         failed = [e for e in lines if e["type"] == "tool_permission_classification_failed"]
         assert failed and failed[0]["toolCallIds"] == ["call_0_3"]
-        resolved = {e["toolCallId"]: (e["decision"], e["source"]) for e in lines if e["type"] == "tool_permission_resolved"}
+        resolved = {
+            e["toolCallId"]: (e["decision"], e["source"])
+            for e in lines
+            if e["type"] == "tool_permission_resolved"
+        }
         assert resolved == {"call_0_0": ("allow", "classifier"), "call_0_1": ("deny", "classifier")}
         await h.assert_file_matches_query(turn_id)
 
 
-async def test_classification_without_human_denies_deferred(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_classification_without_human_denies_deferred(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     recorder = Recorder([calls("deferme", "boom"), {"text": "ok"}])
     tools = [sync_tool("deferme"), sync_tool("boom")]
 
@@ -191,7 +266,11 @@ async def test_classification_without_human_denies_deferred(temporal_env: Workfl
         raise RuntimeError("classifier offline")
 
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=tools, implementations={"deferme": echo, "boom": echo},
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=tools,
+        implementations={"deferme": echo, "boom": echo},
         classifier=FunctionClassifier(classify),
     ) as h:
         turn_id, outcome = await h.run("go", auto_permission=True, human_available=False)
@@ -200,13 +279,17 @@ async def test_classification_without_human_denies_deferred(temporal_env: Workfl
         failed = [e for e in lines if e["type"] == "tool_permission_classification_failed"]
         assert failed[0]["toolCallIds"] == ["call_0_0", "call_0_1"]
         assert "classifier offline" in failed[0]["error"]
-        resolved = [(e["decision"], e["source"]) for e in lines if e["type"] == "tool_permission_resolved"]
+        resolved = [
+            (e["decision"], e["source"]) for e in lines if e["type"] == "tool_permission_resolved"
+        ]
         assert resolved == [("deny", "human_unavailable"), ("deny", "human_unavailable")]
         assert "tool_invocation_requested" not in h.types(turn_id)
         await h.assert_file_matches_query(turn_id)
 
 
-async def test_manual_mode_never_calls_classifier(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_manual_mode_never_calls_classifier(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     recorder = Recorder([calls("t"), {"text": "ok"}])
     called: list[int] = []
 
@@ -215,7 +298,11 @@ async def test_manual_mode_never_calls_classifier(temporal_env: WorkflowEnvironm
         return []
 
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=[sync_tool("t")], implementations={"t": echo},
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=[sync_tool("t")],
+        implementations={"t": echo},
         classifier=FunctionClassifier(classify),
     ) as h:
         turn_id, outcome = await h.run("go", auto_permission=False, human_available=False)
@@ -225,7 +312,9 @@ async def test_manual_mode_never_calls_classifier(temporal_env: WorkflowEnvironm
         assert [(e["decision"], e["source"]) for e in resolved] == [("deny", "human_unavailable")]
 
 
-async def test_permission_checker_failure_fails_closed(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_permission_checker_failure_fails_closed(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     recorder = Recorder([calls("t"), {"text": "ok"}])
     ran: list[str] = []
 
@@ -238,7 +327,12 @@ async def test_permission_checker_failure_fails_closed(temporal_env: WorkflowEnv
         return 1
 
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=[sync_tool("t")], implementations={"t": track}, checker=Broken()
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=[sync_tool("t")],
+        implementations={"t": track},
+        checker=Broken(),
     ) as h:
         turn_id, outcome = await h.run("go", auto_permission=True, human_available=True)
         assert outcome.status == "suspended"  # asks a human, never executes automatically
@@ -246,7 +340,9 @@ async def test_permission_checker_failure_fails_closed(temporal_env: WorkflowEnv
         assert "policy store unreachable" in required["checkerError"]
         assert "tool_permission_classified" not in h.types(turn_id)
         assert ran == []
-        done = await h.send(turn_id, {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"})
+        done = await h.send(
+            turn_id, {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"}
+        )
         assert done.status == "completed" and ran == ["call_0_0"]
 
 
@@ -266,7 +362,12 @@ async def test_failures(temporal_env: WorkflowEnvironment, tmp_path: Path) -> No
     tools = [sync_tool("boom"), async_tool("ext")]
     perms = {t.tool_id: "none" for t in tools}
     async with Harness(
-        temporal_env.client, tmp_path / "b", recorder, tools=tools, implementations={"boom": boom}, permissions=perms
+        temporal_env.client,
+        tmp_path / "b",
+        recorder,
+        tools=tools,
+        implementations={"boom": boom},
+        permissions=perms,
     ) as h:
         turn_id, outcome = await h.run("go")
         assert outcome.status == "suspended"
@@ -275,11 +376,19 @@ async def test_failures(temporal_env: WorkflowEnvironment, tmp_path: Path) -> No
         assert boomed is not None and boomed.result is not None
         assert boomed.result.result.is_error and "disk on fire" in str(boomed.result.result.output)
         unknown = state.tool_call("call_0_2")
-        assert unknown is not None and unknown.result is not None and unknown.result.source == "runtime"
+        assert (
+            unknown is not None
+            and unknown.result is not None
+            and unknown.result.source == "runtime"
+        )
         assert "Unknown tool" in str(unknown.result.result.output)
         done = await h.send(
             turn_id,
-            {"type": "async_tool_result", "toolCallId": "call_0_1", "result": {"output": "no", "isError": True}},
+            {
+                "type": "async_tool_result",
+                "toolCallId": "call_0_1",
+                "result": {"output": "no", "isError": True},
+            },
         )
         assert done.status == "completed"
         await h.assert_file_matches_query(turn_id)
@@ -295,7 +404,11 @@ async def test_model_call_limit(temporal_env: WorkflowEnvironment, tmp_path: Pat
     # Tool calls from the last allowed call are fully processed, then the turn fails.
     loop_forever = Recorder([calls("t")] * 11)
     async with Harness(
-        temporal_env.client, tmp_path / "a", loop_forever, tools=[sync_tool("t")], implementations={"t": track},
+        temporal_env.client,
+        tmp_path / "a",
+        loop_forever,
+        tools=[sync_tool("t")],
+        implementations={"t": track},
         permissions={"builtin:t": "none"},
     ) as h:
         turn_id, outcome = await h.run("go", max_model_calls=10)
@@ -307,7 +420,11 @@ async def test_model_call_limit(temporal_env: WorkflowEnvironment, tmp_path: Pat
     # A tool-free response on call 10 completes normally.
     finishes = Recorder([calls("t")] * 9 + [{"text": "made it"}])
     async with Harness(
-        temporal_env.client, tmp_path / "b", finishes, tools=[sync_tool("t")], implementations={"t": track},
+        temporal_env.client,
+        tmp_path / "b",
+        finishes,
+        tools=[sync_tool("t")],
+        implementations={"t": track},
         permissions={"builtin:t": "none"},
     ) as h:
         turn_id, outcome = await h.run("go", max_model_calls=10)
@@ -315,25 +432,40 @@ async def test_model_call_limit(temporal_env: WorkflowEnvironment, tmp_path: Pat
         assert len(finishes.requests) == 10
 
 
-async def test_requires_human_without_human(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_requires_human_without_human(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     recorder = Recorder([calls("ask_human"), {"text": "ok"}])
     tools = [async_tool("ask_human", requires_human=True)]
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=tools, permissions={"external:ask_human": "none"}
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=tools,
+        permissions={"external:ask_human": "none"},
     ) as h:
         turn_id, outcome = await h.run("go", human_available=False)
         assert outcome.status == "completed"
         lines = h.lines(turn_id)
         assert [e["type"] for e in lines].count("tool_invocation_requested") == 1
         result = [e for e in lines if e["type"] == "tool_result"][0]
-        assert result["source"] == "runtime" and result["result"]["output"] == "Human input is unavailable for this turn."
+        assert (
+            result["source"] == "runtime"
+            and result["result"]["output"] == "Human input is unavailable for this turn."
+        )
 
 
-async def test_update_validators_reject_without_trace(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_update_validators_reject_without_trace(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     recorder = Recorder([calls("s", "a"), {"text": "ok"}])
     tools = [sync_tool("s"), async_tool("a")]
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=tools, implementations={"s": echo},
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=tools,
+        implementations={"s": echo},
         permissions={"builtin:s": "none", "external:a": "none"},
     ) as h:
         turn_id, outcome = await h.run("go")
@@ -341,9 +473,26 @@ async def test_update_validators_reject_without_trace(temporal_env: WorkflowEnvi
         before = h.repo.path_for(turn_id).read_bytes()
         handle = h.client.get_workflow_handle(turn_id)
         bad = [
-            ({"type": "async_tool_result", "toolCallId": "nope", "result": {"output": 1, "isError": False}}, "no tool call"),
-            ({"type": "async_tool_result", "toolCallId": "call_0_0", "result": {"output": 1, "isError": False}}, "already has a result"),
-            ({"type": "permission_decision", "toolCallId": "call_0_1", "decision": "allow"}, "does not require permission"),
+            (
+                {
+                    "type": "async_tool_result",
+                    "toolCallId": "nope",
+                    "result": {"output": 1, "isError": False},
+                },
+                "no tool call",
+            ),
+            (
+                {
+                    "type": "async_tool_result",
+                    "toolCallId": "call_0_0",
+                    "result": {"output": 1, "isError": False},
+                },
+                "already has a result",
+            ),
+            (
+                {"type": "permission_decision", "toolCallId": "call_0_1", "decision": "allow"},
+                "does not require permission",
+            ),
             ({"type": "async_tool_result", "toolCallId": "call_0_1"}, "invalid input"),
         ]
         for raw, reason in bad:
@@ -357,7 +506,14 @@ async def test_update_validators_reject_without_trace(temporal_env: WorkflowEnvi
                     raise RejectedInputError("schema")
         assert h.repo.path_for(turn_id).read_bytes() == before
         # An invalid signal is dropped, logged and listed; nothing is appended.
-        await handle.signal("async_tool_result", {"type": "async_tool_result", "toolCallId": "ghost", "result": {"output": 1, "isError": False}})
+        await handle.signal(
+            "async_tool_result",
+            {
+                "type": "async_tool_result",
+                "toolCallId": "ghost",
+                "result": {"output": 1, "isError": False},
+            },
+        )
         for _ in range(50):
             state = await h.query_state(turn_id)
             if state["rejectedInputs"]:
@@ -366,18 +522,38 @@ async def test_update_validators_reject_without_trace(temporal_env: WorkflowEnvi
         assert "ghost" in state["rejectedInputs"][0]["reason"]
         assert h.repo.path_for(turn_id).read_bytes() == before
         # Progress, then a result, then progress after the result is rejected.
-        await h.send(turn_id, {"type": "async_tool_progress", "toolCallId": "call_0_1", "progress": {"pct": 50}})
-        done = await h.send(turn_id, {"type": "async_tool_result", "toolCallId": "call_0_1", "result": {"output": 2, "isError": False}})
+        await h.send(
+            turn_id,
+            {"type": "async_tool_progress", "toolCallId": "call_0_1", "progress": {"pct": 50}},
+        )
+        done = await h.send(
+            turn_id,
+            {
+                "type": "async_tool_result",
+                "toolCallId": "call_0_1",
+                "result": {"output": 2, "isError": False},
+            },
+        )
         assert done.status == "completed"
         with pytest.raises(RejectedInputError):
-            await h.send(turn_id, {"type": "async_tool_progress", "toolCallId": "call_0_1", "progress": 1})
+            await h.send(
+                turn_id, {"type": "async_tool_progress", "toolCallId": "call_0_1", "progress": 1}
+            )
         await h.assert_file_matches_query(turn_id)
 
 
-async def test_reconstruction_and_read_only_get(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
-    recorder = Recorder([{"reasoning": "think", "text": "use tool", **calls("s")}, {"text": "final answer"}])
+async def test_reconstruction_and_read_only_get(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    recorder = Recorder(
+        [{"reasoning": "think", "text": "use tool", **calls("s")}, {"text": "final answer"}]
+    )
     async with Harness(
-        temporal_env.client, tmp_path, recorder, tools=[sync_tool("s")], implementations={"s": echo},
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=[sync_tool("s")],
+        implementations={"s": echo},
         permissions={"builtin:s": "none"},
     ) as h:
         turn_id, outcome = await h.run("go")
@@ -388,7 +564,9 @@ async def test_reconstruction_and_read_only_get(temporal_env: WorkflowEnvironmen
         assert state.terminal is not None and state.terminal.type == "turn_completed"
         assert state.model_calls[0].response is not None
         assert "text_delta" not in {e.type for e in turn.events}
-        assert state.usage.total_tokens == sum(m.usage.total_tokens or 0 for m in state.model_calls if m.usage)
+        assert state.usage.total_tokens == sum(
+            m.usage.total_tokens or 0 for m in state.model_calls if m.usage
+        )
         # Appending live events one by one and reducing equals full replay.
         from turncore.reducer import TurnReducer, reduce_turn
 
@@ -397,3 +575,33 @@ async def test_reconstruction_and_read_only_get(temporal_env: WorkflowEnvironmen
             incremental.apply(e)
         assert incremental.state == reduce_turn(turn.events)
         await h.assert_file_matches_query(turn_id)
+
+
+async def test_turn_status_follows_the_turn_in_temporal_web(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    from temporalio.api.enums.v1 import EventType
+
+    recorder = Recorder([calls("t"), {"text": "ok"}])
+    async with Harness(
+        temporal_env.client, tmp_path, recorder, tools=[sync_tool("t")], implementations={"t": echo}
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        handle = h.client.get_workflow_handle(turn_id)
+        desc = await handle.describe()
+        assert desc.typed_search_attributes.get(TURN_STATUS) == "suspended"
+        assert desc.typed_search_attributes.get(TURN_PENDING) == "permission:call_0_0"
+        await h.send(
+            turn_id, {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"}
+        )
+        history = await handle.fetch_history()
+        statuses = [
+            e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields[
+                "TurnStatus"
+            ].data
+            for e in history.events
+            if e.event_type == EventType.EVENT_TYPE_UPSERT_WORKFLOW_SEARCH_ATTRIBUTES
+            and "TurnStatus"
+            in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+        ]
+        assert [s.decode().strip('"') for s in statuses] == ["suspended", "running", "completed"]

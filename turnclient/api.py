@@ -214,6 +214,11 @@ class TurnClient:
         start = asyncio.get_running_loop().create_future()
         deltas = self._hub.attach(turn_id) if self._hub is not None else None
         outcome = asyncio.ensure_future(self._advance(turn_id, input, start))
+        if deltas is not None and self._hub is not None:
+            # Stop collecting deltas when the advance settles, even if nobody
+            # ever reads the events; a reader still drains what was queued.
+            hub = self._hub
+            outcome.add_done_callback(lambda _: hub.detach(turn_id, deltas))
         events = self._events(turn_id, start, outcome, deltas)
         return TurnExecution(outcome, events)
 

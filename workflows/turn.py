@@ -561,6 +561,9 @@ class TurnWorkflow:
             # run's failure, which answers every settle waiter).
             self._settle_waiters.append(queued.waiter)
         await self._append(advance.input_events(self._state, queued.input, _ts()))
+        if self._state.suspension is None and self._state.terminal is None:
+            # The turn left its settle point: Temporal Web shows it working again.
+            workflow.upsert_search_attributes([TURN_STATUS.value_set("running")])
 
     @workflow.signal(name="permission_decision")
     def permission_decision_signal(self, input: Any) -> None:
