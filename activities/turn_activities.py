@@ -27,7 +27,6 @@ from turncore.errors import (
     CorruptTurnError,
     DependencyError,
     InfrastructureError,
-    TurnNotFoundError,
 )
 from turncore.events import (
     ModelCallCompleted,
@@ -474,4 +473,4 @@ def _sync_result(turn_id: str, ts: str, input: ToolCallInput, result: ToolResult
     )
 
 
-__all__ = ["TurnActivities", "TurnDependencies", "ModelResolver", "TurnNotFoundError"]
+__all__ = ["ModelResolver", "TurnActivities", "TurnDependencies"]

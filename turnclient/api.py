@@ -33,7 +33,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from turncore.advance import check_input, outcome_of
 from turncore.agents import AgentResolver
-from turncore.errors import DependencyError, InfrastructureError, RejectedInputError, TurnFailure
+from turncore.errors import DependencyError, InfrastructureError, RejectedInputError
 from turncore.events import (
     DEFAULT_MAX_MODEL_CALLS,
     SCHEMA_VERSION,
@@ -380,4 +380,4 @@ class TurnClient:
                 self._hub.detach(turn_id, deltas)
 
 
-__all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "TurnFailure", "iso_now"]
+__all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "iso_now"]

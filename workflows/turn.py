@@ -35,7 +35,7 @@ from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
 )
-from temporalio.exceptions import ActivityError, ApplicationError, CancelledError
+from temporalio.exceptions import ActivityError, ApplicationError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -61,7 +61,6 @@ with workflow.unsafe.imports_passed_through():
     from turncore.errors import RejectedInputError
     from turncore.events import (
         CancelInput,
-        ResolvedAgent,
         TurnEvent,
         TurnExternalInput,
         parse_event,
@@ -110,7 +109,6 @@ class _Queued:
 class _Flags:
     reload: bool = False
     woken: int = 0
-    settles: int = 0
     strikes: int = 0
     """Model call attempts in a row that ended without a result."""
     rejected: list[dict[str, Any]] = field(default_factory=list)
@@ -669,7 +667,6 @@ class TurnWorkflow:
     async def _settled(self) -> None:
         """At a settle point: publish status for Temporal Web and answer waiting updates."""
         state = self._state
-        self._flags.settles += 1
         status = state.terminal.type.removeprefix("turn_") if state.terminal else "suspended"
         pending = [f"permission:{p.tool_call_id}" for p in state.pending_permissions()]
         pending += [f"async:{p.tool_call_id}" for p in state.pending_async_tools()]
@@ -795,10 +792,4 @@ def _reason(exc: Exception) -> str:
     return str(exc)
 
 
-__all__ = [
-    "TurnWorkflow",
-    "TurnWorkflowInput",
-    "SEARCH_ATTRIBUTES",
-    "ResolvedAgent",
-    "CancelledError",
-]
+__all__ = ["SEARCH_ATTRIBUTES", "TurnWorkflow", "TurnWorkflowInput"]
