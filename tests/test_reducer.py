@@ -1800,3 +1800,46 @@ def test_model_of_the_definition_is_untouched_by_requests() -> None:
     # The reducer keeps the reference opaque: it never materializes the context.
     assert state.definition.context == ContextRef(previous_turn_id=PREV_ID)
     assert state.model_calls[0].request.context_ref == ContextRef(previous_turn_id=PREV_ID)
+
+
+def test_classification_needs_auto_permission() -> None:
+    h = batch(History(created(auto_permission=False)), [("a", "read_file", {})])
+    h.require("a")
+    h.classify("a", "allow")
+    assert_rejects(h.events, len(h.events), "without autoPermission")
+    h = batch(History(created(auto_permission=False)), [("a", "read_file", {})])
+    h.require("a")
+    h.classification_failed(["a"])
+    assert_rejects(h.events, len(h.events), "without autoPermission")
+
+
+def test_classifier_decisions_must_follow_the_classification() -> None:
+    h = batch(History(created(auto_permission=True)), [("a", "read_file", {})])
+    h.require("a")
+    h.classify("a", "deny")
+    h.resolve("a", "allow", "classifier")
+    assert_rejects(h.events, len(h.events), "whose classification said deny")
+    h = batch(History(created(auto_permission=True)), [("a", "read_file", {})])
+    h.require("a")
+    h.resolve("a", "allow", "classifier")
+    assert_rejects(h.events, len(h.events), "whose classification said nothing")
+
+
+def test_human_sources_must_match_human_availability() -> None:
+    h = batch(History(created(human_available=False)), [("a", "read_file", {})])
+    h.require("a")
+    h.resolve("a", "allow", "human")
+    assert_rejects(h.events, len(h.events), "in a turn without a human")
+    h = batch(History(created(human_available=True)), [("a", "read_file", {})])
+    h.require("a")
+    h.resolve("a", "deny", "human_unavailable")
+    assert_rejects(h.events, len(h.events), "human_unavailable in a turn with a human")
+
+
+def test_turn_completed_repeats_the_aggregate_usage() -> None:
+    h = History()
+    h.request()
+    h.complete("the answer")
+    done = h.finish()
+    h.events[-1] = edit(done, usage=TurnUsage(input_tokens=1))
+    assert_rejects(h.events, len(h.events), "usage differs from the turn's aggregate usage")

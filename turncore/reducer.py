@@ -362,7 +362,10 @@ class TurnReducer:
         resolved = event.agent.resolved
         if isinstance(resolved, InheritedAgentSnapshot):
             context = event.context
-            if not isinstance(context, ContextRef) or context.previous_turn_id != resolved.inherited_from:
+            if (
+                not isinstance(context, ContextRef)
+                or context.previous_turn_id != resolved.inherited_from
+            ):
                 raise _corrupt(
                     "an inherited agent snapshot must inherit from the turn's context.previousTurnId"
                 )
@@ -446,7 +449,9 @@ class TurnReducer:
                         f"model call {index} follows a response without tool calls, "
                         "which completes the turn"
                     )
-                expected = [f"assistant:{index - 1}"] + [f"toolResult:{c.tool_call_id}" for c in calls]
+                expected = [f"assistant:{index - 1}"] + [
+                    f"toolResult:{c.tool_call_id}" for c in calls
+                ]
             else:
                 expected = []
         if request.messages != expected:
@@ -515,15 +520,23 @@ class TurnReducer:
 
     def _needs_open_permission(self, call: _ToolCall, kind: str) -> None:
         if call.required is None:
-            raise _corrupt(f"{kind} for tool call {call.tool_call_id!r}, which required no permission")
+            raise _corrupt(
+                f"{kind} for tool call {call.tool_call_id!r}, which required no permission"
+            )
         if call.resolved is not None:
             raise _corrupt(
                 f"{kind} for tool call {call.tool_call_id!r} after its permission was resolved"
             )
 
+    def _needs_auto_permission(self, kind: str) -> None:
+        assert self._created is not None
+        if not self._created.config.auto_permission:
+            raise _corrupt(f"{kind} in a turn without autoPermission: no classifier may run")
+
     def _on_permission_classified(self, event: ToolPermissionClassified) -> None:
         call = self._target(event.tool_call_id, event.type)
         self._needs_open_permission(call, event.type)
+        self._needs_auto_permission(event.type)
         if call.classification is not None or call.classification_failed is not None:
             raise _corrupt(f"tool call {event.tool_call_id!r} was classified twice")
         call.classification = event
@@ -536,6 +549,7 @@ class TurnReducer:
             self._needs_open_permission(call, event.type)
             if call.classification is not None or call.classification_failed is not None:
                 raise _corrupt(f"tool call {call.tool_call_id!r} was classified twice")
+        self._needs_auto_permission(event.type)
         for call in targets:
             call.classification_failed = event
 
@@ -547,6 +561,24 @@ class TurnReducer:
                 f"already resolved {call.resolved.decision}"
             )
         self._needs_open_permission(call, event.type)
+        assert self._created is not None
+        human = self._created.config.human_available
+        if event.source == "classifier":
+            c = call.classification
+            if c is None or c.decision != event.decision:
+                said = c.decision if c is not None else "nothing"
+                raise _corrupt(
+                    f"a classifier {event.decision} for tool call {event.tool_call_id!r}, "
+                    f"whose classification said {said}"
+                )
+        elif event.source == "human" and not human:
+            raise _corrupt(
+                f"a human decision for tool call {event.tool_call_id!r} in a turn without a human"
+            )
+        elif event.source == "human_unavailable" and human:
+            raise _corrupt(
+                f"tool call {event.tool_call_id!r} resolved as human_unavailable in a turn with a human"
+            )
         call.resolved = event
 
     # -- tools --------------------------------------------------------------
@@ -576,7 +608,9 @@ class TurnReducer:
                 f"contradicts the turn's tool snapshot {d.tool_id}/{d.execution}"
             )
         if d is None and self._tools_by_name is not None:
-            raise _corrupt(f"invocation of {event.tool_name!r}, which is not in the turn's tool set")
+            raise _corrupt(
+                f"invocation of {event.tool_name!r}, which is not in the turn's tool set"
+            )
         call.invocation = event
 
     def _on_progress(self, event: ToolProgress) -> None:
@@ -586,7 +620,9 @@ class TurnReducer:
             event.tool_call_id, event.type
         )
         if call.invocation is None:
-            raise _corrupt(f"progress for tool call {event.tool_call_id!r}, which was never invoked")
+            raise _corrupt(
+                f"progress for tool call {event.tool_call_id!r}, which was never invoked"
+            )
         if call.invocation.execution != event.source:
             raise _corrupt(
                 f"{event.source} progress for {call.invocation.execution} tool call "
@@ -623,9 +659,7 @@ class TurnReducer:
 
     def _check_settled(self, kind: str) -> None:
         if self._model_calls and self._model_calls[-1].open:
-            raise _corrupt(
-                f"{kind} while model call {len(self._model_calls) - 1} is unresolved"
-            )
+            raise _corrupt(f"{kind} while model call {len(self._model_calls) - 1} is unresolved")
         if self._unresolved:
             raise _corrupt(
                 f"{kind} while tool calls {list(self._unresolved)} lack terminal results"
@@ -695,6 +729,8 @@ class TurnReducer:
                 f"turn_completed.finishReason {event.finish_reason!r} differs from the final "
                 f"model response's {last.completed.finish_reason!r}"
             )
+        if event.usage != self._usage:
+            raise _corrupt("turn_completed.usage differs from the turn's aggregate usage")
         self._terminal = event
 
     # -- projection ---------------------------------------------------------
@@ -790,7 +826,9 @@ def _handler_for(event: object) -> _Handler:
 def reduce_turn(events: Sequence[TurnEvent]) -> TurnState:
     """Replay a whole turn log. Raises ``CorruptTurnError`` naming the rule and 1-based line."""
     if not events:
-        raise CorruptTurnError("the turn log is empty; the first event must be turn_created", line=1)
+        raise CorruptTurnError(
+            "the turn log is empty; the first event must be turn_created", line=1
+        )
     return TurnReducer.of(events).state
 
 
