@@ -70,6 +70,7 @@ def build_worker(
         acts.classify_permissions,
         acts.call_model,
         acts.run_tool,
+        acts.create_child_turn,
     ]
     replaced = {_activity_name(a) for a in replace_activities}
     return Worker(

@@ -129,3 +129,19 @@ class ToolCallResult:
 @dataclass
 class ValidateDependenciesInput:
     turn_id: str
+
+
+@dataclass
+class CreateChildInput:
+    parent_turn_id: str
+    tool_call_id: str
+    ts: str
+
+
+@dataclass
+class CreateChildResult:
+    child_turn_id: str | None = None
+    error: str | None = None
+    """Why no child could be created (an error result for the call, not a turn failure)."""
+    events: list[WireEvent] = field(default_factory=list)
+    """The link progress appended to the parent, as the workflow should fold it."""

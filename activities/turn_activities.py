@@ -20,6 +20,7 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 
 from turncore.advance import completion_event, failure_event
+from turncore.agents import AgentResolver
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
 from turncore.elision import elide_wire
@@ -29,21 +30,28 @@ from turncore.errors import (
     InfrastructureError,
 )
 from turncore.events import (
+    SCHEMA_VERSION,
+    AgentSnapshot,
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallRequested,
     ModelDescriptor,
     ModelStepEvent,
     ReasoningDelta,
+    RequestedAgent,
     TextDelta,
     ToolProgress,
     ToolResult,
     ToolResultData,
+    TurnConfig,
+    TurnCreated,
     TurnEvent,
     parse_event,
 )
+from turncore.ids import TurnIdGenerator
 from turncore.jsonvalue import JsonValue
 from turncore.live import LiveHub
+from turncore.messages import UserMessage
 from turncore.model import (
     CancellationToken,
     Model,
@@ -65,6 +73,7 @@ from turncore.permissions import (
 )
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
+from turncore.subagents import child_link, is_workflow_tool, spawn_request
 from turncore.tools import ToolContext, ToolRegistry
 
 from .payloads import (
@@ -75,6 +84,8 @@ from .payloads import (
     CheckPermissionsResult,
     ClassifyInput,
     ClassifyResult,
+    CreateChildInput,
+    CreateChildResult,
     LoadInput,
     LoadResult,
     ModelCallInput,
@@ -117,6 +128,9 @@ class TurnDependencies:
     contexts: ContextResolver
     clock: Clock
     hub: LiveHub
+    agents: AgentResolver | None = None
+    """Resolves sub-agents for ``spawn_agent`` (absent: the tool reports it is unavailable)."""
+    ids: TurnIdGenerator | None = None
 
 
 class TurnActivities:
@@ -175,6 +189,72 @@ class TurnActivities:
                 return LoadResult(events=page, offset=len(events), next_start=i)
             page.append(wire)
         return LoadResult(events=page, offset=len(events))
+
+    @activity.defn(name="create_child_turn")
+    async def create_child_turn(self, input: CreateChildInput) -> CreateChildResult:
+        """Create the child turn of a ``spawn_agent`` call and link it durably.
+
+        Idempotent: a call that already links a child gets that child back.
+        """
+        d = self._d
+        try:
+            state = await self._state(input.parent_turn_id)
+        except (CorruptTurnError, InfrastructureError) as exc:
+            raise _infrastructure(exc) from exc
+        call = state.tool_call(input.tool_call_id)
+        if call is None or call.invocation is None or call.result is not None:
+            raise _infrastructure(
+                CorruptTurnError(f"tool call {input.tool_call_id} is not awaiting a sub-agent")
+            )
+        for p in call.progress:
+            if isinstance(p.progress, dict) and p.progress.get("kind") == "subagent":
+                return CreateChildResult(child_turn_id=str(p.progress["childTurnId"]))
+        request = spawn_request(call.input)
+        if isinstance(request, str):
+            return CreateChildResult(error=request)
+        if d.agents is None or d.ids is None:
+            return CreateChildResult(error="sub-agents are not configured in this runtime")
+        agent_id, prompt = request
+        try:
+            resolved = d.agents.resolve(RequestedAgent(agent_id=agent_id))
+        except DependencyError as exc:
+            return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
+        parent = state.definition
+        child_id = d.ids.next_id()
+        created = TurnCreated(
+            turn_id=child_id,
+            ts=input.ts,
+            schema_version=SCHEMA_VERSION,
+            session_id=parent.session_id,
+            agent=AgentSnapshot(
+                requested=RequestedAgent(agent_id=agent_id),
+                # Depth is capped at one: a child never spawns agents itself.
+                resolved=resolved.model_copy(
+                    update={"tools": [t for t in resolved.tools if not is_workflow_tool(t)]}
+                ),
+            ),
+            context=[],
+            input=UserMessage(content=prompt),
+            config=TurnConfig(
+                auto_permission=parent.config.auto_permission,
+                human_available=parent.config.human_available,
+                max_model_calls=parent.config.max_model_calls,
+                reasoning_effort=parent.config.reasoning_effort,
+            ),
+        )
+        link = ToolProgress(
+            turn_id=parent.turn_id,
+            ts=input.ts,
+            tool_call_id=input.tool_call_id,
+            source="sync",
+            progress=child_link(child_id),
+        )
+        try:
+            await asyncio.to_thread(d.repository.create, created)
+            await self._append(parent.turn_id, [link])
+        except (CorruptTurnError, InfrastructureError) as exc:
+            raise _infrastructure(exc) from exc
+        return CreateChildResult(child_turn_id=child_id, events=_wire([link]))
 
     @activity.defn(name="validate_dependencies")
     async def validate_dependencies(self, input: ValidateDependenciesInput) -> None:

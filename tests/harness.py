@@ -31,6 +31,7 @@ from turncore.events import (
     TurnOutcome,
     external_input_adapter,
 )
+from turncore.ids import TurnIdGenerator
 from turncore.live import LiveHub
 from turncore.messages import UserMessage
 from turncore.model import Model
@@ -133,6 +134,8 @@ class Harness:
             contexts=self.contexts,
             clock=iso_now,
             hub=self.hub,
+            agents=self.resolver,
+            ids=TurnIdGenerator(),
         )
         self.turns = TurnClient(
             self.client,
@@ -154,7 +157,10 @@ class Harness:
 
     def start_worker(self) -> None:
         self.worker = build_worker(
-            self.client, self.deps, task_queue=self.task_queue, replace_activities=self.replace_activities
+            self.client,
+            self.deps,
+            task_queue=self.task_queue,
+            replace_activities=self.replace_activities,
         )
         self._task = asyncio.create_task(self.worker.run())
 

@@ -245,9 +245,10 @@ def _agent(
         for t in listed:
             if not isinstance(t, str):
                 raise ConfigError(f"{where}.tools must be a list of tool names")
-            if t not in tools:
+            if t not in tools and t != "spawn_agent":  # the workflow-native sub-agent tool
                 raise ConfigError(
-                    f"{where}.tools: unknown tool {t!r} (known: {', '.join(sorted(tools))})"
+                    f"{where}.tools: unknown tool {t!r} "
+                    f"(known: {', '.join(sorted([*tools, 'spawn_agent']))})"
                 )
         if len(set(listed)) != len(listed):
             raise ConfigError(f"{where}.tools lists a tool twice")

@@ -40,6 +40,7 @@ from activities import TurnDependencies
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver
 from turncore.events import ModelDescriptor, ToolDescriptor
+from turncore.ids import TurnIdGenerator
 from turncore.live import LiveHub
 from turncore.model import ModelRegistry, parse_model_ref
 from turncore.permissions import (
@@ -49,6 +50,7 @@ from turncore.permissions import (
 )
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import FileTurnRepository
+from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import FunctionTool, SyncTool, ToolFunction, ToolRegistry
 from workflows import SEARCH_ATTRIBUTES
 
@@ -187,6 +189,11 @@ class Runtime:
             else:
                 sync[tool.tool_id] = FunctionTool(import_callable(tool, root))
 
+        # Sub-agents: every agent may list the workflow-native spawn_agent tool;
+        # spawning needs no approval (what the child does is gated in the child).
+        catalog["spawn_agent"] = spawn_agent_descriptor()
+        declarations[SPAWN_AGENT_TOOL_ID] = "none"
+
         default_model = (
             parse_model_ref(config.default_model) if config.default_model is not None else None
         )
@@ -219,6 +226,8 @@ class Runtime:
             contexts=contexts,
             clock=iso_now,
             hub=hub,
+            agents=resolver,
+            ids=TurnIdGenerator(),
         )
         return cls(
             config=config,

@@ -87,6 +87,10 @@ class ToolRegistry:
     def check(self, descriptor: ToolDescriptor) -> None:
         """Raise ``DependencyError`` unless the descriptor can run here as snapshotted."""
         tid = descriptor.tool_id
+        if tid.startswith("workflow:"):
+            if tid != "workflow:spawn_agent":
+                raise DependencyError(f"no workflow-native tool {tid!r} exists in this runtime")
+            return  # implemented by the turn workflow itself
         if descriptor.execution == "sync":
             if tid not in self._sync:
                 hint = " (it is registered as async)" if tid in self._async else ""

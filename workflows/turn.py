@@ -35,7 +35,7 @@ from temporalio.common import (
     SearchAttributeKey,
     SearchAttributePair,
 )
-from temporalio.exceptions import ActivityError, ApplicationError
+from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
@@ -49,6 +49,8 @@ with workflow.unsafe.imports_passed_through():
         ClassifyInput,
         ClassifyRequest,
         ClassifyResult,
+        CreateChildInput,
+        CreateChildResult,
         LoadInput,
         LoadResult,
         ModelCallInput,
@@ -61,13 +63,17 @@ with workflow.unsafe.imports_passed_through():
     from turncore.errors import RejectedInputError
     from turncore.events import (
         CancelInput,
+        ToolResult,
+        ToolResultData,
         TurnEvent,
         TurnExternalInput,
+        outcome_adapter,
         parse_event,
         parse_input,
     )
     from turncore.permissions import PermissionCheck, PermissionClassification
     from turncore.reducer import ToolCallState, TurnReducer, TurnState
+    from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
 
 TURN_STATUS = SearchAttributeKey.for_keyword("TurnStatus")
 TURN_AGENT = SearchAttributeKey.for_keyword("TurnAgent")
@@ -416,6 +422,9 @@ class TurnWorkflow:
 
     async def _run_tool(self, call: ToolCallState) -> None:
         assert call.invocation is not None
+        if call.invocation.tool_id == SPAWN_AGENT_TOOL_ID:
+            await self._run_child(call)
+            return
         try:
             result: ToolCallResult = await workflow.execute_activity(
                 "run_tool",
@@ -437,6 +446,68 @@ class TurnWorkflow:
         except (ActivityError, asyncio.CancelledError) as exc:
             # We cannot be sure what the activity did: trust the file.
             workflow.logger.warning("tool %s ended without a result: %s", call.tool_call_id, exc)
+            self._flags.reload = True
+        finally:
+            self._running.pop(call.tool_call_id, None)
+            self._wake()
+
+    async def _run_child(self, call: ToolCallState) -> None:
+        """``spawn_agent``: run the call as a child turn with its own file and workflow."""
+        try:
+            created: CreateChildResult = await workflow.execute_local_activity(
+                "create_child_turn",
+                CreateChildInput(
+                    parent_turn_id=self._turn_id, tool_call_id=call.tool_call_id, ts=_ts()
+                ),
+                result_type=CreateChildResult,
+                start_to_close_timeout=timedelta(seconds=60),
+                retry_policy=_SAFE_RETRY,
+                summary=f"spawn sub-agent · {call.tool_call_id}",
+            )
+            self._absorb(created.events)
+            child_id = created.child_turn_id
+            if child_id is None:
+                data = ToolResultData(
+                    output=created.error or "the sub-agent could not start", is_error=True
+                )
+            else:
+                try:
+                    outcome = await workflow.execute_child_workflow(
+                        TurnWorkflow.run,
+                        dataclasses.replace(
+                            self._input, turn_id=child_id, cancel=None, rejected_inputs=[]
+                        ),
+                        id=child_id,
+                        parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                        cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
+                        static_summary=f"sub-agent of {self._turn_id} · {call.tool_call_id}",
+                    )
+                    data = child_result(
+                        child_id,
+                        outcome_adapter.validate_python(
+                            {k: v for k, v in outcome.items() if k != "turnId"}
+                        ),
+                    )
+                except ChildWorkflowError as exc:
+                    reason = _cause(exc)
+                    data = ToolResultData(
+                        output={"childTurnId": child_id, "status": "error", "error": reason},
+                        is_error=True,
+                    )
+            result = ToolResult(
+                turn_id=self._turn_id,
+                ts=_ts(),
+                tool_call_id=call.tool_call_id,
+                tool_name=call.tool_name,
+                source="sync",
+                result=data,
+            )
+            if self._state.terminal is None and self._cancel is None:
+                await self._append([result])
+        except (ActivityError, asyncio.CancelledError) as exc:
+            workflow.logger.warning(
+                "sub-agent of %s ended without a result: %s", call.tool_call_id, exc
+            )
             self._flags.reload = True
         finally:
             self._running.pop(call.tool_call_id, None)
