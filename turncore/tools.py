@@ -17,6 +17,7 @@ from typing import Any, Protocol
 from .errors import DependencyError
 from .events import ToolDescriptor, ToolResultData
 from .jsonvalue import JsonValue, json_problem
+from .subagents import SPAWN_AGENT_TOOL_ID, WORKFLOW_TOOL_PREFIX
 
 ReportProgress = Callable[[JsonValue], Awaitable[None]]
 
@@ -87,8 +88,8 @@ class ToolRegistry:
     def check(self, descriptor: ToolDescriptor) -> None:
         """Raise ``DependencyError`` unless the descriptor can run here as snapshotted."""
         tid = descriptor.tool_id
-        if tid.startswith("workflow:"):
-            if tid != "workflow:spawn_agent":
+        if tid.startswith(WORKFLOW_TOOL_PREFIX):
+            if tid != SPAWN_AGENT_TOOL_ID:
                 raise DependencyError(f"no workflow-native tool {tid!r} exists in this runtime")
             return  # implemented by the turn workflow itself
         if descriptor.execution == "sync":
