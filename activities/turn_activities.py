@@ -114,8 +114,14 @@ LOAD_PAGE_BYTES = 128 * 1024
 
 
 def _infrastructure(exc: Exception) -> ApplicationError:
-    """An infrastructure problem the workflow must not paper over; retrying won't help."""
-    return ApplicationError(str(exc), type=type(exc).__name__, non_retryable=True)
+    """An infrastructure problem the workflow must not paper over; retrying won't help.
+
+    Every unresolvable live dependency (a provider missing from the config, a
+    tool renamed, a context chain unreadable) travels as ``DependencyError``,
+    the one type the workflow and the client tell apart.
+    """
+    kind = "DependencyError" if isinstance(exc, DependencyError) else type(exc).__name__
+    return ApplicationError(str(exc), type=kind, non_retryable=True)
 
 
 @dataclass

@@ -226,3 +226,18 @@ async def test_cancel_succeeds_when_the_environment_broke(
         done = await h.send(turn_id, {"type": "cancel", "reason": "environment gone"})
         assert done.status == "cancelled"
         assert h.types(turn_id)[-1] == "turn_cancelled"
+
+
+async def test_a_provider_missing_from_the_registry_is_a_dependency_error(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    from turncore.model.registry import ModelRegistry
+
+    h = Harness(temporal_env.client, tmp_path, ["hi"])
+    h.deps.models = ModelRegistry({}, env={})  # "scripted/test" resolves to no function here
+    async with h:
+        turn_id = await h.create("go")
+        before = h.repo.path_for(turn_id).read_bytes()
+        with pytest.raises(DependencyError):
+            await h.turns.recover(turn_id)
+        assert h.repo.path_for(turn_id).read_bytes() == before
