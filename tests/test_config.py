@@ -280,3 +280,20 @@ def test_a_scripted_provider_plays_a_json_script_from_the_work_dir(tmp_path: Pat
     )
     with pytest.raises(DependencyError, match="neither a registered function nor a script file"):
         runtime.models.resolve(ModelDescriptor(provider="play", model="missing.json"))
+
+
+def test_any_agent_may_list_spawn_agent(tmp_path: Path) -> None:
+    write(
+        tmp_path,
+        """
+        [agents.lead]
+        system_prompt = "Delegate."
+        model = "scripted/demo"
+        tools = ["spawn_agent", "clock"]
+        """,
+    )
+    runtime = Runtime.from_work_dir(tmp_path, env={})
+    resolved = runtime.resolver.resolve(RequestedAgent(agent_id="lead"))
+    assert [t.tool_id for t in resolved.tools] == ["workflow:spawn_agent", "builtin:clock"]
+    runtime.tools.check_all(resolved.tools)  # implemented by the workflow itself
+    assert runtime.deps.agents is runtime.resolver and runtime.deps.ids is not None
