@@ -936,3 +936,36 @@ def test_snake_case_field_names_are_not_the_wire_format(tmp_path: Path) -> None:
     with pytest.raises(CorruptTurnError) as info:
         repo.read(TURN_ID)
     assert info.value.line == 2
+
+
+class TestReadAfter:
+    """Followers read only what follows their offset (spec §17.1, DESIGN §7)."""
+
+    def test_polling_returns_each_event_once_in_order(self, store: Store) -> None:
+        builder = open_sync_calls(n=2)
+        store.seed(builder.events)
+        n = len(builder.events)
+        assert store.repo.read_after(TURN_ID, 0) == store.repo.read(TURN_ID)
+        assert store.repo.read_after(TURN_ID, n) == []
+        new = [tool_progress(TURN_ID, "call_0", progress={"step": i}) for i in range(3)]
+        store.repo.append(TURN_ID, new[:1])
+        assert store.repo.read_after(TURN_ID, n) == new[:1]
+        store.repo.append(TURN_ID, new[1:])
+        assert store.repo.read_after(TURN_ID, n + 1) == new[1:]
+        assert store.repo.read_after(TURN_ID, n + 3) == []
+        # An offset the follower did not reach by polling works as well.
+        assert store.repo.read_after(TURN_ID, 1) == store.repo.read(TURN_ID)[1:]
+
+    def test_an_incomplete_final_line_waits(self, store: Store) -> None:
+        builder = open_sync_calls(n=1)
+        store.seed(builder.events)
+        n = len(builder.events)
+        complete = store.raw(TURN_ID)
+        store.put_raw(TURN_ID, complete + b'{"type":"tool_prog')
+        assert store.repo.read_after(TURN_ID, n) == []
+
+    def test_an_offset_past_the_end_is_refused(self, store: Store) -> None:
+        builder = open_sync_calls(n=1)
+        store.seed(builder.events)
+        with pytest.raises(ValueError, match="past the end"):
+            store.repo.read_after(TURN_ID, len(builder.events) + 2)

@@ -378,6 +378,9 @@ class _JsonlRepository(ABC):
     def __init__(self) -> None:
         self._tails: OrderedDict[str, _Tail] = OrderedDict()
         self._tails_guard = threading.Lock()
+        # Followers' positions: turn id -> (identity, line offset, byte offset),
+        # so a follower polling read_after reads only what was appended since.
+        self._follow: OrderedDict[str, tuple[Hashable, int, int]] = OrderedDict()
 
     # -- storage hooks -------------------------------------------------------
 
@@ -395,6 +398,12 @@ class _JsonlRepository(ABC):
     @abstractmethod
     def _load(self, turn_id: str) -> tuple[Hashable, bytes]:
         """The identity and bytes of the turn, read consistently; TurnNotFoundError if absent."""
+
+    def _load_from(self, turn_id: str, start: int) -> tuple[Hashable, bytes]:
+        """The identity and the bytes from byte ``start`` on (subclasses may avoid
+        reading the prefix)."""
+        identity, data = self._load(turn_id)
+        return identity, data[start:]
 
     @abstractmethod
     def _writer(self, turn_id: str) -> AbstractContextManager[_Writer]: ...
@@ -434,10 +443,32 @@ class _JsonlRepository(ABC):
         validate_turn_id(turn_id)
         if offset < 0:
             raise ValueError(f"offset must not be negative, got {offset}")
-        _, data = self._load(turn_id)
-        lines = data.split(b"\n")[:-1]  # a final piece without its newline is not a line yet
+        with self._tails_guard:
+            known = self._follow.get(turn_id)
+        if known is not None and known[1] == offset:
+            identity, data = self._load_from(turn_id, known[2])
+            if identity != known[0]:
+                known = None  # another file now: start over
+        if known is None or known[1] != offset:
+            identity, data = self._load(turn_id)
+            start = 0
+            for line in range(offset):
+                nl = data.find(b"\n", start)
+                if nl < 0:
+                    raise ValueError(f"offset {offset} is past the end: the log has {line} lines")
+                start = nl + 1
+            data = data[start:]
+            known = (identity, offset, start)
+        end = data.rfind(b"\n") + 1  # a final piece without its newline is not a line yet
+        lines = data[:end].split(b"\n")[:-1]
         where = self._where(turn_id)
-        return [_decode_line(raw, where, offset + 1 + i) for i, raw in enumerate(lines[offset:])]
+        events = [_decode_line(raw, where, offset + 1 + i) for i, raw in enumerate(lines)]
+        with self._tails_guard:
+            self._follow[turn_id] = (identity, offset + len(events), known[2] + end)
+            self._follow.move_to_end(turn_id)
+            while len(self._follow) > TAIL_CACHE_SIZE:
+                self._follow.popitem(last=False)
+        return events
 
     def append(
         self,
@@ -709,6 +740,19 @@ class FileTurnRepository(_JsonlRepository):
         path = self.path_for(turn_id)
         try:
             return _read_shared(path)
+        except FileNotFoundError:
+            raise self._missing(turn_id) from None
+        except OSError as exc:
+            raise InfrastructureError(f"{path}: could not read the turn file: {exc}") from exc
+
+    def _load_from(self, turn_id: str, start: int) -> tuple[Hashable, bytes]:
+        path = self.path_for(turn_id)
+        try:
+            with open(path, "rb") as f:
+                fcntl.flock(f.fileno(), fcntl.LOCK_SH)
+                st = os.fstat(f.fileno())
+                f.seek(start)
+                return (st.st_dev, st.st_ino), f.read()
         except FileNotFoundError:
             raise self._missing(turn_id) from None
         except OSError as exc:
