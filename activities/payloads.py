@@ -6,8 +6,12 @@ as transcripts: the model activity composes its own request from the file.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
+
+from turncore.permissions import PermissionCheck, PermissionClassification
+from turncore.reducer import ToolCallState
 
 WireEvent = dict[str, Any]
 
@@ -61,6 +65,21 @@ class CheckPermissionsInput:
     turn_id: str
     calls: list[CheckCall]
 
+    @classmethod
+    def of(cls, turn_id: str, calls: Sequence[ToolCallState]) -> CheckPermissionsInput:
+        return cls(
+            turn_id=turn_id,
+            calls=[
+                CheckCall(
+                    tool_call_id=t.tool_call_id,
+                    tool_id=t.tool_id or "",
+                    tool_name=t.tool_name,
+                    input=t.input,
+                )
+                for t in calls
+            ],
+        )
+
 
 @dataclass
 class CheckOutcome:
@@ -73,6 +92,17 @@ class CheckOutcome:
 @dataclass
 class CheckPermissionsResult:
     outcomes: list[CheckOutcome]
+
+    def checks(self) -> dict[str, PermissionCheck | str]:
+        """Per call: the checker's answer, or its error (which fails closed)."""
+        return {
+            o.tool_call_id: (
+                o.checker_error
+                if o.checker_error is not None
+                else PermissionCheck(required=o.required, request=o.request)
+            )
+            for o in self.outcomes
+        }
 
 
 @dataclass
@@ -88,11 +118,32 @@ class ClassifyInput:
     turn_id: str
     requests: list[ClassifyRequest]
 
+    @classmethod
+    def of(cls, turn_id: str, calls: Sequence[ToolCallState]) -> ClassifyInput:
+        requests = []
+        for t in calls:
+            assert t.permission is not None
+            requests.append(
+                ClassifyRequest(
+                    tool_call_id=t.tool_call_id,
+                    tool_name=t.tool_name,
+                    input=t.input,
+                    request=t.permission.required.request,
+                )
+            )
+        return cls(turn_id=turn_id, requests=requests)
+
 
 @dataclass
 class ClassifyResult:
     classifications: list[dict[str, Any]] = field(default_factory=list)
     error: str | None = None
+
+    def decisions(self) -> list[PermissionClassification] | None:
+        """The classifier's decisions, or None when it failed (treated as defer)."""
+        if self.error is not None:
+            return None
+        return [PermissionClassification.model_validate(c) for c in self.classifications]
 
 
 @dataclass

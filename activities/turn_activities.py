@@ -158,16 +158,17 @@ class TurnActivities:
 
     @activity.defn(name="append_events")
     async def append_events(self, input: AppendInput) -> AppendResult:
-        derived: list[TurnEvent] = []
-        if input.derive == "completion":
-            state = await self._state(input.turn_id)
-            if state.terminal is not None and state.terminal.type == "turn_completed":
-                return AppendResult(offset=len(state.model_calls), events=[])
-            derived = [completion_event(state, input.ts or self._d.clock())]
-        elif input.derive is not None:
+        if input.derive not in (None, "completion"):
             raise ApplicationError(f"unknown derived append {input.derive!r}", non_retryable=True)
-        events = derived or [parse_event(e) for e in input.events]
+        derived: list[TurnEvent] = []
         try:
+            if input.derive == "completion":
+                on_file = await self._read(input.turn_id)
+                state = TurnReducer.of(on_file).state
+                if state.terminal is not None and state.terminal.type == "turn_completed":
+                    return AppendResult(offset=len(on_file), events=[])  # landed earlier
+                derived = [completion_event(state, input.ts or self._d.clock())]
+            events = derived or [parse_event(e) for e in input.events]
             offset = await asyncio.to_thread(
                 self._d.repository.append, input.turn_id, events, known_offset=input.known_offset
             )

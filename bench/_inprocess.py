@@ -22,10 +22,8 @@ from activities import TurnActivities
 from activities.payloads import (
     AppendInput,
     AppendResult,
-    CheckCall,
     CheckPermissionsInput,
     ClassifyInput,
-    ClassifyRequest,
     LoadInput,
     ModelCallInput,
     ToolCallInput,
@@ -34,7 +32,6 @@ from activities.payloads import (
 from turnclient.api import iso_now
 from turncore import advance
 from turncore.events import TurnEvent, TurnExternalInput, parse_event
-from turncore.permissions import PermissionCheck, PermissionClassification
 from turncore.reducer import ToolCallState, TurnReducer, TurnState
 
 A = TypeVar("A")
@@ -156,48 +153,21 @@ class InProcessTurn:
         to_check = advance.calls_needing_check(state)
         allowed: list[str] = []
         if to_check:
-            result = await self._act(
-                self._acts.check_permissions,
-                CheckPermissionsInput(
-                    turn_id=self._turn_id,
-                    calls=[
-                        CheckCall(
-                            tool_call_id=t.tool_call_id,
-                            tool_id=t.tool_id or "",
-                            tool_name=t.tool_name,
-                            input=t.input,
-                        )
-                        for t in to_check
-                    ],
-                ),
+            checked = await self._act(
+                self._acts.check_permissions, CheckPermissionsInput.of(self._turn_id, to_check)
             )
-            checks: dict[str, PermissionCheck | str] = {
-                o.tool_call_id: (
-                    o.checker_error
-                    if o.checker_error is not None
-                    else PermissionCheck(required=o.required, request=o.request)
-                )
-                for o in result.outcomes
-            }
-            required, allowed = advance.permission_required_events(self._state, checks, iso_now())
+            required, allowed = advance.permission_required_events(
+                self._state, checked.checks(), iso_now()
+            )
             if required:
                 await self._append(required)
         to_classify = advance.calls_needing_classification(self._state)
         if to_classify:
             classified = await self._act(
-                self._acts.classify_permissions,
-                ClassifyInput(
-                    turn_id=self._turn_id,
-                    requests=[_classify_request(t) for t in to_classify],
-                ),
+                self._acts.classify_permissions, ClassifyInput.of(self._turn_id, to_classify)
             )
-            decisions = None
-            if classified.error is None:
-                decisions = [
-                    PermissionClassification.model_validate(c) for c in classified.classifications
-                ]
             events = advance.classification_events(
-                self._state, decisions, classified.error, iso_now()
+                self._state, classified.decisions(), classified.error, iso_now()
             )
             if events:
                 await self._append(events)
@@ -241,13 +211,3 @@ class InProcessTurn:
         )
         for raw in result.events:
             self._reducer.apply(parse_event(raw, trusted_json=True))
-
-
-def _classify_request(t: ToolCallState) -> ClassifyRequest:
-    assert t.permission is not None
-    return ClassifyRequest(
-        tool_call_id=t.tool_call_id,
-        tool_name=t.tool_name,
-        input=t.input,
-        request=t.permission.required.request,
-    )

@@ -322,15 +322,11 @@ class Plain:
                     if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_SCHEDULED
                 ]
                 gaps = [b - a for a, b in zip(times, times[1:], strict=False)]
-                self.samples.setdefault("activity_round_trip_server_side", []).append(
-                    _median(gaps)
-                )
+                self.samples.setdefault("activity_round_trip_server_side", []).append(_median(gaps))
         one, _ = await self._workflow(1, False, WORK_MS)
         many, _ = await self._workflow(PLAIN_N // 2 + 1, False, WORK_MS)
         per_call = (many - one) / (PLAIN_N // 2)
-        self.samples.setdefault("activity_overhead_with_work", []).append(
-            per_call - WORK_MS / 1000
-        )
+        self.samples.setdefault("activity_overhead_with_work", []).append(per_call - WORK_MS / 1000)
 
     def report(self) -> dict[str, float]:
         return {f"{k}_ms": _ms(_median(v)) for k, v in self.samples.items()}
@@ -379,8 +375,11 @@ async def measure_signal(h: Harness, script: Script, repeat: int) -> dict[str, A
         sent = time.perf_counter()
         await handle.signal(
             "async_tool_result",
-            {"type": "async_tool_result", "toolCallId": call_id,
-             "result": {"output": "done", "isError": False}},
+            {
+                "type": "async_tool_result",
+                "toolCallId": call_id,
+                "result": {"output": "done", "isError": False},
+            },
         )
         result = await handle.result()
         assert result["status"] == "completed", result
@@ -388,16 +387,19 @@ async def measure_signal(h: Harness, script: Script, repeat: int) -> dict[str, A
         history = await handle.fetch_history()
         events = list(history.events)
         signaled = next(
-            i for i, e in enumerate(events)
+            i
+            for i, e in enumerate(events)
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_EXECUTION_SIGNALED
         )
         started = next(
-            e for e in events[signaled:]
+            e
+            for e in events[signaled:]
             if e.event_type == EventType.EVENT_TYPE_ACTIVITY_TASK_STARTED
         )
         from_history.append(_event_seconds(started) - _event_seconds(events[signaled]))
         task = next(
-            e for e in events[signaled:]
+            e
+            for e in events[signaled:]
             if e.event_type == EventType.EVENT_TYPE_WORKFLOW_TASK_STARTED
         )
         signaled_to_next_task.append(_event_seconds(task) - _event_seconds(events[signaled]))

@@ -141,7 +141,9 @@ def breakdown_us(events: list[TurnEvent], repeat: int) -> dict[str, float]:
 
     return {
         "json": round(best(lambda: [orjson.loads(line) for line in lines]), 2),
-        "validate": round(best(lambda: [validators[o["type"]].validate_python(o) for o in objs]), 2),
+        "validate": round(
+            best(lambda: [validators[o["type"]].validate_python(o) for o in objs]), 2
+        ),
         "reduce": round(best(lambda: TurnReducer.of(events)), 2),
         "gc": round(collect(), 2),
     }

@@ -43,11 +43,9 @@ with workflow.unsafe.imports_passed_through():
     from activities.payloads import (
         AppendInput,
         AppendResult,
-        CheckCall,
         CheckPermissionsInput,
         CheckPermissionsResult,
         ClassifyInput,
-        ClassifyRequest,
         ClassifyResult,
         CreateChildInput,
         CreateChildResult,
@@ -71,7 +69,6 @@ with workflow.unsafe.imports_passed_through():
         parse_event,
         parse_input,
     )
-    from turncore.permissions import PermissionCheck, PermissionClassification
     from turncore.reducer import ToolCallState, TurnReducer, TurnState
     from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
 
@@ -281,7 +278,7 @@ class TurnWorkflow:
         start: int | None = 0
         while start is not None:
             load = LoadInput(turn_id=self._turn_id, start=start, validate=validate and start == 0)
-            result: LoadResult = await self._execute_activity("load_turn", load, LoadResult)
+            result: LoadResult = await self._local("load_turn", load)
             for e in result.events:
                 reducer.apply(parse_event(e, trusted_json=True))
             start = result.next_start
@@ -303,7 +300,7 @@ class TurnWorkflow:
         for e in events:
             trial.apply(e)  # an illegal decision must never reach the file
         known = self._reducer.event_count
-        await self._execute_local(
+        await self._local(
             "append_events",
             AppendInput(
                 turn_id=self._turn_id, events=[e.to_wire() for e in events], known_offset=known
@@ -316,7 +313,7 @@ class TurnWorkflow:
         """Append an event the activity builds from the file (it copies values the
         workflow holds only elided), then fold the elided copy it returns."""
         assert self._reducer is not None
-        result: AppendResult = await self._execute_local(
+        result: AppendResult = await self._local(
             "append_events",
             AppendInput(
                 turn_id=self._turn_id,
@@ -363,46 +360,22 @@ class TurnWorkflow:
         to_check = advance.calls_needing_check(state)
         allowed: list[str] = []
         if to_check:
-            result: CheckPermissionsResult = await self._execute_local(
-                "check_permissions",
-                CheckPermissionsInput(
-                    turn_id=self._turn_id,
-                    calls=[
-                        CheckCall(
-                            tool_call_id=t.tool_call_id,
-                            tool_id=t.tool_id or "",
-                            tool_name=t.tool_name,
-                            input=t.input,
-                        )
-                        for t in to_check
-                    ],
-                ),
+            checked: CheckPermissionsResult = await self._local(
+                "check_permissions", CheckPermissionsInput.of(self._turn_id, to_check)
             )
-            checks: dict[str, PermissionCheck | str] = {}
-            for o in result.outcomes:
-                checks[o.tool_call_id] = (
-                    o.checker_error
-                    if o.checker_error is not None
-                    else PermissionCheck(required=o.required, request=o.request)
-                )
-            required, allowed = advance.permission_required_events(self._state, checks, _ts())
+            required, allowed = advance.permission_required_events(
+                self._state, checked.checks(), _ts()
+            )
             if required:
                 await self._append(required)
         to_classify = advance.calls_needing_classification(self._state)
         if to_classify:
-            classified: ClassifyResult = await self._execute_local(
-                "classify_permissions",
-                ClassifyInput(
-                    turn_id=self._turn_id,
-                    requests=[_classify_request(t) for t in to_classify],
-                ),
+            classified: ClassifyResult = await self._local(
+                "classify_permissions", ClassifyInput.of(self._turn_id, to_classify)
             )
-            decisions = None
-            if classified.error is None:
-                decisions = [
-                    PermissionClassification.model_validate(c) for c in classified.classifications
-                ]
-            events = advance.classification_events(self._state, decisions, classified.error, _ts())
+            events = advance.classification_events(
+                self._state, classified.decisions(), classified.error, _ts()
+            )
             if events:
                 await self._append(events)
         changed = bool(to_check or to_classify)
@@ -454,15 +427,11 @@ class TurnWorkflow:
     async def _run_child(self, call: ToolCallState) -> None:
         """``spawn_agent``: run the call as a child turn with its own file and workflow."""
         try:
-            created: CreateChildResult = await workflow.execute_local_activity(
+            created: CreateChildResult = await self._local(
                 "create_child_turn",
                 CreateChildInput(
                     parent_turn_id=self._turn_id, tool_call_id=call.tool_call_id, ts=_ts()
                 ),
-                result_type=CreateChildResult,
-                start_to_close_timeout=timedelta(seconds=60),
-                retry_policy=_SAFE_RETRY,
-                summary=f"spawn sub-agent · {call.tool_call_id}",
             )
             self._absorb(created.events)
             child_id = created.child_turn_id
@@ -609,10 +578,9 @@ class TurnWorkflow:
             advance.check_input(self._state, queued.input)
             # §15.3: an input is applied only if the live environment still
             # matches the snapshot; otherwise it is rejected and nothing is written.
-            await self._execute_activity(
+            await self._local(
                 "validate_dependencies",
                 ValidateDependenciesInput(turn_id=self._turn_id),
-                None,
                 reject=True,
             )
         except RejectedInputError as exc:
@@ -773,32 +741,20 @@ class TurnWorkflow:
 
     # ---------------------------------------------------------------- plumbing
 
-    async def _execute_local(self, name: str, arg: Any) -> Any:
-        result_types = {
-            "load_turn": LoadResult,
-            "append_events": AppendResult,
-            "check_permissions": CheckPermissionsResult,
-            "classify_permissions": ClassifyResult,
-        }
-        return await workflow.execute_local_activity(
-            name,
-            arg,
-            result_type=result_types[name],
-            start_to_close_timeout=timedelta(seconds=60),
-            retry_policy=_SAFE_RETRY,
-            summary=name.replace("_", " "),
-        )
+    async def _local(self, name: str, arg: Any, *, reject: bool = False) -> Any:
+        """Run one of the retry-safe local activities.
 
-    async def _execute_activity(
-        self, name: str, arg: Any, result_type: Any, reject: bool = False
-    ) -> Any:
+        A dependency failure ends the run as ``DependencyError`` (§15.3), or,
+        with ``reject``, rejects the input being applied instead.
+        """
         try:
             return await workflow.execute_local_activity(
                 name,
                 arg,
-                result_type=result_type,
+                result_type=_LOCAL_RESULTS[name],
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=_SAFE_RETRY,
+                summary=name.replace("_", " "),
             )
         except (ActivityError, ApplicationError) as exc:
             if _is_dependency_failure(exc):
@@ -809,20 +765,20 @@ class TurnWorkflow:
             raise
 
 
+_LOCAL_RESULTS: dict[str, Any] = {
+    "load_turn": LoadResult,
+    "append_events": AppendResult,
+    "check_permissions": CheckPermissionsResult,
+    "classify_permissions": ClassifyResult,
+    "validate_dependencies": None,
+    "create_child_turn": CreateChildResult,
+}
+
+
 def _infrastructure_failure(exc: ActivityError) -> ApplicationError:
     failure = _application_failure(exc)
     kind = failure.type if failure is not None and failure.type else "InfrastructureError"
     return ApplicationError(_cause(exc), type=kind, non_retryable=True)
-
-
-def _classify_request(t: ToolCallState) -> ClassifyRequest:
-    assert t.permission is not None
-    return ClassifyRequest(
-        tool_call_id=t.tool_call_id,
-        tool_name=t.tool_name,
-        input=t.input,
-        request=t.permission.required.request,
-    )
 
 
 def _details(state: TurnState) -> str:
