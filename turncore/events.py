@@ -480,27 +480,8 @@ class ReasoningDelta(WireModel):
 
 
 TurnDelta: TypeAlias = TextDelta | ReasoningDelta
-TurnStreamEvent = Annotated[
-    TurnCreated
-    | ModelCallRequested
-    | ModelStepEvent
-    | ModelCallCompleted
-    | ModelCallFailed
-    | ToolPermissionRequired
-    | ToolPermissionClassified
-    | ToolPermissionClassificationFailed
-    | ToolPermissionResolved
-    | ToolInvocationRequested
-    | ToolProgress
-    | ToolResult
-    | TurnSuspended
-    | TurnCompleted
-    | TurnFailed
-    | TurnCancelled
-    | TextDelta
-    | ReasoningDelta,
-    Field(discriminator="type"),
-]
+TurnStreamEvent: TypeAlias = TurnEvent | TurnDelta
+"""What an execution stream yields: durable events and ephemeral deltas (§13)."""
 
 # ---------------------------------------------------------------- external inputs (§11.2)
 
