@@ -1,4 +1,4 @@
-# The turncore image: the `turns` CLI and the worker (python -m worker).
+# The turncore image: the `turns` CLI and the worker (python -m turncore_temporal.worker).
 # Used by compose.yaml; configure it with TEMPORAL_* / TURNS_* variables.
 FROM python:3.11-slim
 
@@ -13,4 +13,4 @@ RUN pip install --no-cache-dir .
 ENV TURNS_HOME=/turns \
     PYTHONUNBUFFERED=1
 VOLUME ["/turns"]
-CMD ["python", "-m", "worker"]
+CMD ["python", "-m", "turncore_temporal.worker"]

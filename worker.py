@@ -1,4 +1,4 @@
-"""Run a turncore worker: `python worker.py` or `python -m worker` (configured by environment).
+"""Run a turncore worker: `python worker.py` or `python -m turncore_temporal.worker` (configured by environment).
 
 TEMPORAL_ADDRESS (unset: the work dir's embedded dev server), TEMPORAL_NAMESPACE
 (default), TEMPORAL_API_KEY or TEMPORAL_TLS_CLIENT_CERT_PATH /
@@ -10,7 +10,12 @@ TURNS_LOG_LEVEL (INFO). See docs/operations.md.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import asyncio
+import contextlib
+import logging
+import os
+import signal
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
@@ -19,8 +24,11 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from activities import TurnActivities, TurnDependencies
-from workflows import TurnWorkflow
+from turnclient.runtime import Runtime, Temporal, temporal
+from turncore_temporal.activities import TurnActivities, TurnDependencies
+from turncore_temporal.workflows import TurnWorkflow
+
+log = logging.getLogger("turncore.worker")
 
 DEFAULT_TASK_QUEUE = "turns"
 
@@ -35,8 +43,7 @@ PASSTHROUGH = (
     "annotated_types",
     "orjson",
     "turncore",
-    "activities",
-    "workflows",
+    "turncore_temporal",
 )
 
 
@@ -100,9 +107,82 @@ def _activity_name(fn: object) -> str | None:
     return defn.name if defn is not None else None
 
 
+def build_turn_worker(
+    runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
+) -> Worker:
+    return build_worker(
+        client, runtime.deps, task_queue=runtime.task_queue, graceful_shutdown=graceful_shutdown
+    )
+
+
+@contextlib.asynccontextmanager
+async def serving(
+    runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
+) -> AsyncIterator[Worker]:
+    """Run a worker in this process for the block; it is shut down when the block ends."""
+    worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown)
+    task = asyncio.create_task(worker.run())
+    try:
+        yield worker
+    finally:
+        if not task.done():
+            await worker.shutdown()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def run_worker(
+    runtime: Runtime,
+    *,
+    env: Mapping[str, str] | None = None,
+    on_ready: Callable[[Temporal], None] | None = None,
+    ui: bool = False,
+    ui_port: int | None = None,
+    worker: bool = True,
+    graceful_shutdown: timedelta = timedelta(seconds=30),
+) -> None:
+    """Serve turns until SIGINT or SIGTERM (``turns worker``, ``turns dev``, ``worker.py``)."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        async with temporal(runtime.work_dir, env=env, ui=ui, ui_port=ui_port) as conn:
+            if worker:
+                async with serving(runtime, conn.client, graceful_shutdown=graceful_shutdown):
+                    if on_ready is not None:
+                        on_ready(conn)
+                    await stop.wait()
+            else:
+                if on_ready is not None:
+                    on_ready(conn)
+                await stop.wait()
+    finally:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+
+
+async def run_worker_from_env() -> None:
+    """``python worker.py``: a worker configured by the environment (see worker.py)."""
+    logging.basicConfig(
+        level=os.environ.get("TURNS_LOG_LEVEL", "INFO").upper(),
+        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
+    )
+    runtime = Runtime.from_work_dir()
+
+    def ready(conn: Temporal) -> None:
+        log.info(
+            "serving turns of %s on task queue %r at %s (namespace %s)",
+            runtime.work_dir,
+            runtime.task_queue,
+            conn.address,
+            conn.namespace,
+        )
+
+    await run_worker(runtime, on_ready=ready)
+
+
 if __name__ == "__main__":
-    import asyncio
-
-    from turnclient.runtime import run_worker_from_env
-
     asyncio.run(run_worker_from_env())

@@ -18,8 +18,12 @@ from typing import Any, TypeVar
 
 from temporalio.testing import ActivityEnvironment
 
-from activities import TurnActivities
-from activities.payloads import (
+from turnclient.api import iso_now
+from turncore import advance
+from turncore.events import TurnEvent, TurnExternalInput, parse_event
+from turncore.reducer import ToolCallState, TurnReducer, TurnState
+from turncore_temporal.activities import TurnActivities
+from turncore_temporal.activities.payloads import (
     AppendInput,
     AppendResult,
     CheckPermissionsInput,
@@ -29,10 +33,6 @@ from activities.payloads import (
     ToolCallInput,
     ValidateDependenciesInput,
 )
-from turnclient.api import iso_now
-from turncore import advance
-from turncore.events import TurnEvent, TurnExternalInput, parse_event
-from turncore.reducer import ToolCallState, TurnReducer, TurnState
 
 A = TypeVar("A")
 R = TypeVar("R")

@@ -60,7 +60,6 @@ from temporalio.client import Client, WorkflowHistory  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
-from activities import TurnActivities  # noqa: E402
 from bench._inprocess import InProcessTurn  # noqa: E402
 from bench._plain import PlainWorkflow, noop  # noqa: E402
 from tests.harness import Harness, async_tool, sync_tool  # noqa: E402
@@ -69,8 +68,9 @@ from turncore.events import AsyncToolResultInput  # noqa: E402
 from turncore.messages import UserMessage  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402
 from turncore.model.scripted import call_index  # noqa: E402
-from worker import workflow_runner  # noqa: E402
-from workflows import SEARCH_ATTRIBUTES  # noqa: E402
+from turncore_temporal.activities import TurnActivities  # noqa: E402
+from turncore_temporal.worker import workflow_runner  # noqa: E402
+from turncore_temporal.workflows import SEARCH_ATTRIBUTES  # noqa: E402
 
 ITERATIONS = 5
 PLAIN_N = 20

@@ -12,7 +12,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from turnclient.devserver import find_temporal_cli
-from workflows import SEARCH_ATTRIBUTES
+from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 
 @pytest.fixture(scope="session")

@@ -21,8 +21,6 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client
 
-from activities import TurnDependencies
-from activities.payloads import ToolCallInput, ToolCallResult
 from turnclient.api import iso_now
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver
@@ -33,6 +31,8 @@ from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
 from turncore.reducer import TurnReducer
 from turncore.repository import FileTurnRepository
 from turncore.tools import FunctionTool, ToolContext, ToolRegistry
+from turncore_temporal.activities import TurnDependencies
+from turncore_temporal.activities.payloads import ToolCallInput, ToolCallResult
 
 MODEL = ModelDescriptor(provider="scripted", model="crash")
 SLOW = ToolDescriptor(
@@ -95,8 +95,8 @@ def dependencies(work: Path, *, delay: float) -> TurnDependencies:
 
 
 async def main(address: str, task_queue: str, work: str, crash_at: str) -> None:
-    from activities import TurnActivities
-    from worker import build_worker
+    from turncore_temporal.activities import TurnActivities
+    from turncore_temporal.worker import build_worker
 
     client = await Client.connect(address)
     deps = dependencies(Path(work), delay=float(os.environ.get("MODEL_DELTA_DELAY", "0")))

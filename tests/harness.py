@@ -18,7 +18,6 @@ import orjson
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from activities import TurnDependencies
 from turnclient.api import CreateTurnInput, TurnClient, iso_now
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver
@@ -46,7 +45,8 @@ from turncore.permissions import (
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import FileTurnRepository
 from turncore.tools import FunctionTool, ToolFunction, ToolRegistry
-from worker import build_worker
+from turncore_temporal.activities import TurnDependencies
+from turncore_temporal.worker import build_worker
 
 MODEL = ModelDescriptor(provider="scripted", model="test")
 

@@ -12,14 +12,21 @@ from temporalio import activity
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
-from activities import TurnActivities
-from activities.payloads import AppendInput, AppendResult, ModelCallInput, ModelCallResult
 from tests.harness import Harness, sync_tool
 from turncore.errors import CorruptTurnError, InfrastructureError
 from turncore.tools import ToolContext
+from turncore_temporal.activities import TurnActivities
+from turncore_temporal.activities.payloads import (
+    AppendInput,
+    AppendResult,
+    ModelCallInput,
+    ModelCallResult,
+)
 
 
-async def test_a_retried_append_writes_nothing_twice(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_a_retried_append_writes_nothing_twice(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     failed_once: set[int] = set()
     calls: Counter[int] = Counter()
     holder: dict[str, TurnActivities] = {}
@@ -40,14 +47,20 @@ async def test_a_retried_append_writes_nothing_twice(temporal_env: WorkflowEnvir
 
     script = [{"toolCalls": [{"toolName": "t", "input": {}}]}, {"text": "done"}]
     h = Harness(
-        temporal_env.client, tmp_path, script, tools=[sync_tool("t")], implementations={"t": noop},
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("t")],
+        implementations={"t": noop},
         replace_activities=[flaky_append],
     )
     holder["real"] = TurnActivities(h.deps)
     async with h:
         turn_id, outcome = await h.run("go")
         assert outcome.status == "suspended"
-        done = await h.send(turn_id, {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"})
+        done = await h.send(
+            turn_id, {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"}
+        )
         assert done.status == "completed"
         assert calls and all(n == 2 for n in calls.values())  # every batch was retried once
         lines = h.repo.path_for(turn_id).read_bytes().splitlines()
@@ -60,7 +73,9 @@ async def test_a_retried_append_writes_nothing_twice(temporal_env: WorkflowEnvir
         await h.assert_file_matches_query(turn_id)
 
 
-async def test_a_torn_final_line_makes_the_turn_corrupt(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_a_torn_final_line_makes_the_turn_corrupt(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     async with Harness(temporal_env.client, tmp_path, ["hi"]) as h:
         turn_id, outcome = await h.run("go")
         path = h.repo.path_for(turn_id)
@@ -86,7 +101,9 @@ async def test_a_model_activity_that_keeps_dying_fails_the_run_not_the_turn(
         attempts.append(input.model_call_index)
         raise RuntimeError("the model activity crashed before recording anything")
 
-    async with Harness(temporal_env.client, tmp_path, ["hi"], replace_activities=[broken_model_activity]) as h:
+    async with Harness(
+        temporal_env.client, tmp_path, ["hi"], replace_activities=[broken_model_activity]
+    ) as h:
         turn_id = await h.create("go")
         before = h.repo.path_for(turn_id).read_bytes()
         with pytest.raises(InfrastructureError, match="3 times in a row"):

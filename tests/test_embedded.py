@@ -20,14 +20,14 @@ from pathlib import Path
 import pytest
 
 from turnclient.embedded import EmbeddedServer, ServerInfo, is_server_process, servers_on
-from workflows import SEARCH_ATTRIBUTES
+from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 ROOT = Path(__file__).resolve().parent.parent
 
 HOLDER = """
 import asyncio, sys
 from turnclient.embedded import EmbeddedServer
-from workflows import SEARCH_ATTRIBUTES
+from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 async def main():
     server = EmbeddedServer(sys.argv[1], SEARCH_ATTRIBUTES)

@@ -10,8 +10,8 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
-from worker import workflow_runner
-from workflows import TurnWorkflow
+from turncore_temporal.worker import workflow_runner
+from turncore_temporal.workflows import TurnWorkflow
 
 HISTORIES = sorted((Path(__file__).parent / "replay" / "histories").glob("*.json"))
 

@@ -12,7 +12,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.harness import Harness, sync_tool
 from turnclient.devserver import find_temporal_cli
 from turncore.tools import ToolContext
-from workflows import SEARCH_ATTRIBUTES
+from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 SCRIPT: list[Any] = [
     {"toolCalls": [{"toolName": "write_file", "input": {"path": "x"}}]},

@@ -37,17 +37,36 @@ def _empty_lists_as_null(value: Any) -> Any:
     return value
 
 
-async def test_signal_and_query_with_the_stock_cli(temporal_env: WorkflowEnvironment, tmp_path: Path) -> None:
+async def test_signal_and_query_with_the_stock_cli(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
     def write(value: Any, ctx: ToolContext) -> Any:
         return "written"
 
-    script = [{"toolCalls": [{"toolName": "write_file", "input": {"path": "a.txt"}}]}, {"text": "saved it"}]
+    script = [
+        {"toolCalls": [{"toolName": "write_file", "input": {"path": "a.txt"}}]},
+        {"text": "saved it"},
+    ]
     async with Harness(
-        temporal_env.client, tmp_path, script, tools=[sync_tool("write_file")], implementations={"write_file": write}
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("write_file")],
+        implementations={"write_file": write},
     ) as h:
         turn_id, outcome = await h.run("save a file")
         assert outcome.status == "suspended"
-        raw = await _cli(temporal_env, "workflow", "query", "--workflow-id", turn_id, "--type", "state", "-o", "json")
+        raw = await _cli(
+            temporal_env,
+            "workflow",
+            "query",
+            "--workflow-id",
+            turn_id,
+            "--type",
+            "state",
+            "-o",
+            "json",
+        )
         queried = json.loads(raw)["queryResult"][0]
         assert queried["toolCalls"][0]["permission"]["required"]["toolName"] == "write_file"
         decision = {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"}
@@ -65,7 +84,17 @@ async def test_signal_and_query_with_the_stock_cli(temporal_env: WorkflowEnviron
         result = await h.client.get_workflow_handle(turn_id).result()
         assert result["status"] == "completed"
         assert result["output"]["content"][0]["text"] == "saved it"
-        raw = await _cli(temporal_env, "workflow", "query", "--workflow-id", turn_id, "--type", "state", "-o", "json")
+        raw = await _cli(
+            temporal_env,
+            "workflow",
+            "query",
+            "--workflow-id",
+            turn_id,
+            "--type",
+            "state",
+            "-o",
+            "json",
+        )
         final = json.loads(raw)["queryResult"][0]
         final.pop("rejectedInputs")
         # The CLI prints empty arrays as null; everything else must match the file.

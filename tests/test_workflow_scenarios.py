@@ -20,7 +20,7 @@ from turncore.permissions import (
     PermissionClassificationBatch,
 )
 from turncore.tools import ToolContext
-from workflows.turn import TURN_PENDING, TURN_STATUS
+from turncore_temporal.workflows.turn import TURN_PENDING, TURN_STATUS
 
 
 class Recorder:

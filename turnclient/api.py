@@ -54,8 +54,8 @@ from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
-from workflows import TurnWorkflow, TurnWorkflowInput
-from workflows.turn import TURN_AGENT, TURN_MODEL, TURN_SESSION, TURN_STATUS
+from turncore_temporal.workflows import TurnWorkflow, TurnWorkflowInput
+from turncore_temporal.workflows.turn import TURN_AGENT, TURN_MODEL, TURN_SESSION, TURN_STATUS
 
 from .summary import message_preview
 

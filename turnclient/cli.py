@@ -575,7 +575,9 @@ async def _session(
     args: argparse.Namespace, runtime: Runtime, *, worker: bool = True
 ) -> AsyncIterator[tuple[Temporal, TurnClient]]:
     """Connected (embedded or remote), with a worker in this process unless --no-worker."""
-    from .runtime import serving, temporal
+    from turncore_temporal.worker import serving
+
+    from .runtime import temporal
 
     async with temporal(runtime.work_dir) as conn:
         if worker and not getattr(args, "no_worker", False):
@@ -938,7 +940,9 @@ async def _tail(
     show: Callable[[Any], None],
 ) -> TurnState:
     """Follow the file from line ``offset`` (and this process's deltas) until the turn ends."""
-    from .runtime import serving, temporal
+    from turncore_temporal.worker import serving
+
+    from .runtime import temporal
 
     repo = runtime.repository
     hub = runtime.hub
@@ -1071,7 +1075,7 @@ def worker(args: argparse.Namespace) -> int:
 
 def _serve(args: argparse.Namespace, *, ui: bool, worker: bool) -> int:
     async def body() -> int:
-        from .runtime import run_worker
+        from turncore_temporal.worker import run_worker
 
         runtime = _runtime()
 

@@ -18,25 +18,20 @@ worker``, ``python worker.py`` and the tests all wire through here.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import importlib
 import inspect
 import logging
 import os
-import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from pathlib import Path
 from typing import Any
 
 from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
-from temporalio.worker import Worker
 
-from activities import TurnDependencies
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver
 from turncore.events import ModelDescriptor, ToolDescriptor
@@ -52,7 +47,8 @@ from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import FileTurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import FunctionTool, SyncTool, ToolFunction, ToolRegistry
-from workflows import SEARCH_ATTRIBUTES
+from turncore_temporal.activities import TurnDependencies
+from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 from .api import TurnClient, iso_now
 from .builtin_tools import builtin_implementations
@@ -303,94 +299,11 @@ async def temporal(
         await server.release()
 
 
-def build_turn_worker(
-    runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
-) -> Worker:
-    from worker import build_worker  # the top-level worker module (py-modules)
-
-    return build_worker(
-        client, runtime.deps, task_queue=runtime.task_queue, graceful_shutdown=graceful_shutdown
-    )
-
-
-@contextlib.asynccontextmanager
-async def serving(
-    runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
-) -> AsyncIterator[Worker]:
-    """Run a worker in this process for the block; it is shut down when the block ends."""
-    worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown)
-    task = asyncio.create_task(worker.run())
-    try:
-        yield worker
-    finally:
-        if not task.done():
-            await worker.shutdown()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
-
-
-async def run_worker(
-    runtime: Runtime,
-    *,
-    env: Mapping[str, str] | None = None,
-    on_ready: Callable[[Temporal], None] | None = None,
-    ui: bool = False,
-    ui_port: int | None = None,
-    worker: bool = True,
-    graceful_shutdown: timedelta = timedelta(seconds=30),
-) -> None:
-    """Serve turns until SIGINT or SIGTERM (``turns worker``, ``turns dev``, ``worker.py``)."""
-    stop = asyncio.Event()
-    loop = asyncio.get_running_loop()
-    for sig in (signal.SIGINT, signal.SIGTERM):
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(sig, stop.set)
-    try:
-        async with temporal(runtime.work_dir, env=env, ui=ui, ui_port=ui_port) as conn:
-            if worker:
-                async with serving(runtime, conn.client, graceful_shutdown=graceful_shutdown):
-                    if on_ready is not None:
-                        on_ready(conn)
-                    await stop.wait()
-            else:
-                if on_ready is not None:
-                    on_ready(conn)
-                await stop.wait()
-    finally:
-        for sig in (signal.SIGINT, signal.SIGTERM):
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(sig)
-
-
-async def run_worker_from_env() -> None:
-    """``python worker.py``: a worker configured by the environment (see worker.py)."""
-    logging.basicConfig(
-        level=os.environ.get("TURNS_LOG_LEVEL", "INFO").upper(),
-        format="%(asctime)s %(levelname)s %(name)s: %(message)s",
-    )
-    runtime = Runtime.from_work_dir()
-
-    def ready(conn: Temporal) -> None:
-        log.info(
-            "serving turns of %s on task queue %r at %s (namespace %s)",
-            runtime.work_dir,
-            runtime.task_queue,
-            conn.address,
-            conn.namespace,
-        )
-
-    await run_worker(runtime, on_ready=ready)
-
-
 __all__ = [
     "RuleClassifier",
     "Runtime",
     "Temporal",
-    "build_turn_worker",
     "import_callable",
-    "run_worker",
-    "run_worker_from_env",
-    "serving",
     "temporal",
     "uses_embedded",
 ]

@@ -60,7 +60,9 @@ class ComposedRequest(WireModel):
     reasoning_effort: Opt[str] = None
 
 
-def next_model_request(state: TurnState, parameters: dict[str, JsonValue] | None = None) -> ModelRequest:
+def next_model_request(
+    state: TurnState, parameters: dict[str, JsonValue] | None = None
+) -> ModelRequest:
     """The ``request`` of the next model call: only what is new since the previous call.
 
     Call 0 is ``["context"?, "input"]`` (with ``contextRef`` for a referenced
@@ -159,7 +161,9 @@ def _tool_result_part(state: TurnState, tool_call_id: str) -> ToolResultPart:
     return ToolResultPart(
         tool_call_id=tool_call_id,
         tool_name=call.tool_name,
-        output=ToolResultOutput(type="error-json" if result.is_error else "json", value=result.output),
+        output=ToolResultOutput(
+            type="error-json" if result.is_error else "json", value=result.output
+        ),
     )
 
 

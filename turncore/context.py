@@ -90,7 +90,9 @@ class ElisionPolicy(WireModel):
             f"[Output of {part.tool_name} from an earlier turn elided ({size} characters). "
             "Run the tool again if you need it.]"
         )
-        return part.model_copy(update={"output": ToolResultOutput(type=part.output.type, value=note)})
+        return part.model_copy(
+            update={"output": ToolResultOutput(type=part.output.type, value=note)}
+        )
 
     def _elide_user(self, message: UserMessage) -> UserMessage:
         if isinstance(message.content, str):
@@ -167,9 +169,7 @@ class ContextResolver:
             tools=resolved.tools,
         )
 
-    def _materialize(
-        self, context: TurnContext, seen: Sequence[str]
-    ) -> list[ConversationMessage]:
+    def _materialize(self, context: TurnContext, seen: Sequence[str]) -> list[ConversationMessage]:
         if not isinstance(context, ContextRef):
             return list(context)
         turn_id = context.previous_turn_id

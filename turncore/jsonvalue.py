@@ -41,7 +41,9 @@ def json_problem(value: Any, path: str = "$") -> str | None:
     return None
 
 
-def _validate_json_value(value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo) -> Any:
+def _validate_json_value(
+    value: Any, handler: ValidatorFunctionWrapHandler, info: ValidationInfo
+) -> Any:
     ctx = info.context
     if not (isinstance(ctx, dict) and ctx.get("trusted_json")):
         problem = json_problem(value, info.field_name or "$")

@@ -57,8 +57,7 @@ class _MediaPart(WireModel):
         sources = [n for n in ("url", "data", "file_id") if getattr(self, n) is not None]
         if len(sources) != 1:
             raise ValueError(
-                "a media part needs exactly one source of url, data or fileId; "
-                f"got {len(sources)}"
+                f"a media part needs exactly one source of url, data or fileId; got {len(sources)}"
             )
         return self
 
@@ -161,7 +160,9 @@ def validate_conversation(value: Any) -> list[ConversationMessage]:
     return _conversation_adapter.validate_python(value)
 
 
-def describe_part(part: TextPart | ReasoningPart | ToolCallPart | ToolResultPart | MediaPart) -> str:
+def describe_part(
+    part: TextPart | ReasoningPart | ToolCallPart | ToolResultPart | MediaPart,
+) -> str:
     """A one-line, human-safe description of a part (no media bytes, URLs or ids)."""
     match part:
         case TextPart() | ReasoningPart():

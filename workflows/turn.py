@@ -40,7 +40,21 @@ from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflow
 with workflow.unsafe.imports_passed_through():
     from pydantic import ValidationError
 
-    from activities.payloads import (
+    from turncore import advance
+    from turncore.errors import RejectedInputError
+    from turncore.events import (
+        CancelInput,
+        ToolResult,
+        ToolResultData,
+        TurnEvent,
+        TurnExternalInput,
+        outcome_adapter,
+        parse_event,
+        parse_input,
+    )
+    from turncore.reducer import ToolCallState, TurnReducer, TurnState
+    from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
+    from turncore_temporal.activities.payloads import (
         AppendInput,
         AppendResult,
         CheckPermissionsInput,
@@ -57,20 +71,6 @@ with workflow.unsafe.imports_passed_through():
         ToolCallResult,
         ValidateDependenciesInput,
     )
-    from turncore import advance
-    from turncore.errors import RejectedInputError
-    from turncore.events import (
-        CancelInput,
-        ToolResult,
-        ToolResultData,
-        TurnEvent,
-        TurnExternalInput,
-        outcome_adapter,
-        parse_event,
-        parse_input,
-    )
-    from turncore.reducer import ToolCallState, TurnReducer, TurnState
-    from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
 
 TURN_STATUS = SearchAttributeKey.for_keyword("TurnStatus")
 TURN_AGENT = SearchAttributeKey.for_keyword("TurnAgent")

@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.harness import Harness, async_tool, sync_tool
 from turnclient.devserver import find_temporal_cli
 from turncore.tools import ToolContext
-from workflows import SEARCH_ATTRIBUTES
+from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 OUT = Path(__file__).parent / "histories"
 
