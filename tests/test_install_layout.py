@@ -24,7 +24,6 @@ def test_wheel_has_only_project_namespaces(tmp_path: Path) -> None:
             "pip",
             "wheel",
             "--no-deps",
-            "--no-build-isolation",
             "-q",
             "-w",
             str(tmp_path),
