@@ -410,6 +410,12 @@ class TurnActivities:
                 outcome = await model.turn(request, sink, cancel.clone())
             except asyncio.CancelledError:
                 cancel.cancel()
+                if activity.is_worker_shutdown():
+                    # Not the turn's cancellation: this worker is stopping (a
+                    # detached `turns run`, a redeploy). Record nothing; the
+                    # open request is the recovery table's interrupted call,
+                    # re-issued by the next worker (§23).
+                    raise
                 await commit(
                     ModelCallFailed(
                         turn_id=turn_id,

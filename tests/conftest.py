@@ -6,6 +6,7 @@ gets its own task queue and work dir, so tests never see each other's turns.
 
 from __future__ import annotations
 
+import os
 from collections.abc import AsyncIterator
 
 import pytest
@@ -13,6 +14,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from turnclient.devserver import find_temporal_cli
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
+
+# Commands run by tests stop their embedded server as the last one leaves, so
+# a test can assert that nothing was left running; tests of the idle grace
+# set TURNS_SERVER_IDLE themselves.
+os.environ.setdefault("TURNS_SERVER_IDLE", "0")
 
 
 @pytest.fixture(scope="session")

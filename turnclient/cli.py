@@ -40,6 +40,7 @@ import logging
 import os
 import signal
 import sys
+import threading
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -209,12 +210,19 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     return EXIT_PROBLEM, f"unexpected {type(exc).__name__}: {exc}"
 
 
-def _report(args: argparse.Namespace, code: int, message: str, turn_id: str | None = None) -> int:
+def _report(
+    args: argparse.Namespace,
+    code: int,
+    message: str,
+    turn_id: str | None = None,
+    *,
+    status: str | None = None,
+) -> int:
     message = _one_line(message)
-    print(message, file=sys.stderr)
+    print(message, file=sys.stderr, flush=True)
     if getattr(args, "json", False):
         doc: dict[str, Any] = {
-            "status": "rejected" if code == EXIT_REJECTED else "error",
+            "status": status or ("rejected" if code == EXIT_REJECTED else "error"),
             "error": message,
             "exitCode": code,
         }
@@ -235,31 +243,128 @@ def _quiet_logging() -> None:
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
+class _Interrupts:
+    """What SIGINT, SIGTERM and SIGHUP mean to a command: detach, never cancel.
+
+    The first signal stops the command and leaves every turn exactly as it
+    is — durable, resumable with ``turns recover``, cancellable with ``turns
+    cancel`` (the ``temporal`` CLI's Ctrl-C detaches the same way). Cleanup
+    (this process's worker, its share of the embedded server) runs, but the
+    process exits within ``HARD_EXIT`` seconds of the last signal whatever
+    cleanup still waits for — a tool running in a worker thread cannot be
+    interrupted — and a second signal exits at once. A hard exit is safe:
+    the kernel drops this process's file locks, the embedded server's
+    watchdog stops the server once idle, and the turn's workflow resumes on
+    the next worker from its file.
+    """
+
+    HARD_EXIT = 1.5
+    CODES = {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}
+
+    def __init__(self, args: argparse.Namespace) -> None:
+        self.args = args
+        self.turn_id: str | None = None
+        self.received: signal.Signals | None = None
+        self._reported = threading.Lock()
+        self._done = False
+
+    def install(self, loop: asyncio.AbstractEventLoop, task: asyncio.Task[int]) -> None:
+        for sig in self.CODES:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.add_signal_handler(sig, self._on_signal, sig, task)
+
+    def uninstall(self, loop: asyncio.AbstractEventLoop) -> None:
+        for sig in self.CODES:
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
+            if self.received is not None:
+                # Past the loop, a further signal still means "leave now",
+                # never a KeyboardInterrupt in the interpreter's shutdown.
+                with contextlib.suppress(ValueError):
+                    signal.signal(sig, lambda *_: self.hard_exit())
+
+    def _on_signal(self, sig: signal.Signals, task: asyncio.Task[int]) -> None:
+        if self.received is not None:
+            self.hard_exit()
+        self.received = sig
+        task.cancel()
+        timer = threading.Timer(self.HARD_EXIT, self.hard_exit)
+        timer.daemon = True
+        timer.start()
+
+    @property
+    def code(self) -> int:
+        return self.CODES.get(self.received or signal.SIGINT, 130)
+
+    def report(self) -> int:
+        """Say once what was left where, and how to go on; returns the exit code."""
+        with self._reported:
+            if self._done:
+                return self.code
+            self._done = True
+        name = signal.Signals(self.received or signal.SIGINT).name
+        turn = self.turn_id
+        if turn is None:
+            message = f"{name}: stopped"
+        else:
+            message = (
+                f"{name}: detached; turn {turn} is left as it is. "
+                f"Resume it with `{PROG} recover {turn}`, follow it with `{PROG} watch {turn}`, "
+                f"or cancel it with `{PROG} cancel {turn}`"
+            )
+        with contextlib.suppress(Exception):
+            _report(self.args, self.code, message, turn, status="detached")
+        return self.code
+
+    def hard_exit(self) -> None:
+        code = self.report()
+        with contextlib.suppress(Exception):
+            sys.stdout.flush()
+            sys.stderr.flush()
+        os._exit(code)
+
+
+_INTERRUPTS: _Interrupts | None = None
+
+
+def _following(turn_id: str) -> None:
+    """Name the turn this command works on, for the message a signal prints."""
+    if _INTERRUPTS is not None:
+        _INTERRUPTS.turn_id = turn_id
+
+
 def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
-    """Run an async command: errors become one line and an exit code; SIGTERM cleans up."""
+    """Run an async command: errors become one line and an exit code; signals detach."""
+    global _INTERRUPTS
     _quiet_logging()
+    interrupts = _INTERRUPTS = _Interrupts(args)
 
     async def guarded() -> int:
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGTERM, task.cancel)
+        interrupts.install(loop, task)  # type: ignore[arg-type]
         try:
             return await body()
         finally:
-            with contextlib.suppress(NotImplementedError, RuntimeError):
-                loop.remove_signal_handler(signal.SIGTERM)
+            interrupts.uninstall(loop)
 
     try:
-        return asyncio.run(guarded())
-    except KeyboardInterrupt:
-        return _report(args, 130, "interrupted")
-    except asyncio.CancelledError:
-        return _report(args, 143, "terminated")
+        code = asyncio.run(guarded())
+    except (KeyboardInterrupt, asyncio.CancelledError):
+        code = interrupts.report()
     except Exception as exc:
-        code, message = _classify(exc)
-        return _report(args, code, message, getattr(exc, "turn_id", None))
+        if interrupts.received is None:
+            code, message = _classify(exc)
+            return _report(args, code, message, getattr(exc, "turn_id", None))
+        code = interrupts.report()  # cleanup after a signal failed: still a detach
+    finally:
+        _INTERRUPTS = None
+    if interrupts.received is not None:
+        # Do not wait for worker threads (a tool may run for minutes): what
+        # they do is recovered from the file by the next worker.
+        interrupts.hard_exit()
+    return code
 
 
 def _sync(args: argparse.Namespace, body: Callable[[], int]) -> int:
@@ -592,16 +697,9 @@ async def _follow(
     turn_id: str,
     input: TurnExternalInput | None,
     renderer: StreamRenderer | None,
-    *,
-    cancel_on_interrupt: bool = False,
 ) -> TurnOutcome:
-    """Advance the turn, rendering its stream, until it settles.
-
-    With ``cancel_on_interrupt`` the first Ctrl-C cancels the turn (the
-    spec's AbortSignal, §22); a second one leaves it as it is.
-    """
-    from turncore.events import CancelInput
-
+    """Advance the turn, rendering its stream, until it settles (a signal detaches)."""
+    _following(turn_id)
     execution = turns.advance_turn(turn_id, input)
 
     async def pump() -> None:
@@ -611,37 +709,17 @@ async def _follow(
                     renderer.feed(event)
 
     pumping = asyncio.create_task(pump())
-    loop = asyncio.get_running_loop()
-    interrupted = asyncio.Event()
-    handling = False
-    if cancel_on_interrupt:
-        with contextlib.suppress(NotImplementedError, RuntimeError):
-            loop.add_signal_handler(signal.SIGINT, interrupted.set)
-            handling = True
-    waiter = asyncio.create_task(interrupted.wait())
     try:
-        await asyncio.wait({execution.outcome, waiter}, return_when=asyncio.FIRST_COMPLETED)
-        if not execution.outcome.done():
-            loop.remove_signal_handler(signal.SIGINT)  # a second Ctrl-C leaves it running
-            handling = False
-            print(
-                "\ninterrupted: cancelling the turn (Ctrl-C again to leave it as it is)",
-                file=sys.stderr,
-            )
-            cancelling = turns.advance_turn(
-                turn_id, CancelInput(reason="interrupted from the terminal")
-            )
-            with contextlib.suppress(RejectedInputError):  # it settled meanwhile
-                await cancelling.outcome
-        return await execution.outcome
-    finally:
-        waiter.cancel()
-        if handling:
-            loop.remove_signal_handler(signal.SIGINT)
-        with contextlib.suppress(BaseException):
-            await asyncio.wait_for(pumping, 5.0)
-        if renderer is not None:
-            renderer.close()
+        outcome = await execution.outcome
+    except BaseException:
+        pumping.cancel()
+        raise
+    # The outcome is settled: let the stream print its last durable events.
+    with contextlib.suppress(Exception):
+        await asyncio.wait_for(pumping, 5.0)
+    if renderer is not None:
+        renderer.close()
+    return outcome
 
 
 def _finish(
@@ -717,7 +795,7 @@ def run(args: argparse.Namespace) -> int:
             if not args.json:
                 print(f"turn {turn_id} · agent {agent_name} · model {model.label()}", flush=True)
                 renderer = StreamRenderer(sys.stdout, model=model.label())
-            outcome = await _follow(turns, turn_id, None, renderer, cancel_on_interrupt=True)
+            outcome = await _follow(turns, turn_id, None, renderer)
             return _finish(args, turn_id, outcome)
 
     return _run_async(args, body)
@@ -892,6 +970,7 @@ def watch(args: argparse.Namespace) -> int:
         from .render import EXIT_CODES, StreamRenderer, outcome_block, outcome_json
 
         turn_id = validate_turn_id(args.turn)
+        _following(turn_id)
         runtime = _runtime()
         repo = runtime.repository
         try:

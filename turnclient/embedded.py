@@ -25,11 +25,20 @@ Joining: under the lock, register as a user; then reuse the server in
 database) and its port answers; otherwise stop whatever is left of it and
 any other stray server on this database, and start a new one.
 
-Leaving (reference counting): under the lock, drop our user file; if no live
-user remains, stop the server (SIGTERM, then SIGKILL after a grace period)
-and remove ``server.json``. So the last command out stops the server — not
-necessarily the one that started it — and a server left behind by a killed
-command is reused by the next command and stopped when that one leaves.
+Leaving (reference counting): under the lock, drop our user file. With no
+idle grace (``idle_grace=0``), if no live user remains, stop the server
+(SIGTERM, then SIGKILL after a grace period) and remove ``server.json``. So
+the last command out stops the server — not necessarily the one that started
+it — and a server left behind by a killed command is reused by the next
+command and stopped when that one leaves.
+
+With an idle grace (the CLI's default, ``TURNS_SERVER_IDLE`` seconds), the
+server outlives its last user by that long, so a following command reuses it
+instead of paying for a restart. Whoever starts such a server also starts a
+small watchdog process beside it (``python -m turnclient.embedded watch``):
+it stops the server once no live user has held it for the whole grace, and
+exits when the server does. Since the kernel drops a dead command's user
+lock, a command that was killed or had to exit hard never orphans a server.
 
 The server runs in its own session (so a Ctrl-C in the terminal reaches the
 command, which then leaves cleanly, and never the shared server) and is
@@ -55,6 +64,7 @@ import secrets
 import signal
 import socket
 import subprocess
+import sys
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import asdict, dataclass
@@ -235,6 +245,8 @@ class EmbeddedServer:
         ready_timeout: float = 60.0,
         lock_timeout: float = 180.0,
         stop_grace: float = 15.0,
+        idle_grace: float = 0.0,
+        port: int | None = None,
     ) -> None:
         self.dir = Path(work_dir).absolute() / "temporal"
         self.db = self.dir / "dev.db"
@@ -249,6 +261,8 @@ class EmbeddedServer:
         self._ready_timeout = ready_timeout
         self._lock_timeout = lock_timeout
         self._stop_grace = stop_grace
+        self._idle_grace = idle_grace
+        self._port = port
         self._user: tuple[Path, int] | None = None
         self._popen: subprocess.Popen[bytes] | None = None
         self.info: ServerInfo | None = None
@@ -280,9 +294,18 @@ class EmbeddedServer:
             return False
         async with self._locked():
             self._unregister()
-            if self.live_users():
-                return False
+            if self._idle_grace > 0 or self.live_users():
+                return False  # the watchdog stops an idle server after the grace
             await self._stop_all(self._read_state())
+            return True
+
+    async def stop_if_idle(self, server_pid: int) -> bool:
+        """The watchdog's step: stop the server of ``server_pid`` if no live command uses it."""
+        async with self._locked():
+            info = self._read_state()
+            if info is None or info.pid != server_pid or self.live_users():
+                return False
+            await self._stop_all(info)
             return True
 
     def live_users(self) -> list[str]:
@@ -423,8 +446,13 @@ class EmbeddedServer:
     async def _start(self) -> ServerInfo:
         cli = self._cli or find_temporal_cli()
         problem = ""
-        for _attempt in range(3):  # a port taken between choosing and binding: choose again
+        for attempt in range(3):  # a port taken between choosing and binding: choose again
             port = free_port()
+            if attempt == 0 and self._port is not None:
+                if port_is_free(self._port):
+                    port = self._port
+                else:
+                    self.notes.append(f"port {self._port} is taken; serving on {port} instead")
             args = [
                 cli,
                 "server",
@@ -466,6 +494,8 @@ class EmbeddedServer:
                 if await self._probe(info.address):
                     self._write_state(info)
                     self.started = True
+                    if self._idle_grace > 0:
+                        self._start_watchdog(popen.pid)
                     self.notes.append(f"started a server (pid {popen.pid}) on {info.address}")
                     return info
                 await asyncio.sleep(0.1)
@@ -481,12 +511,52 @@ class EmbeddedServer:
             f"(see {self.log_file})"
         )
 
+    def _start_watchdog(self, server_pid: int) -> None:
+        with open(self.log_file, "ab") as log:
+            subprocess.Popen(
+                [
+                    sys.executable,
+                    "-m",
+                    "turnclient.embedded",
+                    "watch",
+                    str(self.dir.parent),
+                    str(server_pid),
+                    str(self._idle_grace),
+                ],
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=log,
+                start_new_session=True,
+                close_fds=True,
+            )
+
     def _log_tail(self) -> str:
         try:
             lines = self.log_file.read_text(errors="replace").strip().splitlines()
         except OSError:
             return ""
         return lines[-1][:300] if lines else ""
+
+
+async def watch(work_dir: str, server_pid: int, idle_grace: float) -> None:
+    """Stop the work dir's server once it has had no live user for ``idle_grace`` seconds."""
+    manager = EmbeddedServer(work_dir, ())
+    idle_since: float | None = None
+    while _pid_alive(server_pid):
+        now = time.monotonic()
+        # Under the lock: a joining command creates its user file, then locks
+        # it; looking between the two would take the file for a dead one's.
+        async with manager._locked():
+            busy = bool(manager.live_users())
+        if busy:
+            idle_since = None
+        elif idle_since is None:
+            idle_since = now
+        elif now - idle_since >= idle_grace:
+            if await manager.stop_if_idle(server_pid):
+                return
+            idle_since = None
+        await asyncio.sleep(0.25)
 
 
 def _now() -> str:
@@ -502,3 +572,10 @@ __all__ = [
     "search_attribute_flags",
     "servers_on",
 ]
+
+
+if __name__ == "__main__":
+    if len(sys.argv) == 5 and sys.argv[1] == "watch":
+        asyncio.run(watch(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
+    else:
+        raise SystemExit("usage: python -m turnclient.embedded watch WORK_DIR SERVER_PID GRACE")

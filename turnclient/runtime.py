@@ -34,6 +34,7 @@ from temporalio.envconfig import ClientConfig
 
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver
+from turncore.errors import InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
 from turncore.ids import TurnIdGenerator
 from turncore.live import LiveHub
@@ -270,6 +271,32 @@ class Temporal:
         return None
 
 
+DEFAULT_SERVER_IDLE = 10.0
+"""Seconds the embedded server outlives its last command, so the next one reuses it."""
+
+
+class TemporalUnreachableError(InfrastructureError):
+    """The Temporal server named by the environment does not answer."""
+
+
+def server_idle_grace(env: Mapping[str, str] | None = None) -> float:
+    """``TURNS_SERVER_IDLE`` seconds (0 stops the server as the last command leaves)."""
+    env = os.environ if env is None else env
+    raw = env.get("TURNS_SERVER_IDLE")
+    if raw is None or raw == "":
+        return DEFAULT_SERVER_IDLE
+    try:
+        value = float(raw)
+    except ValueError:
+        raise InvalidInputError(
+            f"TURNS_SERVER_IDLE={raw!r} is not a number of seconds (0 stops the embedded "
+            "server as soon as the last command leaves)"
+        ) from None
+    if not value >= 0:
+        raise InvalidInputError(f"TURNS_SERVER_IDLE={raw!r} must be 0 or more seconds")
+    return value
+
+
 def uses_embedded(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     return not env.get("TEMPORAL_ADDRESS")
@@ -282,15 +309,35 @@ async def temporal(
     env: Mapping[str, str] | None = None,
     ui: bool = False,
     ui_port: int | None = None,
+    port: int | None = None,
 ) -> AsyncIterator[Temporal]:
-    """Connect to ``TEMPORAL_ADDRESS``, or join the work dir's embedded server for the block."""
+    """Connect to ``TEMPORAL_ADDRESS``, or join the work dir's embedded server for the block.
+
+    ``port`` is the embedded server's preferred gRPC port when this call
+    starts it (another free one otherwise, with a note).
+    """
     env = os.environ if env is None else env
     if not uses_embedded(env):
         options = ClientConfig.load_client_connect_config(override_env_vars=dict(env))
-        client = await Client.connect(**options)
+        address = str(options.get("target_host") or env.get("TEMPORAL_ADDRESS"))
+        try:
+            client = await Client.connect(**options)
+        except RuntimeError as exc:
+            reason = " ".join(str(exc).split())
+            raise TemporalUnreachableError(
+                f"cannot reach Temporal at {address} (from TEMPORAL_ADDRESS): {reason[:200]}. "
+                "Start that server, or unset TEMPORAL_ADDRESS to use the embedded one"
+            ) from None
         yield Temporal(client, client.service_client.config.target_host, client.namespace)
         return
-    server = EmbeddedServer(work_dir, SEARCH_ATTRIBUTES, ui=ui, ui_port=ui_port)
+    server = EmbeddedServer(
+        work_dir,
+        SEARCH_ATTRIBUTES,
+        ui=ui,
+        ui_port=ui_port,
+        port=port,
+        idle_grace=server_idle_grace(env),
+    )
     info = await server.acquire()
     try:
         client = await Client.connect(info.address, namespace=NAMESPACE)
@@ -303,6 +350,8 @@ __all__ = [
     "RuleClassifier",
     "Runtime",
     "Temporal",
+    "TemporalUnreachableError",
+    "server_idle_grace",
     "import_callable",
     "temporal",
     "uses_embedded",

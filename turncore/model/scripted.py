@@ -3,7 +3,7 @@
 A script is (a) a list of responses, (b) a function ``request -> response``
 (sync or async), or (c) a JSON file::
 
-    {"responses": [
+    {"delay": 0.5?, "responses": [
         {"text": "…"},
         {"toolCalls": [{"toolName": "…", "input": {…}, "toolCallId": "…"?}], "text": "…"?},
         {"reasoning": "…", "text": "…"},
@@ -132,10 +132,21 @@ ScriptFunction: TypeAlias = Callable[[ModelCallRequest], ScriptItem | Awaitable[
 
 def load_script(path: str | Path) -> list[ScriptedResponse]:
     """Read a JSON script file; raises ValueError (or OSError) when it is unusable."""
+    return _read_script(path)[0]
+
+
+def _read_script(path: str | Path) -> tuple[list[ScriptedResponse], float]:
+    """The responses and the optional ``"delay"`` (seconds before each streamed piece)."""
     data = orjson.loads(Path(path).read_bytes())
     if not isinstance(data, dict) or not isinstance(data.get("responses"), list):
         raise ValueError('a script file must be {"responses": [...]}')
-    return [ScriptedResponse.from_json(r) for r in data["responses"]]
+    unknown = sorted(set(data) - {"responses", "delay"})
+    if unknown:
+        raise ValueError(f"a script file has only responses and delay, not {', '.join(unknown)}")
+    delay = data.get("delay", 0)
+    if isinstance(delay, bool) or not isinstance(delay, int | float) or not 0 <= delay <= 60:
+        raise ValueError('a script\'s "delay" is a number of seconds from 0 to 60')
+    return [ScriptedResponse.from_json(r) for r in data["responses"]], float(delay)
 
 
 def call_index(messages: Sequence[UserMessage | AssistantMessage | ToolMessage]) -> int:
@@ -174,7 +185,8 @@ class ScriptedModel(Model):
         self._fn: ScriptFunction | None = None
         self._responses: list[ScriptedResponse] = []
         if isinstance(script, Path):
-            self._responses = load_script(script)
+            self._responses, file_delay = _read_script(script)
+            delay = delay or file_delay
             source = f"script:{script}"
         elif callable(script):
             self._fn = script
