@@ -138,6 +138,7 @@ async def run_worker(
     on_ready: Callable[[Temporal], None] | None = None,
     ui: bool = False,
     ui_port: int | None = None,
+    port: int | None = None,
     worker: bool = True,
     graceful_shutdown: timedelta = timedelta(seconds=30),
 ) -> None:
@@ -148,7 +149,7 @@ async def run_worker(
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        async with temporal(runtime.work_dir, env=env, ui=ui, ui_port=ui_port) as conn:
+        async with temporal(runtime.work_dir, env=env, ui=ui, ui_port=ui_port, port=port) as conn:
             if worker:
                 async with serving(runtime, conn.client, graceful_shutdown=graceful_shutdown):
                     if on_ready is not None:

@@ -157,3 +157,293 @@ def test_the_embedded_server_outlives_a_command_by_its_idle_grace(home: Path) ->
     # the grace.
     assert not no_server(home)
     wait_for("the idle server to stop", lambda: no_server(home), timeout=60)
+
+
+# ---------------------------------------------------------------- errors say what to do
+
+
+def test_an_unreachable_temporal_address_names_itself_and_the_fix(home: Path) -> None:
+    r = turns(home, "run", "hi", TEMPORAL_ADDRESS="127.0.0.1:1")
+    assert r.returncode == 7, r.stderr
+    assert r.stderr.count("\n") == 1 and "Traceback" not in r.stderr
+    assert "cannot reach Temporal at 127.0.0.1:1 (from TEMPORAL_ADDRESS)" in r.stderr
+    assert "unset TEMPORAL_ADDRESS to use the embedded one" in r.stderr
+    r = turns(home, "list", "--json", TEMPORAL_ADDRESS="127.0.0.1:1")
+    assert r.returncode == 7
+    assert json.loads(r.stdout)["exitCode"] == 7
+    assert turn_files(home) == []
+
+
+def test_no_worker_and_nobody_polling_says_so_within_seconds(home: Path) -> None:
+    started = time.monotonic()
+    r = turns(home, "run", "--no-worker", "What time is it?")
+    assert r.returncode == 1, r.stderr
+    assert time.monotonic() - started < 60
+    assert "no worker polls task queue 'turns'" in r.stderr
+    assert "turns worker" in r.stderr and "--wait-for-worker" in r.stderr
+    assert turn_files(home) == []  # refused before the turn was created
+
+
+def test_usage_errors_honour_json_and_mistakes_in_names_exit_2(home: Path) -> None:
+    r = turns(home, "run", "--bogus", "--json")
+    assert r.returncode == 2
+    doc = json.loads(r.stdout)
+    assert doc["status"] == "error" and doc["exitCode"] == 2 and "--bogus" in doc["error"]
+    assert r.stderr.count("\n") == 1
+    for wrong in (("--agent", "nosuch"), ("--model", "nosuch/x")):
+        r = turns(home, "run", "hi", *wrong)
+        assert r.returncode == 2, (wrong, r.stderr)
+        assert "nosuch" in r.stderr and "known" in r.stderr or "configured" in r.stderr
+    assert turn_files(home) == []
+
+
+def test_an_empty_prompt_is_refused_and_prompts_come_from_stdin_or_a_file(home: Path) -> None:
+    for args, stdin in ((("run", ""), ""), (("run", "-"), "  \n"), (("run",), "")):
+        r = subprocess.run(
+            [sys.executable, "-m", "turnclient.cli", *args],
+            cwd=home,
+            env=environment(home),
+            input=stdin,
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        assert r.returncode == 2 and "the prompt is empty" in r.stderr, (args, r.stderr)
+    big = "Calculate (17 + 3) * 23. " + "x" * 200_000
+    r = subprocess.run(
+        [sys.executable, "-m", "turnclient.cli", "run", "-", "--json"],
+        cwd=home,
+        env=environment(home),
+        input=big,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert r.returncode == 0, r.stderr
+    (path,) = turn_files(home)
+    assert events(path)[0]["input"]["content"] == big
+    (home / "prompt.txt").write_text("What time is it in Chicago?")
+    r = turns(home, "run", "--file", "prompt.txt", "--json")
+    assert r.returncode == 0, r.stderr
+    assert len(turn_files(home)) == 2
+
+
+def test_output_into_a_closed_pipe_ends_quietly(home: Path) -> None:
+    from tests.histories import tool_turn, write_turn
+
+    history = tool_turn(output="x" * 400_000)
+    path = write_turn(home, history.events)
+    for args in (("log", str(path)), ("watch", str(path.stem), "--no-follow", "--json")):
+        if args[0] == "watch":
+            stored = home / "storage" / "turns" / "2025" / "11" / "11"
+            stored.mkdir(parents=True, exist_ok=True)
+            path.replace(stored / path.name)
+            path = stored / path.name
+        proc = start(home, *args)
+        assert proc.stdout is not None
+        assert proc.stdout.readline()
+        proc.stdout.close()  # the reader goes away, like `| head -1`
+        assert proc.wait(timeout=TIMEOUT) == 0, args
+        assert proc.stderr is not None
+        assert proc.stderr.read() == "", args
+
+
+def test_rejections_use_the_commands_words_and_list_what_is_pending(home: Path) -> None:
+    idle = {"TURNS_SERVER_IDLE": "60"}
+    r = turns(home, "run", "Save 'q' to q.txt", "--json", **idle)
+    assert r.returncode == 3, r.stderr
+    saving = json.loads(r.stdout)["turnId"]
+    r = turns(home, "run", "Ask me for my name", "--json", **idle)
+    assert r.returncode == 3, r.stderr
+    asking = json.loads(r.stdout)["turnId"]
+    before = {p: p.read_bytes() for p in turn_files(home)}
+
+    r = turns(home, "approve", saving, "call_9_9", **idle)
+    assert r.returncode == 6
+    assert r.stderr.startswith("rejected: an approval or denial for call_9_9: ")
+    assert "has no tool call call_9_9" in r.stderr
+    assert f"turns approve {saving} call_0_0" in r.stderr  # what is pending, and how
+
+    r = turns(home, "complete", saving, "call_0_0", "--text", "x", **idle)
+    assert r.returncode == 6
+    assert f"awaits approval first: `turns approve {saving} call_0_0`" in r.stderr
+
+    r = turns(home, "approve", asking, "call_0_0", **idle)
+    assert r.returncode == 6
+    assert f"it awaits its result: `turns complete {asking} call_0_0 --text" in r.stderr
+    assert "permission_decision" not in r.stderr
+    # The suspended hint names the same flag as the README (--text).
+    r = turns(home, "show", asking)
+    assert {p: p.read_bytes() for p in turn_files(home)} == before  # nothing changed
+
+    r = turns(home, "cancel", "last", "--json")  # idle grace 0: the server stops after
+    assert r.returncode == 5, r.stderr
+    assert json.loads(r.stdout)["turnId"] == asking
+
+
+# ---------------------------------------------------------------- finding turns
+
+
+def test_last_prefixes_and_the_work_dir_found_upward(tmp_path: Path) -> None:
+    from tests.histories import simple_turn, tool_turn, write_turn
+
+    project = tmp_path / "project"
+    stored = project / ".turns" / "storage" / "turns" / "2025" / "11" / "11"
+    stored.mkdir(parents=True)
+    older = simple_turn("2025-11-11T04-36-29Z-0001234-000").events
+    newer = tool_turn("2025-11-11T05-00-00Z-0000001-000").events
+    write_turn(stored, older)
+    write_turn(stored, newer)
+    deep = project / "src" / "pkg"
+    deep.mkdir(parents=True)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))}
+
+    def run(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run(
+            [sys.executable, "-m", "turnclient.cli", *args],
+            cwd=deep,
+            env={**env, "NO_COLOR": "1"},
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+
+    r = run("show", "last", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["turnId"] == "2025-11-11T05-00-00Z-0000001-000"
+    r = run("state", "2025-11-11T04", "--json")
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["definition"]["turnId"] == "2025-11-11T04-36-29Z-0001234-000"
+    r = run("log", "2025-11-11T05")
+    assert (
+        r.returncode == 0
+        and r.stdout.encode() == (stored / f"{newer[0].turn_id}.jsonl").read_bytes()
+    )
+    r = run("show", "2025")
+    assert r.returncode == 2 and "is the start of 2 turns" in r.stderr
+    r = run("show", "2024")
+    assert r.returncode == 2 and "no turn in" in r.stderr and "starts with '2024'" in r.stderr
+    r = run("show", "../etc")
+    assert r.returncode == 2
+    assert not (deep / ".turns").exists()  # nothing was created in the subdirectory
+
+
+def test_log_prints_only_turn_files(home: Path) -> None:
+    r = turns(home, "log", "/etc/passwd")
+    assert r.returncode == 2 and "is not a turn file" in r.stderr and r.stdout == ""
+    fifo = home / "pipe.jsonl"
+    os.mkfifo(fifo)
+    r = turns(home, "log", str(fifo))  # would block forever if it were opened
+    assert r.returncode == 2 and "not a regular file" in r.stderr
+
+
+# ---------------------------------------------------------------- small things
+
+
+def test_version_completion_and_summaries(home: Path) -> None:
+    from tests.histories import tool_turn, write_turn
+
+    r = turns(home, "--version")
+    assert r.returncode == 0 and r.stdout.startswith("turns ")
+    script = turns(home, "completion", "bash").stdout
+    probe = (
+        f"{script}\nCOMP_WORDS=(turns ap); COMP_CWORD=1; _turns; echo ${{COMPREPLY[@]}};"
+        "COMP_WORDS=(turns run --ag); COMP_CWORD=2; _turns; echo ${COMPREPLY[@]}"
+    )
+    done = subprocess.run(["bash", "-c", probe], capture_output=True, text=True, check=True)
+    assert done.stdout.split("\n")[:2] == ["approve", "--agent"]
+    assert turns(home, "completion", "zsh").stdout.startswith("autoload -U +X bashcompinit")
+
+    path = write_turn(home, tool_turn().events)
+    r = turns(home, "validate", str(home))
+    assert r.returncode == 0 and r.stdout == "all 1 turn file valid\n"
+    # a copy outside the work dir: repair must not suggest `turns recover <file name>`
+    copy = home / "copy" / path.name
+    copy.parent.mkdir()
+    copy.write_bytes(path.read_bytes()[:-20])
+    r = turns(home, "repair", str(copy))
+    assert r.returncode == 0, r.stderr
+    assert "turns recover" not in r.stdout.replace("`turns recover` continues", "")
+    assert "not " in r.stdout and "copy of the turn" in r.stdout
+
+
+def test_colour_only_on_a_terminal_and_never_with_no_color(home: Path) -> None:
+    import pty
+
+    def on_a_terminal(extra: dict[str, str]) -> str:
+        env = environment(home, **extra)
+        if "NO_COLOR" in env and extra.get("NO_COLOR") is None:
+            del env["NO_COLOR"]
+        leader, follower = pty.openpty()
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "turnclient.cli", "run", "Calculate 6 * 7"],
+            cwd=home,
+            env=env,
+            stdin=follower,
+            stdout=follower,
+            stderr=follower,
+        )
+        os.close(follower)
+        out = b""
+        while True:
+            try:
+                chunk = os.read(leader, 4096)
+            except OSError:
+                break
+            if not chunk:
+                break
+            out += chunk
+        os.close(leader)
+        assert proc.wait(timeout=TIMEOUT) == 0
+        return out.decode(errors="replace")
+
+    coloured = on_a_terminal({})
+    assert "\x1b[32m✔ completed" in coloured
+    plain = on_a_terminal({"NO_COLOR": "1"})
+    assert "\x1b[" not in plain and "✔ completed" in plain
+    piped = turns(home, "run", "Calculate 6 * 7", NO_COLOR="")
+    assert "\x1b[" not in piped.stdout
+
+
+def test_inspect_wire_shows_the_provider_body_with_the_key_redacted(home: Path) -> None:
+    from tests.histories import tool_turn, write_turn
+
+    (home / "turns.toml").write_text(
+        '[providers.openai]\nkind = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        'api_key_env = "TEST_SECRET_KEY"\n'
+    )
+    history = tool_turn()
+    stored = home / "storage" / "turns" / "2025" / "11" / "11"
+    stored.mkdir(parents=True)
+    write_turn(stored, history.events)
+    r = turns(home, "inspect", history.turn_id, "--wire", "--json", TEST_SECRET_KEY="sk-TOPSECRET")
+    assert r.returncode == 0, r.stderr
+    wire = json.loads(r.stdout)
+    assert wire["url"] == "http://127.0.0.1:9/v1/chat/completions"
+    assert wire["headers"]["authorization"] == "<redacted>"
+    assert "sk-TOPSECRET" not in r.stdout
+    assert wire["body"]["model"] == history.first.agent.resolved.model.model
+    assert wire["body"]["messages"][-1]["role"] == "tool"
+    r = turns(home, "inspect", history.turn_id)
+    assert "provider-neutral" in r.stdout and "exact" not in r.stdout
+
+
+def test_dev_serves_on_the_port_asked_for(home: Path) -> None:
+    from turnclient.cli import DEV_PORT
+    from turnclient.embedded import free_port
+
+    assert DEV_PORT == 7233
+    port = free_port()
+    proc = start(home, "dev", "--no-worker", "--json", "--port", str(port))
+    assert proc.stdout is not None
+    text = ""
+    for line in proc.stdout:
+        text += line
+        if line.startswith("}"):
+            break
+    try:
+        assert json.loads(text)["address"] == f"127.0.0.1:{port}"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=60)
+    wait_for("the server to stop", lambda: no_server(home), timeout=30)

@@ -56,7 +56,7 @@ def problem_line(path: str) -> str:
 
 def test_validate_accepts_every_good_file() -> None:
     r = turns("validate", *GOOD)
-    assert (r.returncode, r.stdout, r.stderr) == (0, "", "")
+    assert (r.returncode, r.stdout, r.stderr) == (0, f"all {len(GOOD)} turn files valid\n", "")
 
 
 def test_validate_reports_each_bad_file_once_in_argument_order() -> None:
@@ -98,7 +98,7 @@ def test_validate_files_written_by_hand(tmp_path: Path) -> None:
     h.suspend()
     good = write_turn(tmp_path, h.events)
     r = turns("validate", str(good))
-    assert (r.returncode, r.stdout) == (0, "")
+    assert (r.returncode, r.stdout) == (0, "all 1 turn file valid\n")
     # Append an illegal line (a sync result for the async tool) by hand.
     with open(good, "a", encoding="utf-8") as f:
         f.write(
@@ -280,6 +280,7 @@ def test_usage_errors_exit_2() -> None:
 
 def test_main_in_process(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["validate", *[str(ROOT / p) for p in GOOD]]) == 0
+    assert capsys.readouterr().out == f"all {len(GOOD)} turn files valid\n"
     assert cli.main(["validate", str(ROOT / BAD[0])]) == 1
     out = capsys.readouterr().out
     assert out.startswith(f"{ROOT / BAD[0]}:1: ")

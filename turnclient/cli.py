@@ -34,13 +34,16 @@ reduced, so a file ``turns validate`` accepts is one the runtime can load.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import logging
 import os
+import re
+import shlex
 import signal
+import stat
 import sys
 import threading
+import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -56,15 +59,15 @@ from turncore.errors import (
     TurnError,
     TurnNotFoundError,
 )
-from turncore.events import TurnEvent
 from turncore.ids import is_turn_id, turn_path, validate_turn_id
-from turncore.reducer import TurnState, reduce_turn
-from turncore.repository import read_path
 
-from .summary import summarize
-
+# Read-only commands start fast: pydantic models, the reducer and asyncio load
+# inside the functions that need them (bench/cli.py measures start-up).
 if TYPE_CHECKING:
-    from turncore.events import TurnExternalInput, TurnOutcome
+    import asyncio
+
+    from turncore.events import TurnEvent, TurnExternalInput, TurnOutcome
+    from turncore.reducer import TurnState
 
     from .api import TurnClient
     from .render import StreamRenderer
@@ -79,6 +82,7 @@ EXIT_SUSPENDED = 3
 EXIT_FAILED = 4
 EXIT_CANCELLED = 5
 EXIT_REJECTED = 6
+EXIT_UNREACHABLE = 7
 
 EPILOG = """\
 exit codes:
@@ -91,6 +95,10 @@ exit codes:
   4  the turn failed
   5  the turn was cancelled
   6  the input was rejected; nothing changed
+  7  Temporal cannot be reached (TEMPORAL_ADDRESS does not answer, or the
+     embedded server could not start)
+  129, 130, 143  detached by SIGHUP, Ctrl-C or SIGTERM: the turn is left as
+     it is (resume: `turns recover TURN`)
 
 environment:
   TURNS_HOME        the work dir: turns.toml, storage/, temporal/ (default ./.turns)
@@ -144,12 +152,41 @@ def command(name: str, help: str, *args: Arg) -> Callable[[Run], Run]:
     return register
 
 
+def _version() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("turncore")
+    except PackageNotFoundError:
+        return "unknown (not installed)"
+
+
+class _VersionAction(argparse.Action):
+    """``--version``, reading the installed metadata only when asked (it costs start-up)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, *_: Any) -> None:
+        print(f"{PROG} {_version()}")
+        parser.exit()
+
+
+class _UsageError(Exception):
+    """argparse found the command line unusable (reported like every other failure)."""
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> Any:  # argparse's hook; it must not return
+        raise _UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Run, answer and inspect durable agent turns.",
         epilog=EPILOG,
         formatter_class=argparse.RawDescriptionHelpFormatter,
+    )
+    parser.add_argument(
+        "--version", action=_VersionAction, nargs=0, help="print the version and exit"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for c in COMMANDS.values():
@@ -165,15 +202,29 @@ def main(argv: list[str] | None = None) -> int:
         sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
         sys.stderr.reconfigure(errors="replace")  # type: ignore[union-attr]
     parser = build_parser()
+    argv = sys.argv[1:] if argv is None else argv
     try:
         args = parser.parse_args(argv)
-    except SystemExit as exc:  # --help, or a usage error argparse already reported
+    except SystemExit as exc:  # --help or --version
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
+    except _UsageError as exc:
+        return _report(argparse.Namespace(json="--json" in argv), EXIT_USAGE, str(exc))
     run: Run | None = getattr(args, "run", None)
     if run is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
-    return run(args)
+    try:
+        return run(args)
+    except BrokenPipeError:
+        return _closed_pipe()
+
+
+def _closed_pipe() -> int:
+    """The reader went away (``turns watch … | head -1``): end quietly, like ``cat``."""
+    with contextlib.suppress(OSError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())  # the interpreter's final flush must not fail
+    return EXIT_OK
 
 
 # ---------------------------------------------------------------- failures
@@ -196,6 +247,7 @@ def _classify(exc: BaseException) -> tuple[int, str]:
     from temporalio.service import RPCError
 
     from .embedded import EmbeddedServerError
+    from .runtime import TemporalUnreachableError
 
     if isinstance(exc, Failure):
         return exc.code, str(exc)
@@ -203,7 +255,9 @@ def _classify(exc: BaseException) -> tuple[int, str]:
         return EXIT_REJECTED, f"rejected: {exc}"
     if isinstance(exc, (InvalidInputError, TurnNotFoundError)):
         return EXIT_USAGE, str(exc)
-    if isinstance(exc, (TurnError, EmbeddedServerError, OSError)):
+    if isinstance(exc, (TemporalUnreachableError, EmbeddedServerError)):
+        return EXIT_UNREACHABLE, str(exc)
+    if isinstance(exc, (TurnError, OSError)):
         return EXIT_PROBLEM, str(exc)
     if isinstance(exc, RPCError):
         return EXIT_PROBLEM, f"Temporal: {exc.message or exc}"
@@ -335,6 +389,8 @@ def _following(turn_id: str) -> None:
 
 def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
     """Run an async command: errors become one line and an exit code; signals detach."""
+    import asyncio
+
     global _INTERRUPTS
     _quiet_logging()
     interrupts = _INTERRUPTS = _Interrupts(args)
@@ -351,12 +407,22 @@ def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> 
 
     try:
         code = asyncio.run(guarded())
+    except BrokenPipeError:
+        return _closed_pipe()
     except (KeyboardInterrupt, asyncio.CancelledError):
         code = interrupts.report()
     except Exception as exc:
         if interrupts.received is None:
             code, message = _classify(exc)
-            return _report(args, code, message, getattr(exc, "turn_id", None))
+            code = _report(args, code, message, getattr(exc, "turn_id", None))
+            if code == EXIT_UNREACHABLE:
+                # The SDK's connection threads may still be retrying; letting the
+                # interpreter finalise under them aborts the process. Nothing is
+                # left to clean up here: leave at once.
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os._exit(code)
+            return code
         code = interrupts.report()  # cleanup after a signal failed: still a detach
     finally:
         _INTERRUPTS = None
@@ -370,6 +436,8 @@ def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> 
 def _sync(args: argparse.Namespace, body: Callable[[], int]) -> int:
     try:
         return body()
+    except BrokenPipeError:
+        return _closed_pipe()
     except Exception as exc:
         code, message = _classify(exc)
         return _report(args, code, message)
@@ -383,7 +451,12 @@ NO_WORKER = arg(
     action="store_true",
     help="do not run a worker in this process (workers run elsewhere)",
 )
-TURN = arg("turn", metavar="TURN", help="a turn id")
+WAIT_FOR_WORKER = arg(
+    "--wait-for-worker",
+    action="store_true",
+    help="with --no-worker: wait even when no worker polls the task queue yet",
+)
+TURN = arg("turn", metavar="TURN", help="a turn id, `last`, or a unique prefix of one")
 CALL = arg("call", metavar="CALL", help="a tool call id (see `turns show TURN`)")
 
 
@@ -426,6 +499,8 @@ def _turn_files(path: str) -> Iterator[str]:
 
 def _read(path: str) -> tuple[list[TurnEvent] | None, str | None]:
     """The file's events, or the one-line problem ``PATH:LINE: rule`` / ``PATH: reason``."""
+    from turncore.repository import read_path
+
     try:
         return read_path(path), None
     except CorruptTurnError as exc:
@@ -436,24 +511,56 @@ def _read(path: str) -> tuple[list[TurnEvent] | None, str | None]:
         return None, f"{path}: cannot be read: {exc.__cause__ or exc}"
 
 
-def _path_of(given: str) -> Path:
-    """A turn id in the work dir, or a path to a turn file."""
+_ID_PREFIX = re.compile(r"[0-9TZ-]{1,40}")
+
+
+def _stored_turn_ids(work_dir: Path) -> list[str]:
+    """Every turn id stored in the work dir, oldest first (ids start with their UTC time)."""
+    found = (p.stem for p in (work_dir / "storage" / "turns").glob("*/*/*/*.jsonl"))
+    return sorted(t for t in found if is_turn_id(t))
+
+
+def _turn_id(given: str) -> str:
+    """A turn id from what the user typed: an id, ``last`` (the newest), or a unique prefix."""
     if is_turn_id(given):
-        return turn_path(_work_dir(), given)
+        return given
+    if given == "last" or _ID_PREFIX.fullmatch(given):
+        work = _work_dir()
+        known = _stored_turn_ids(work)
+        if given == "last":
+            if not known:
+                raise Failure(f"no turns in {work} yet", EXIT_USAGE)
+            return known[-1]
+        matches = [t for t in known if t.startswith(given)]
+        if len(matches) == 1:
+            return matches[0]
+        if matches:
+            shown = ", ".join(matches[-5:])
+            raise Failure(
+                f"{given!r} is the start of {len(matches)} turns (newest: {shown}); type more of it",
+                EXIT_USAGE,
+            )
+        raise Failure(f"no turn in {work} starts with {given!r}", EXIT_USAGE)
+    validate_turn_id(given)  # raises: a malformed or path-like id, said precisely
+    raise AssertionError
+
+
+def _path_of(given: str) -> Path:
+    """A turn (id, ``last`` or prefix) in the work dir, or a path to a turn file."""
     if given.endswith(".jsonl") or os.sep in given:
         return Path(given)
-    validate_turn_id(given)  # raises: neither a turn id nor a path
-    raise AssertionError
+    return turn_path(_work_dir(), _turn_id(given))
 
 
 def _load(given: str) -> tuple[str, list[TurnEvent]]:
     """(the path as shown, its events) or a Failure with the one-line problem."""
-    path = str(_path_of(given))
+    resolved = _path_of(given)
+    path = str(resolved)
     events, problem = _read(path)
     if events is None:
         missing = problem is not None and problem.endswith("no such file")
-        if missing and is_turn_id(given):
-            raise Failure(f"no turn {given} in {_work_dir()}", EXIT_USAGE)
+        if missing and is_turn_id(resolved.stem) and not given.endswith(".jsonl"):
+            raise Failure(f"no turn {resolved.stem} in {_work_dir()}", EXIT_USAGE)
         raise Failure(problem or path, EXIT_USAGE if missing else EXIT_PROBLEM)
     return path, events
 
@@ -487,6 +594,10 @@ def validate(args: argparse.Namespace) -> int:
                 print(problem)
     if args.json:
         _emit_json({"valid": valid, "invalid": invalid})
+    elif not valid and not invalid:
+        print("no turn files found")
+    elif not invalid:  # with problems, stdout is exactly their PATH:LINE: rule lines
+        print(f"all {len(valid)} turn file{'s' if len(valid) != 1 else ''} valid")
     return 1 if invalid else 0
 
 
@@ -497,8 +608,12 @@ def validate(args: argparse.Namespace) -> int:
     arg("--json", action="store_true", help="the TurnState as JSON (spec §14.2 names)"),
 )
 def state(args: argparse.Namespace) -> int:
+    from turncore.reducer import reduce_turn
+
+    from .summary import summarize
+
     def body() -> int:
-        if is_turn_id(args.path):
+        if not (args.path.endswith(".jsonl") or os.sep in args.path):
             _, events = _load(args.path)
         else:
             found, problem = _read(args.path)
@@ -522,6 +637,8 @@ def state(args: argparse.Namespace) -> int:
     JSON,
 )
 def show(args: argparse.Namespace) -> int:
+    from turncore.reducer import reduce_turn
+
     from .render import status_of, transcript
 
     def body() -> int:
@@ -551,10 +668,7 @@ def show(args: argparse.Namespace) -> int:
 def log(args: argparse.Namespace) -> int:
     def body() -> int:
         path = _path_of(args.turn)
-        try:
-            data = path.read_bytes()
-        except FileNotFoundError:
-            raise Failure(f"no turn file at {path}", EXIT_USAGE) from None
+        data = _turn_file_bytes(path)
         if args.json:
             try:
                 _emit_json([orjson.loads(line) for line in data.splitlines() if line.strip()])
@@ -568,17 +682,56 @@ def log(args: argparse.Namespace) -> int:
     return _sync(args, body)
 
 
+def _turn_file_bytes(path: Path) -> bytes:
+    """The bytes of a turn file; anything else (``/etc/passwd``, a FIFO) is refused unread.
+
+    A turn file is a regular file whose first line is a ``turn_created`` event;
+    ``turns validate`` checks the rest.
+    """
+    try:
+        info = path.stat()
+    except FileNotFoundError:
+        raise Failure(f"no turn file at {path}", EXIT_USAGE) from None
+    if not stat.S_ISREG(info.st_mode):
+        raise Failure(f"{path} is not a regular file, so not a turn file", EXIT_USAGE)
+    data = path.read_bytes()
+    first = data.split(b"\n", 1)[0]
+    try:
+        head = orjson.loads(first)
+    except orjson.JSONDecodeError:
+        head = None
+    if not (
+        isinstance(head, dict)
+        and head.get("type") == "turn_created"
+        and isinstance(head.get("turnId"), str)
+        and is_turn_id(head["turnId"])
+    ):
+        raise Failure(
+            f"{path} is not a turn file (its first line is not a turn_created event); "
+            f"`{PROG} validate {path}` says more",
+            EXIT_USAGE,
+        )
+    return data
+
+
 @command(
     "inspect",
-    "print the exact composed model request of a model call (default: the last one)",
+    "print the composed, provider-neutral request of a model call (default: the last one); "
+    "--wire shows the provider's HTTP body",
     TURN,
     arg("--call", type=int, metavar="N", help="the model call index (0 is the first)"),
+    arg(
+        "--wire",
+        action="store_true",
+        help="the request as the provider's adapter sends it: URL, headers (credentials "
+        "redacted) and JSON body",
+    ),
     JSON,
 )
 def inspect(args: argparse.Namespace) -> int:
     from turncore.compose import compose_model_request
     from turncore.context import ContextResolver, ElisionPolicy
-    from turncore.reducer import TurnReducer
+    from turncore.reducer import TurnReducer, reduce_turn
     from turncore.repository import FileTurnRepository
 
     from .config import ConfigError, load_config
@@ -604,6 +757,17 @@ def inspect(args: argparse.Namespace) -> int:
         agent = contexts.resolve_agent(reduced.definition)
         context = contexts.resolve(reduced.definition.context)
         composed = compose_model_request(agent, context, reduced, index)
+        if args.wire:
+            wire = _wire_request(agent.tools, composed)
+            if args.json:
+                _emit_json(wire)
+            else:
+                print(f"{wire['method']} {wire['url']}")
+                for name, value in wire["headers"].items():
+                    print(f"{name}: {value}")
+                print()
+                print(orjson.dumps(wire["body"], option=orjson.OPT_INDENT_2).decode())
+            return EXIT_OK
         if args.json:
             _emit_json(composed.to_wire())
             return EXIT_OK
@@ -611,6 +775,32 @@ def inspect(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _sync(args, body)
+
+
+def _wire_request(tools: Any, composed: Any) -> dict[str, Any]:
+    """The provider body the model activity would send for ``composed`` (no network I/O)."""
+    from turncore.model import build_request
+    from turncore.model._http import HttpModel
+
+    runtime = _runtime()
+    model = runtime.models.resolve(composed.model, require_key=False)
+    if not isinstance(model, HttpModel):
+        raise Failure(
+            f"{composed.model.label()} is played in process and sends no HTTP request; "
+            f"`{PROG} inspect` without --wire shows what it reads",
+            EXIT_USAGE,
+        )
+    parameters = dict(composed.parameters)
+    if composed.reasoning_effort is not None:
+        parameters["reasoningEffort"] = composed.reasoning_effort
+    request = build_request(
+        model=composed.model,
+        system_prompt=composed.system,
+        tools=tools,
+        messages=composed.messages,
+        parameters=parameters,
+    )
+    return model.wire_request(request)
 
 
 def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
@@ -629,7 +819,21 @@ def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
     print(f"\nmessages ({len(wire['messages'])})")
     for m in wire["messages"]:
         print(f"  [{m['role']}] {preview(m['content'], 300)}")
-    print("\n(`turns inspect --json` prints the whole request)")
+    print(
+        "\n(the provider-neutral request: `turns inspect --json` prints all of it, "
+        "`turns inspect --wire` the provider's HTTP body)"
+    )
+
+
+def _recover_hint(path: Path) -> str:
+    """How to continue a repaired turn, only when ``path`` is that turn's file in this work dir."""
+    turn_id = path.name.removesuffix(".jsonl")
+    if is_turn_id(turn_id) and turn_path(_work_dir(), turn_id).absolute() == path.absolute():
+        return f"; continue with: {PROG} recover {turn_id}"
+    return (
+        f" (this is not {_work_dir()}'s copy of the turn: `{PROG} recover` continues turns of "
+        "the work dir only)"
+    )
 
 
 @command(
@@ -639,12 +843,18 @@ def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
     JSON,
 )
 def repair(args: argparse.Namespace) -> int:
-    from turncore.repository import RepairRefusedError, repair_torn_tail
+    from turncore.repository import NothingToRepairError, RepairRefusedError, repair_torn_tail
 
     def body() -> int:
         path = _path_of(args.turn)
         try:
             report = repair_torn_tail(path)
+        except NothingToRepairError:
+            if args.json:
+                _emit_json({"status": "healthy", "path": str(path)})
+            else:
+                print(f"{path} is healthy: every line is whole and valid; nothing to repair")
+            return EXIT_OK
         except RepairRefusedError as exc:
             raise Failure(f"not repaired: {exc}") from None
         if args.json:
@@ -664,8 +874,7 @@ def repair(args: argparse.Namespace) -> int:
                 f"removed {report.removed_bytes} bytes (line {report.line}) from {report.path}\n"
                 f"  moved to {report.sidecar}\n"
                 f"  they were: {report.preview()}\n"
-                f"  {report.kept_lines} valid lines remain; continue with: {PROG} recover "
-                f"{report.path.name.removesuffix('.jsonl')}"
+                f"  {report.kept_lines} valid lines remain{_recover_hint(report.path)}"
             )
         return EXIT_OK
 
@@ -689,7 +898,40 @@ async def _session(
             async with serving(runtime, conn.client):
                 yield conn, runtime.turn_client(conn.client)
         else:
+            if worker and not getattr(args, "wait_for_worker", False):
+                await _require_a_worker(conn, runtime.task_queue)
             yield conn, runtime.turn_client(conn.client)
+
+
+NO_WORKER_PATIENCE = 3.0
+"""Seconds ``--no-worker`` waits for a worker to show up polling the task queue."""
+
+
+async def _require_a_worker(conn: Temporal, task_queue: str) -> None:
+    """Fail within seconds, instead of waiting forever, when no worker polls the task queue."""
+    import asyncio
+
+    from temporalio.api.enums.v1 import TaskQueueType
+    from temporalio.api.taskqueue.v1 import TaskQueue
+    from temporalio.api.workflowservice.v1 import DescribeTaskQueueRequest
+
+    request = DescribeTaskQueueRequest(
+        namespace=conn.namespace,
+        task_queue=TaskQueue(name=task_queue),
+        task_queue_type=TaskQueueType.TASK_QUEUE_TYPE_WORKFLOW,
+    )
+    deadline = asyncio.get_running_loop().time() + NO_WORKER_PATIENCE
+    while True:
+        described = await conn.client.workflow_service.describe_task_queue(request)
+        if described.pollers:
+            return
+        if asyncio.get_running_loop().time() >= deadline:
+            raise Failure(
+                f"no worker polls task queue {task_queue!r} on {conn.address}: start one with "
+                f"`{PROG} worker` (same TURNS_HOME/TEMPORAL_ADDRESS), drop --no-worker to run one "
+                "in this command, or pass --wait-for-worker to wait anyway"
+            )
+        await asyncio.sleep(0.5)
 
 
 async def _follow(
@@ -699,6 +941,8 @@ async def _follow(
     renderer: StreamRenderer | None,
 ) -> TurnOutcome:
     """Advance the turn, rendering its stream, until it settles (a signal detaches)."""
+    import asyncio
+
     _following(turn_id)
     execution = turns.advance_turn(turn_id, input)
 
@@ -708,12 +952,20 @@ async def _follow(
                 if renderer is not None:
                     renderer.feed(event)
 
+    async def spin() -> None:
+        while renderer is not None:
+            renderer.tick(time.monotonic())
+            await asyncio.sleep(0.1)
+
     pumping = asyncio.create_task(pump())
+    spinning = asyncio.create_task(spin())
     try:
         outcome = await execution.outcome
     except BaseException:
         pumping.cancel()
         raise
+    finally:
+        spinning.cancel()
     # The outcome is settled: let the stream print its last durable events.
     with contextlib.suppress(Exception):
         await asyncio.wait_for(pumping, 5.0)
@@ -725,12 +977,13 @@ async def _follow(
 def _finish(
     args: argparse.Namespace, turn_id: str, outcome: TurnOutcome, *, accepted: bool = False
 ) -> int:
-    from .render import EXIT_CODES, outcome_block, outcome_json
+    from .render import EXIT_CODES, outcome_block, outcome_json, paint, wants_color
 
     if args.json:
         _emit_json(outcome_json(turn_id, outcome))
     else:
-        print("\n".join(outcome_block(turn_id, outcome)), flush=True)
+        color = wants_color(sys.stdout)
+        print("\n".join(paint(x, color) for x in outcome_block(turn_id, outcome)), flush=True)
     if accepted:
         return EXIT_OK
     return EXIT_CODES[outcome.status]
@@ -739,7 +992,13 @@ def _finish(
 @command(
     "run",
     "create a turn and advance it, streaming text, tool calls and approvals",
-    arg("prompt", nargs="+", metavar="PROMPT", help="the user's message"),
+    arg(
+        "prompt",
+        nargs="*",
+        metavar="PROMPT",
+        help="the user's message (`-` reads it from stdin; or use --file)",
+    ),
+    arg("--file", metavar="PATH", help="read the user's message from a file"),
     arg(
         "--agent", metavar="NAME", help="the agent (default: default_agent of turns.toml, or demo)"
     ),
@@ -750,6 +1009,7 @@ def _finish(
     arg("--session", metavar="ID", help="the session the turn belongs to"),
     JSON,
     NO_WORKER,
+    WAIT_FOR_WORKER,
 )
 def run(args: argparse.Namespace) -> int:
     async def body() -> int:
@@ -757,8 +1017,9 @@ def run(args: argparse.Namespace) -> int:
         from turncore.messages import UserMessage
 
         from .api import CreateTurnInput
-        from .render import StreamRenderer
+        from .render import StreamRenderer, wants_color
 
+        prompt = _prompt(args)
         runtime = _runtime()
         agent_name = args.agent or runtime.config.default_agent
         agent = runtime.config.agents.get(agent_name)
@@ -767,22 +1028,29 @@ def run(args: argparse.Namespace) -> int:
             raise Failure(f"unknown agent {agent_name!r} (known: {known})", EXIT_USAGE)
         try:
             model = runtime.model_for(agent_name, args.model)
-        except InvalidInputError as exc:
-            raise Failure(str(exc), EXIT_USAGE) from None
         except TurnError as exc:
             raise Failure(str(exc), EXIT_USAGE) from None
         if model is None:
             raise Failure(
                 f"agent {agent_name!r} names no model: pass --model PROVIDER/MODEL or set "
-                "default_model in turns.toml"
+                "default_model in turns.toml",
+                EXIT_USAGE,
             )
-        runtime.models.resolve(model)  # a missing key or provider fails before any file exists
+        configured = {*runtime.config.providers, "scripted"}
+        if model.provider not in configured:
+            # Like an unknown agent, an unknown provider is a mistake in what was asked.
+            raise Failure(
+                f"unknown model provider {model.provider!r} in {model.label()} "
+                f"(configured: {', '.join(sorted(configured))})",
+                EXIT_USAGE,
+            )
+        runtime.models.resolve(model)  # a missing key fails before any file exists
         request = CreateTurnInput(
             agent=RequestedAgent(
                 agent_id=agent_name,
                 overrides=AgentOverrides(model=model) if args.model else None,
             ),
-            input=UserMessage(content=" ".join(args.prompt)),
+            input=UserMessage(content=prompt),
             human_available=not args.no_human,
             auto_permission=args.auto_permission,
             session_id=args.session,
@@ -794,11 +1062,51 @@ def run(args: argparse.Namespace) -> int:
             renderer = None
             if not args.json:
                 print(f"turn {turn_id} · agent {agent_name} · model {model.label()}", flush=True)
-                renderer = StreamRenderer(sys.stdout, model=model.label())
+                renderer = StreamRenderer(
+                    sys.stdout, model=model.label(), color=wants_color(sys.stdout)
+                )
             outcome = await _follow(turns, turn_id, None, renderer)
             return _finish(args, turn_id, outcome)
 
     return _run_async(args, body)
+
+
+MAX_PROMPT_BYTES = 1 << 20
+"""A prompt larger than this is refused: it would not fit a model's context anyway."""
+
+
+def _prompt(args: argparse.Namespace) -> str:
+    """The user's message from the arguments, stdin (``-``) or ``--file``; never empty."""
+    words: list[str] = args.prompt
+    if args.file is not None and words:
+        raise Failure("give the prompt as arguments, `-` (stdin) or --file, not both", EXIT_USAGE)
+    if args.file is not None:
+        try:
+            data = Path(args.file).read_bytes()
+        except OSError as exc:
+            raise Failure(
+                f"cannot read the prompt from {args.file}: {exc.strerror}", EXIT_USAGE
+            ) from None
+        source = args.file
+    elif words == ["-"]:
+        data = sys.stdin.buffer.read(MAX_PROMPT_BYTES + 1)
+        source = "stdin"
+    else:
+        data = " ".join(words).encode()
+        source = "the arguments"
+    if len(data) > MAX_PROMPT_BYTES:
+        raise Failure(f"the prompt from {source} is over {MAX_PROMPT_BYTES} bytes", EXIT_USAGE)
+    try:
+        text = data.decode()
+    except UnicodeDecodeError:
+        raise Failure(f"the prompt from {source} is not UTF-8 text", EXIT_USAGE) from None
+    if not text.strip():
+        raise Failure(
+            f'the prompt is empty: say what the turn is about (`{PROG} run "…"`, '
+            f"`{PROG} run -` to read stdin, or --file PATH)",
+            EXIT_USAGE,
+        )
+    return text
 
 
 def _send(
@@ -807,23 +1115,28 @@ def _send(
     *,
     accepted_ok: bool = False,
 ) -> int:
+    from turncore.reducer import reduce_turn
+
     async def body() -> int:
         from turncore.advance import check_input
 
-        from .render import StreamRenderer
+        from .render import StreamRenderer, wants_color
 
-        turn_id = validate_turn_id(args.turn)
+        turn_id = _turn_id(args.turn)
         input = make_input()
         # Rejected from the file before any runtime is built or server started;
         # the workflow checks again, atomically, when the input arrives.
         _, events = _load(turn_id)
         before = reduce_turn(events)
-        check_input(before, input)
+        try:
+            check_input(before, input)
+        except RejectedInputError as exc:
+            raise Failure(_rejection(before, input, exc), EXIT_REJECTED) from None
         runtime = _runtime()
         async with _session(args, runtime) as (_, turns):
             renderer = None
             if not args.json:
-                renderer = StreamRenderer(sys.stdout)
+                renderer = StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
                 renderer.prime(before)
             outcome = await _follow(turns, turn_id, input, renderer)
             return _finish(
@@ -833,6 +1146,59 @@ def _send(
     return _run_async(args, body)
 
 
+_INPUT_WORDS = {
+    "permission_decision": "an approval or denial",
+    "async_tool_result": "a result",
+    "async_tool_progress": "progress",
+    "cancel": "a cancellation",
+}
+
+
+def _rejection(state: TurnState, input: TurnExternalInput, exc: RejectedInputError) -> str:
+    """Why ``input`` is refused, in the words of the commands, and what the turn waits for."""
+    from .render import continue_commands, status_of
+
+    turn_id = state.definition.turn_id
+    what = _INPUT_WORDS.get(input.type, input.type)
+    if state.terminal is not None:
+        return (
+            f"rejected: turn {turn_id} already ended ({status_of(state)}); {what} is not accepted"
+        )
+    call_id = getattr(input, "tool_call_id", None)
+    call = state.tool_call(call_id) if isinstance(call_id, str) else None
+    pending_approval = any(p.tool_call_id == call_id for p in state.pending_permissions())
+    if call is None:
+        reason = f"turn {turn_id} has no tool call {call_id}"
+    elif input.type in ("async_tool_result", "async_tool_progress") and pending_approval:
+        reason = (
+            f"{call.tool_name} ({call_id}) awaits approval first: "
+            f"`{PROG} approve {turn_id} {call_id}` (or deny it)"
+        )
+    elif input.type == "permission_decision" and call.execution == "async" and call.invocation:
+        reason = (
+            f"{call.tool_name} ({call_id}) needs no approval, it awaits its result: "
+            f"`{PROG} complete {turn_id} {call_id} --text '…'`"
+        )
+    else:
+        reason = str(exc)
+    outcome = _suspended_outcome(state)
+    waiting = (
+        [f"{desc} → {commands[0]}" for desc, commands in continue_commands(turn_id, outcome)]
+        if outcome is not None
+        else []
+    )
+    tail = f". Waiting for: {'; '.join(waiting)}" if waiting else ""
+    return f"rejected: {what} for {call_id or 'the turn'}: {reason}{tail}"
+
+
+def _suspended_outcome(state: TurnState) -> Any:
+    from turncore.advance import outcome_of
+    from turncore.events import SuspendedOutcome
+
+    outcome = outcome_of(state)
+    return outcome if isinstance(outcome, SuspendedOutcome) else None
+
+
 @command(
     "approve",
     "allow a tool call that awaits approval, then continue the turn",
@@ -840,6 +1206,7 @@ def _send(
     CALL,
     JSON,
     NO_WORKER,
+    WAIT_FOR_WORKER,
 )
 def approve(args: argparse.Namespace) -> int:
     from turncore.events import PermissionDecisionInput
@@ -855,6 +1222,7 @@ def approve(args: argparse.Namespace) -> int:
     arg("--reason", metavar="R", help="why (recorded and shown to the model)"),
     JSON,
     NO_WORKER,
+    WAIT_FOR_WORKER,
 )
 def deny(args: argparse.Namespace) -> int:
     from turncore.events import PermissionDecisionInput
@@ -876,6 +1244,7 @@ def deny(args: argparse.Namespace) -> int:
     arg("--error", action="store_true", help="the tool failed; the output describes how"),
     JSON,
     NO_WORKER,
+    WAIT_FOR_WORKER,
 )
 def complete(args: argparse.Namespace) -> int:
     from turncore.events import AsyncToolResultInput, ToolResultData
@@ -902,6 +1271,7 @@ def complete(args: argparse.Namespace) -> int:
     arg("--data", type=_json_value, required=True, metavar="JSON", help="the progress, as JSON"),
     JSON,
     NO_WORKER,
+    WAIT_FOR_WORKER,
 )
 def progress(args: argparse.Namespace) -> int:
     from turncore.events import AsyncToolProgressInput
@@ -920,6 +1290,7 @@ def progress(args: argparse.Namespace) -> int:
     arg("--reason", metavar="R", help="why"),
     JSON,
     NO_WORKER,
+    WAIT_FOR_WORKER,
 )
 def cancel(args: argparse.Namespace) -> int:
     from turncore.events import CancelInput
@@ -933,19 +1304,24 @@ def cancel(args: argparse.Namespace) -> int:
     TURN,
     JSON,
     NO_WORKER,
+    WAIT_FOR_WORKER,
 )
 def recover(args: argparse.Namespace) -> int:
-    async def body() -> int:
-        from .render import StreamRenderer
+    import asyncio
 
-        turn_id = validate_turn_id(args.turn)
+    from turncore.reducer import reduce_turn
+
+    async def body() -> int:
+        from .render import StreamRenderer, wants_color
+
+        turn_id = _turn_id(args.turn)
         runtime = _runtime()
         if not runtime.repository.exists(turn_id):
             raise Failure(f"no turn {turn_id} in {runtime.work_dir}", EXIT_USAGE)
         async with _session(args, runtime) as (_, turns):
             renderer = None
             if not args.json:
-                renderer = StreamRenderer(sys.stdout)
+                renderer = StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
                 renderer.prime(
                     reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
                 )
@@ -964,12 +1340,16 @@ def recover(args: argparse.Namespace) -> int:
     NO_WORKER,
 )
 def watch(args: argparse.Namespace) -> int:
+    import asyncio
+
+    from turncore.reducer import reduce_turn
+
     async def body() -> int:
         from turncore.advance import outcome_of
 
-        from .render import EXIT_CODES, StreamRenderer, outcome_block, outcome_json
+        from .render import EXIT_CODES, StreamRenderer, outcome_block, outcome_json, wants_color
 
-        turn_id = validate_turn_id(args.turn)
+        turn_id = _turn_id(args.turn)
         _following(turn_id)
         runtime = _runtime()
         repo = runtime.repository
@@ -977,7 +1357,7 @@ def watch(args: argparse.Namespace) -> int:
             events = await asyncio.to_thread(repo.read, turn_id)
         except TurnNotFoundError:
             raise Failure(f"no turn {turn_id} in {runtime.work_dir}", EXIT_USAGE) from None
-        renderer = None if args.json else StreamRenderer(sys.stdout)
+        renderer = None if args.json else StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
 
         def show(event: Any) -> None:
             if renderer is not None:
@@ -1019,6 +1399,9 @@ async def _tail(
     show: Callable[[Any], None],
 ) -> TurnState:
     """Follow the file from line ``offset`` (and this process's deltas) until the turn ends."""
+    import asyncio
+
+    from turncore.reducer import reduce_turn
     from turncore_temporal.worker import serving
 
     from .runtime import temporal
@@ -1044,11 +1427,16 @@ async def _tail(
     return reduce_turn(await asyncio.to_thread(repo.read, turn_id))
 
 
+LIST_SCAN = 5000
+"""How many workflows ``turns list`` reads from visibility before sorting by creation."""
+
+
 @command(
     "list",
-    "list turns from Temporal visibility (search attributes)",
+    "list turns, newest first: created, status, agent, the prompt's first words",
     arg("--status", choices=["running", "suspended", "completed", "failed", "cancelled"]),
     arg("--agent", metavar="A"),
+    arg("--session", metavar="S", help="only this session's turns, oldest first (its order)"),
     arg("--limit", type=_positive, default=50, metavar="N", help="at most N turns (default 50)"),
     JSON,
 )
@@ -1057,6 +1445,7 @@ def list_turns(args: argparse.Namespace) -> int:
         from temporalio.common import SearchAttributeKey
 
         from .runtime import temporal
+        from .summary import clip
 
         # A run that continued as new hands the turn to its successor: list only the latest.
         clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
@@ -1064,34 +1453,42 @@ def list_turns(args: argparse.Namespace) -> int:
             clauses.append(f"TurnStatus = '{args.status}'")
         if args.agent:
             clauses.append(f"TurnAgent = '{_quote(args.agent)}'")
+        if args.session:
+            clauses.append(f"TurnSession = '{_quote(args.session)}'")
         query = " AND ".join(clauses)
         keys = {
             name: SearchAttributeKey.for_keyword(name)
             for name in ("TurnStatus", "TurnAgent", "TurnModel", "TurnSession", "TurnPendingInputs")
         }
-        rows: list[dict[str, Any]] = []
-        seen: set[str] = set()
+        found: dict[str, Any] = {}
         async with temporal(_work_dir()) as conn:
-            async for wf in conn.client.list_workflows(query, limit=args.limit * 4):
-                if wf.id in seen:
-                    continue  # a later run of the same turn came first
-                seen.add(wf.id)
+            # Visibility orders running workflows first; the turn id starts with its
+            # creation time, so sorting by it gives creation order exactly.
+            async for wf in conn.client.list_workflows(query, limit=LIST_SCAN):
+                if wf.id not in found:  # a later run of the same turn came first
+                    found[wf.id] = wf
+            chosen = sorted(found, reverse=not args.session)[: args.limit]
+            rows: list[dict[str, Any]] = []
+            for turn_id in chosen:
+                wf = found[turn_id]
                 attrs = wf.typed_search_attributes
-                row = {
-                    "turnId": wf.id,
-                    "status": attrs.get(keys["TurnStatus"]),
-                    "agent": attrs.get(keys["TurnAgent"]),
-                    "model": attrs.get(keys["TurnModel"]),
-                    "session": attrs.get(keys["TurnSession"]),
-                    "pendingInputs": [
-                        p for p in (attrs.get(keys["TurnPendingInputs"]) or "").split(",") if p
-                    ],
-                    "workflowStatus": wf.status.name.lower() if wf.status is not None else None,
-                    "startTime": wf.start_time.isoformat() if wf.start_time else None,
-                }
-                rows.append(row)
-                if len(rows) >= args.limit:
-                    break
+                memo = await wf.memo()
+                rows.append(
+                    {
+                        "turnId": turn_id,
+                        "created": _created(turn_id),
+                        "status": attrs.get(keys["TurnStatus"]),
+                        "agent": attrs.get(keys["TurnAgent"]),
+                        "model": attrs.get(keys["TurnModel"]),
+                        "session": attrs.get(keys["TurnSession"]),
+                        "input": memo.get("input") if isinstance(memo, dict) else None,
+                        "pendingInputs": [
+                            p for p in (attrs.get(keys["TurnPendingInputs"]) or "").split(",") if p
+                        ],
+                        "workflowStatus": wf.status.name.lower() if wf.status is not None else None,
+                        "startTime": wf.start_time.isoformat() if wf.start_time else None,
+                    }
+                )
         if args.json:
             _emit_json(rows)
             return EXIT_OK
@@ -1104,12 +1501,20 @@ def list_turns(args: argparse.Namespace) -> int:
                 # The run ended without settling the turn (its environment could not
                 # advance it); the file is intact and `turns recover` starts a new run.
                 pending += f" · workflow {r['workflowStatus']}: turns recover {r['turnId']}"
+            words = clip(" ".join(str(r["input"] or "").split()), 48)
             print(
-                f"{r['turnId']}  {r['status'] or '?':<9}  {r['agent'] or '?'} · {r['model'] or '?'}{pending}"
+                f"{r['turnId']}  {r['created']}  {r['status'] or '?':<9}  "
+                f"{r['agent'] or '?':<10}  {words}{pending}"
             )
         return EXIT_OK
 
     return _run_async(args, body)
+
+
+def _created(turn_id: str) -> str:
+    """``2026-05-04T15-09-26Z-…`` → ``2026-05-04 15:09:26Z``."""
+    day, _, clock = turn_id[:20].partition("T")
+    return f"{day} {clock[:8].replace('-', ':')}Z"
 
 
 def _quote(value: str) -> str:
@@ -1119,9 +1524,21 @@ def _quote(value: str) -> str:
 # ---------------------------------------------------------------- serving
 
 
+DEV_PORT = 7233
+"""``turns dev``'s gRPC port: the stock ``temporal server start-dev`` default, so stock tools
+and other apps find the server without being told."""
+
+
 @command(
     "dev",
     "run the embedded dev server with Temporal Web and a worker in the foreground",
+    arg(
+        "--port",
+        type=int,
+        default=DEV_PORT,
+        metavar="PORT",
+        help=f"Temporal's gRPC port (default {DEV_PORT}, or a free one when it is taken)",
+    ),
     arg(
         "--ui-port",
         type=int,
@@ -1187,6 +1604,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool) -> int:
             on_ready=ready,
             ui=ui,
             ui_port=getattr(args, "ui_port", None),
+            port=getattr(args, "port", None),
             worker=worker,
         )
         return EXIT_OK
@@ -1260,6 +1678,55 @@ def config(args: argparse.Namespace) -> int:
         return EXIT_OK
 
     return _sync(args, body)
+
+
+@command(
+    "completion",
+    'print a shell completion script: eval "$(turns completion bash)" (or zsh) in your rc file',
+    arg("shell", choices=["bash", "zsh", "ids"], help="bash, zsh (ids: the stored turn ids)"),
+)
+def completion(args: argparse.Namespace) -> int:
+    if args.shell == "ids":  # what the scripts call to complete TURN arguments
+        for turn_id in reversed(_stored_turn_ids(_work_dir())):
+            print(turn_id)
+        return EXIT_OK
+    script = _bash_completion(build_parser())
+    if args.shell == "zsh":
+        script = "autoload -U +X bashcompinit && bashcompinit\n" + script
+    sys.stdout.write(script)
+    return EXIT_OK
+
+
+def _bash_completion(parser: argparse.ArgumentParser) -> str:
+    """A bash completion function generated from the registered commands and their flags."""
+    cases = []
+    for c in COMMANDS.values():
+        flags = sorted(f for a in c.args for f in a.flags if f.startswith("-"))
+        takes_turn = any(a.flags and a.flags[0] in ("turn", "path") for a in c.args)
+        cases.append(
+            f"    {c.name}) opts={shlex.quote(' '.join(flags + ['--help']))}; turn={int(takes_turn)};;"
+        )
+    names = " ".join(COMMANDS)
+    return f"""# turns completion for bash (generated by `turns completion bash`)
+_turns() {{
+  local cur="${{COMP_WORDS[COMP_CWORD]}}" opts="" turn=0
+  if [ "$COMP_CWORD" -eq 1 ]; then
+    COMPREPLY=( $(compgen -W "{names} --help --version" -- "$cur") )
+    return
+  fi
+  case "${{COMP_WORDS[1]}}" in
+{chr(10).join(cases)}
+  esac
+  if [[ "$cur" == -* ]]; then
+    COMPREPLY=( $(compgen -W "$opts" -- "$cur") )
+  elif [ "$turn" -eq 1 ] && [ "$COMP_CWORD" -eq 2 ]; then
+    COMPREPLY=( $(compgen -W "last $(turns completion ids 2>/dev/null)" -- "$cur") )
+  else
+    COMPREPLY=( $(compgen -f -- "$cur") )
+  fi
+}}
+complete -F _turns turns
+"""
 
 
 if __name__ == "__main__":

@@ -130,10 +130,22 @@ def builtin_tool_configs() -> dict[str, ToolConfig]:
     }
 
 
-def work_dir_from_env(env: Mapping[str, str] | None = None) -> Path:
-    """``TURNS_HOME``, or ``./.turns`` (absolute)."""
+def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
+    """``TURNS_HOME``; else the nearest ``.turns/`` upward from the current directory, as git
+    finds ``.git``; else ``./.turns`` (absolute), which the first command that writes creates.
+
+    So a command run in a subdirectory of a project uses the project's turns and
+    its Temporal database instead of silently starting a second, empty one.
+    """
     env = os.environ if env is None else env
-    return Path(env.get("TURNS_HOME") or DEFAULT_WORK_DIR).absolute()
+    if env.get("TURNS_HOME"):
+        return Path(env["TURNS_HOME"]).absolute()
+    here = (cwd or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        candidate = folder / DEFAULT_WORK_DIR
+        if candidate.is_dir():
+            return candidate
+    return here / DEFAULT_WORK_DIR
 
 
 # ---------------------------------------------------------------- checking

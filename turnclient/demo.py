@@ -75,10 +75,15 @@ def _text(message: UserMessage) -> str:
     return " ".join(p.text for p in message.content if isinstance(p, TextPart))
 
 
+PROMPT_SCAN = 2000
+"""The demo reads only the start of a prompt: its patterns backtrack, so scanning a
+200 KB prompt whole would take minutes."""
+
+
 def _last_user(request: ModelCallRequest) -> str:
     for message in reversed(request.messages):
         if isinstance(message, UserMessage):
-            return _text(message)
+            return _text(message)[:PROMPT_SCAN]
     return ""
 
 

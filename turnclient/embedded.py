@@ -394,8 +394,11 @@ class EmbeddedServer:
         db = str(self.db)
         if info is not None and info.db == db and is_server_process(info.pid, db):
             if await self._answers(info, patience=10.0):
-                if self._ui and info.ui_port is None and len(self.live_users()) <= 1:
+                alone = len(self.live_users()) <= 1
+                if self._ui and info.ui_port is None and alone:
                     self.notes.append("replaced a headless server to serve Temporal Web")
+                elif self._port is not None and info.port != self._port and alone:
+                    self.notes.append(f"replaced an idle server on port {info.port}")
                 else:
                     if self._ui and info.ui_port is None:
                         self.notes.append(

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import shlex
+import time
 from collections.abc import Mapping
 from typing import Any, TextIO
 
@@ -69,14 +70,61 @@ def message_text(message: AssistantMessage | UserMessage) -> str:
     return "".join(p.text for p in message.content if isinstance(p, TextPart))
 
 
+# ---------------------------------------------------------------- colour
+
+_ANSI = {"bold": "1", "dim": "2", "red": "31", "green": "32", "yellow": "33", "cyan": "36"}
+_MARKS = {
+    "✔": "green",
+    "✓": "green",
+    "✗": "red",
+    "‖": "yellow",
+    "?": "yellow",
+    "→": "cyan",
+    "←": "dim",
+    "…": "dim",
+    "──": "bold",
+}
+
+
+def wants_color(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:
+    """Colour only on a terminal, and never with ``NO_COLOR`` (no-color.org) or ``TERM=dumb``."""
+    env = os.environ if env is None else env
+    if "NO_COLOR" in env or env.get("TERM") == "dumb":
+        return False
+    isatty = getattr(stream, "isatty", None)
+    return bool(isatty and isatty())
+
+
+def paint(line: str, color: bool) -> str:
+    """The line coloured by its leading mark (``✔``, ``✗``, ``‖``, ``→``, …), if ``color``."""
+    if not color:
+        return line
+    for mark, style in _MARKS.items():
+        if line.startswith(mark):
+            return f"\033[{_ANSI[style]}m{line}\033[0m"
+    return line
+
+
 # ---------------------------------------------------------------- live stream
 
 
 class StreamRenderer:
-    """Prints stream events as lines; text deltas as they come, never twice."""
+    """Prints stream events as lines; text deltas as they come, never twice.
 
-    def __init__(self, out: TextIO, *, model: str | None = None) -> None:
+    Output keeps the file's order: a model call's deltas come from the process
+    running it and may overtake the durable events before its
+    ``model_call_requested`` (say, the denial the call answers), so they wait
+    until that event has been shown.
+    """
+
+    def __init__(self, out: TextIO, *, model: str | None = None, color: bool = False) -> None:
         self._out = out
+        self._color = color
+        self._spinning = False
+        self._last_output = time.monotonic()
+        self._activity = "working…"
+        self._requested: set[int] = set()
+        self._early: dict[int, list[TextDelta | ReasoningDelta]] = {}
         self._model = model
         self._headed: set[int] = set()
         self._shown: dict[int, str] = {}
@@ -92,18 +140,39 @@ class StreamRenderer:
             self._tools[t.tool_call_id] = t.tool_name
         for call in state.model_calls:
             self._headed.add(call.index)
+            self._requested.add(call.index)
             if call.response is not None or call.error is not None:
                 self._closed.add(call.index)
         self._model = self._model or state.definition.agent.resolved.model.label()
 
+    _FRAMES = "⠋⠙⠹⠸⠼⠴⠦⠧⠇⠏"
+
+    def tick(self, now: float) -> None:
+        """On a terminal: show a spinner while nothing has been printed for a moment."""
+        if not self._color or self._midline or now - self._last_output < 0.4:
+            return
+        frame = self._FRAMES[int(now * 10) % len(self._FRAMES)]
+        self._out.write(f"\r\033[K\033[2m{frame} {self._activity}\033[0m")
+        self._out.flush()
+        self._spinning = True
+
+    def _unspin(self) -> None:
+        if self._spinning:
+            self._out.write("\r\033[K")
+            self._spinning = False
+
     def _line(self, text: str) -> None:
+        self._unspin()
+        self._last_output = time.monotonic()
         if self._midline:
             self._out.write("\n")
             self._midline = False
-        self._out.write(text + "\n")
+        self._out.write(paint(text, self._color) + "\n")
         self._out.flush()
 
     def _write(self, text: str) -> None:
+        self._unspin()
+        self._last_output = time.monotonic()
         if text:
             self._out.write(text)
             self._midline = not text.endswith("\n")
@@ -128,12 +197,17 @@ class StreamRenderer:
         self._shown[index] = text
 
     def close(self) -> None:
+        self._unspin()
         if self._midline:
             self._out.write("\n")
             self._midline = False
             self._out.flush()
 
     def feed(self, event: Any) -> None:
+        if isinstance(event, TextDelta | ReasoningDelta):
+            if event.model_call_index not in self._requested:
+                self._early.setdefault(event.model_call_index, []).append(event)
+                return
         match event:
             case TextDelta():
                 if event.model_call_index in self._closed:
@@ -156,7 +230,11 @@ class StreamRenderer:
                 self._model = event.agent.resolved.model.label()
                 self._line(f"── user: {clip(message_text(event.input), 200)}")
             case ModelCallRequested():
+                self._activity = f"waiting for model call {event.model_call_index}…"
+                self._requested.add(event.model_call_index)
                 self._head(event.model_call_index)
+                for early in self._early.pop(event.model_call_index, []):
+                    self.feed(early)
             case ModelCallCompleted():
                 i = event.model_call_index
                 self._head(i)
@@ -190,10 +268,12 @@ class StreamRenderer:
                 name = self._tools.get(event.tool_call_id, "tool")
                 mark = "✓" if event.decision == "allow" else "✗"
                 verb = "allowed" if event.decision == "allow" else "denied"
-                who = event.source.replace("_", " ")
                 why = f": {clip(event.reason, 120)}" if event.reason else ""
-                self._line(f"{mark} {name} ({event.tool_call_id}) {verb} by {who}{why}")
+                self._line(
+                    f"{mark} {name} ({event.tool_call_id}) {verb} {_DECIDED_BY[event.source]}{why}"
+                )
             case ToolInvocationRequested():
+                self._activity = f"running {event.tool_name}…"
                 self._tools[event.tool_call_id] = event.tool_name
                 waits = " · async, waiting for its result" if event.execution == "async" else ""
                 self._line(
@@ -221,6 +301,12 @@ class StreamRenderer:
             case _:
                 pass  # step events: the completed call carries what they say
 
+
+_DECIDED_BY = {
+    "human": "by a human",
+    "classifier": "by the permission classifier",
+    "human_unavailable": "because no human was available to approve it",
+}
 
 # ---------------------------------------------------------------- outcomes
 
@@ -263,7 +349,7 @@ def continue_commands(
             (
                 f"result: {a.tool_name} ({a.tool_call_id}) {preview(a.input, 100)}",
                 [
-                    f"{turns} complete {turn_id} {a.tool_call_id} --output '\"your answer\"'",
+                    f"{turns} complete {turn_id} {a.tool_call_id} --text 'your answer'",
                     f"{turns} progress {turn_id} {a.tool_call_id} --data '{{\"percent\": 50}}'",
                 ],
             )

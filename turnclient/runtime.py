@@ -23,6 +23,7 @@ import importlib
 import inspect
 import logging
 import os
+import re
 import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
@@ -297,6 +298,15 @@ def server_idle_grace(env: Mapping[str, str] | None = None) -> float:
     return value
 
 
+def _connect_reason(text: str) -> str:
+    """The operating system's words from the SDK's transport error, else its first words."""
+    found = re.search(r'message: "([^"]+)"', text)
+    if found:
+        return found.group(1)
+    flat = " ".join(text.split())
+    return flat if len(flat) <= 160 else flat[:159] + "…"
+
+
 def uses_embedded(env: Mapping[str, str] | None = None) -> bool:
     env = os.environ if env is None else env
     return not env.get("TEMPORAL_ADDRESS")
@@ -323,10 +333,10 @@ async def temporal(
         try:
             client = await Client.connect(**options)
         except RuntimeError as exc:
-            reason = " ".join(str(exc).split())
             raise TemporalUnreachableError(
-                f"cannot reach Temporal at {address} (from TEMPORAL_ADDRESS): {reason[:200]}. "
-                "Start that server, or unset TEMPORAL_ADDRESS to use the embedded one"
+                f"cannot reach Temporal at {address} (from TEMPORAL_ADDRESS): "
+                f"{_connect_reason(str(exc))}. Start that server, or unset TEMPORAL_ADDRESS "
+                "to use the embedded one"
             ) from None
         yield Temporal(client, client.service_client.config.target_host, client.namespace)
         return

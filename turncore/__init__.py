@@ -5,41 +5,119 @@ resolution, the file repository, and the provider-neutral model port with
 its adapters (``turncore.model``). Nothing here imports Temporal.
 """
 
-from .compose import ComposedRequest, closed_transcript, compose_model_request, next_model_request
-from .context import ContextResolver, ElisionPolicy
-from .errors import (
-    ContextResolutionError,
-    CorruptTurnError,
-    DependencyError,
-    InfrastructureError,
-    InvalidInputError,
-    InvalidTurnIdError,
-    RejectedInputError,
-    TurnError,
-    TurnExistsError,
-    TurnFailure,
-    TurnNotFoundError,
-)
-from .events import (
-    SCHEMA_VERSION,
-    ModelDescriptor,
-    RequestedAgent,
-    ResolvedAgent,
-    ToolDescriptor,
-    ToolResultData,
-    TurnCreated,
-    TurnEvent,
-    TurnExternalInput,
-    TurnOutcome,
-    TurnStreamEvent,
-    TurnUsage,
-    parse_event,
-    parse_input,
-)
-from .ids import TurnIdGenerator, turn_path, validate_turn_id
-from .messages import AssistantMessage, ConversationMessage, ToolMessage, UserMessage
-from .reducer import TurnReducer, TurnState, apply, reduce_turn
-from .repository import FileTurnRepository, InMemoryTurnRepository, TurnRepository, read_path
+from __future__ import annotations
+
+# Names load on first use (PEP 562): a command that only reads a file, or code
+# that needs one error class, does not pay for the composer, the adapters or
+# httpx. Type checkers see ordinary imports.
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .compose import (
+        ComposedRequest,
+        closed_transcript,
+        compose_model_request,
+        next_model_request,
+    )
+    from .context import ContextResolver, ElisionPolicy
+    from .errors import (
+        ContextResolutionError,
+        CorruptTurnError,
+        DependencyError,
+        InfrastructureError,
+        InvalidInputError,
+        InvalidTurnIdError,
+        RejectedInputError,
+        TurnError,
+        TurnExistsError,
+        TurnFailure,
+        TurnNotFoundError,
+    )
+    from .events import (
+        SCHEMA_VERSION,
+        ModelDescriptor,
+        RequestedAgent,
+        ResolvedAgent,
+        ToolDescriptor,
+        ToolResultData,
+        TurnCreated,
+        TurnEvent,
+        TurnExternalInput,
+        TurnOutcome,
+        TurnStreamEvent,
+        TurnUsage,
+        parse_event,
+        parse_input,
+    )
+    from .ids import TurnIdGenerator, turn_path, validate_turn_id
+    from .messages import AssistantMessage, ConversationMessage, ToolMessage, UserMessage
+    from .reducer import TurnReducer, TurnState, apply, reduce_turn
+    from .repository import FileTurnRepository, InMemoryTurnRepository, TurnRepository, read_path
+
+_LAZY: dict[str, str] = {
+    "ComposedRequest": "compose",
+    "closed_transcript": "compose",
+    "compose_model_request": "compose",
+    "next_model_request": "compose",
+    "ContextResolver": "context",
+    "ElisionPolicy": "context",
+    "ContextResolutionError": "errors",
+    "CorruptTurnError": "errors",
+    "DependencyError": "errors",
+    "InfrastructureError": "errors",
+    "InvalidInputError": "errors",
+    "InvalidTurnIdError": "errors",
+    "RejectedInputError": "errors",
+    "TurnError": "errors",
+    "TurnExistsError": "errors",
+    "TurnFailure": "errors",
+    "TurnNotFoundError": "errors",
+    "SCHEMA_VERSION": "events",
+    "ModelDescriptor": "events",
+    "RequestedAgent": "events",
+    "ResolvedAgent": "events",
+    "ToolDescriptor": "events",
+    "ToolResultData": "events",
+    "TurnCreated": "events",
+    "TurnEvent": "events",
+    "TurnExternalInput": "events",
+    "TurnOutcome": "events",
+    "TurnStreamEvent": "events",
+    "TurnUsage": "events",
+    "parse_event": "events",
+    "parse_input": "events",
+    "TurnIdGenerator": "ids",
+    "turn_path": "ids",
+    "validate_turn_id": "ids",
+    "AssistantMessage": "messages",
+    "ConversationMessage": "messages",
+    "ToolMessage": "messages",
+    "UserMessage": "messages",
+    "TurnReducer": "reducer",
+    "TurnState": "reducer",
+    "apply": "reducer",
+    "reduce_turn": "reducer",
+    "FileTurnRepository": "repository",
+    "InMemoryTurnRepository": "repository",
+    "TurnRepository": "repository",
+    "read_path": "repository",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'turncore' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "SCHEMA_VERSION",

@@ -803,6 +803,10 @@ class RepairRefusedError(InfrastructureError):
     """``repair_torn_tail`` found nothing it may repair; the file is unchanged."""
 
 
+class NothingToRepairError(RepairRefusedError):
+    """The file is a whole, valid turn log: there is nothing to repair."""
+
+
 @dataclass(frozen=True)
 class RepairReport:
     """What ``repair_torn_tail`` moved out of a turn file."""
@@ -870,7 +874,7 @@ def repair_torn_tail(path: str | os.PathLike[str]) -> RepairReport:
                 start = body.rfind(b"\n") + 1
                 if not _unparseable(body[start:]):
                     _refuse_unless_valid(data, p)
-                    raise RepairRefusedError(f"{p}: the final line is whole; nothing to repair")
+                    raise NothingToRepairError(f"{p}: the final line is whole; nothing to repair")
             else:
                 start = data.rfind(b"\n") + 1
             prefix, tail = data[:start], data[start:]

@@ -68,6 +68,9 @@ class Secret:
         raise TypeError("a Secret cannot be serialised")
 
 
+_CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+
+
 class StreamDecoder:
     """Turns one provider's SSE events into parts, events and an outcome."""
 
@@ -121,6 +124,22 @@ class HttpModel(Model):
 
     @abstractmethod
     def decoder(self, attempt: Attempt) -> StreamDecoder: ...
+
+    def wire_request(self, request: ModelCallRequest) -> dict[str, Any]:
+        """What ``turn`` would send for ``request``, with every credential redacted:
+        ``{"method", "url", "headers", "body"}``. No I/O; validation errors raise as in ``turn``.
+        """
+        opaque = validate_request(request, self._binding, self._limits)
+        headers = {
+            name: "<redacted>" if name.lower() in _CREDENTIAL_HEADERS else value
+            for name, value in self.headers().items()
+        }
+        return {
+            "method": "POST",
+            "url": self._binding.endpoint + self.path,
+            "headers": headers,
+            "body": self.encode(request, opaque),
+        }
 
     async def turn(
         self, request: ModelCallRequest, sink: Sink, cancel: CancellationToken

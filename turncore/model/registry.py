@@ -225,8 +225,13 @@ class ModelRegistry:
             options=tuple(options),
         )
 
-    def resolve(self, descriptor: ModelDescriptor) -> Model:
-        """A Model for the descriptor; raises ProviderConfigError (a DependencyError)."""
+    def resolve(self, descriptor: ModelDescriptor, *, require_key: bool = True) -> Model:
+        """A Model for the descriptor; raises ProviderConfigError (a DependencyError).
+
+        ``require_key=False`` gives a model without its credential when the key
+        variable is unset — for showing requests (``turns inspect --wire``), never
+        for calling the provider.
+        """
         config = self._config(descriptor)
         if config.kind == "scripted":
             return self._scripted(descriptor, config)
@@ -234,12 +239,13 @@ class ModelRegistry:
         key: Secret | None = None
         if config.api_key_env is not None:
             value = self._env.get(config.api_key_env)
-            if not value:
+            if value:
+                key = Secret(value)
+            elif require_key:
                 raise ProviderConfigError(
                     f"provider {descriptor.provider!r} reads its API key from the environment "
                     f"variable {config.api_key_env}, which is not set"
                 )
-            key = Secret(value)
         client = self._clients.get(descriptor.provider)
         if client is None:
             client = self._client_factory(config)
