@@ -447,3 +447,54 @@ def test_dev_serves_on_the_port_asked_for(home: Path) -> None:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
     wait_for("the server to stop", lambda: no_server(home), timeout=30)
+
+
+def test_live_output_keeps_the_files_order_when_deltas_overtake_it() -> None:
+    import io
+
+    from tests.histories import History, created
+    from turnclient.render import StreamRenderer
+    from turncore.events import TextDelta
+
+    h = History(created(human_available=False))
+    h.request()
+    h.complete("Saving.", [("c1", "write_file", {"path": "q.txt"})])
+    h.require("c1")
+    h.resolve("c1", "deny", source="human_unavailable")
+    h.result("c1", "denied", is_error=True, source="runtime")
+    second = h.request()
+    out = io.StringIO()
+    renderer = StreamRenderer(out)
+    for e in h.events[:-3]:
+        renderer.feed(e)
+    # Model call 1 streams before the watcher has read the denial it answers.
+    renderer.feed(TextDelta(turn_id=h.turn_id, model_call_index=1, delta="I could not "))
+    for e in h.events[-3:]:
+        renderer.feed(e)
+    renderer.feed(TextDelta(turn_id=h.turn_id, model_call_index=1, delta="save it."))
+    renderer.close()
+    text = out.getvalue()
+    denial = text.index("✗ write_file (c1) denied because no human was available to approve it")
+    assert (
+        denial
+        < text.index(f"── model call {second.model_call_index}")
+        < text.index("I could not save it.")
+    )
+
+
+def test_watch_detaches_on_ctrl_c(home: Path) -> None:
+    idle = {"TURNS_SERVER_IDLE": "60"}
+    r = turns(home, "run", "Ask me for my name", "--json", **idle)
+    assert r.returncode == 3, r.stderr
+    asking = json.loads(r.stdout)["turnId"]
+    proc = start(home, "watch", asking, **idle)
+    assert proc.stdout is not None
+    wait_for("watch to print the history", lambda: proc.stdout.readline().startswith("‖"))
+    proc.send_signal(signal.SIGINT)
+    last = time.monotonic()
+    _, err = proc.communicate(timeout=30)
+    assert time.monotonic() - last < 2.0
+    assert proc.returncode == 130 and "Traceback" not in err
+    assert f"detached; turn {asking} is left as it is" in err
+    r = turns(home, "cancel", asking)  # idle grace 0: the last command stops the server
+    assert r.returncode == 5, r.stderr
