@@ -19,6 +19,7 @@ from turncore.model import (
     OpenAIChatModel,
     OpenAIResponsesModel,
     ProviderConfigError,
+    RetryingModel,
     ScriptedModel,
     load_providers,
     parse_model_ref,
@@ -65,9 +66,12 @@ async def test_resolves_each_kind(tmp_path: Path) -> None:
         openai = registry.resolve(parse_model_ref("openai/gpt-5"))
         claude = registry.resolve(ModelDescriptor(provider="claude", model="claude-sonnet-4-5"))
         local = registry.resolve(parse_model_ref("local/qwen3:8b"))
-        assert isinstance(openai, OpenAIResponsesModel)
-        assert isinstance(claude, AnthropicModel)
-        assert isinstance(local, OpenAIChatModel)
+        # routing (retries, max_retries default 2) wraps each HTTP adapter
+        for routed in (openai, claude, local):
+            assert isinstance(routed, RetryingModel) and routed.policy.max_retries == 2
+        assert isinstance(openai, RetryingModel) and isinstance(openai.inner, OpenAIResponsesModel)
+        assert isinstance(claude, RetryingModel) and isinstance(claude.inner, AnthropicModel)
+        assert isinstance(local, RetryingModel) and isinstance(local.inner, OpenAIChatModel)
         assert openai.binding.endpoint == "https://api.openai.com/v1"
         assert claude.binding.endpoint == "https://api.anthropic.com/v1"
         assert claude.binding.option("max_output_tokens") == 2048

@@ -72,6 +72,7 @@ from turncore.model.registry import (
     load_providers,
     parse_model_ref,
 )
+from turncore.model.routing import RetryingModel, RetryPolicy, retry_delay, retryable
 from turncore.model.scripted import (
     ScriptedModel,
     ScriptedResponse,
@@ -108,6 +109,8 @@ __all__ = [
     "ProviderConfigError",
     "ReasoningDeltaEvent",
     "ReasoningEffort",
+    "RetryPolicy",
+    "RetryingModel",
     "ScriptedModel",
     "ScriptedResponse",
     "ScriptedToolCall",
@@ -135,6 +138,8 @@ __all__ = [
     "opaque_state",
     "parse_model_ref",
     "provider_metadata",
+    "retry_delay",
+    "retryable",
     "step_events",
     "strip_opaque_message",
     "unattributed_options",

@@ -18,7 +18,13 @@ import orjson
 
 from turncore.events import TurnUsage
 from turncore.messages import ReasoningPart, TextPart, ToolCallPart
-from turncore.model.failures import Dispatch, FailureKind, ModelFailure, SinkFailure
+from turncore.model.failures import (
+    Dispatch,
+    FailureKind,
+    ModelFailure,
+    SinkFailure,
+    check_usage,
+)
 from turncore.model.port import (
     CancellationToken,
     Limits,
@@ -41,6 +47,16 @@ class Attempt:
         self.limits = limits
         self.dispatch = Dispatch.NOT_SENT
         self.usage: TurnUsage | None = None
+        """The last *valid* usage snapshot the provider reported (seed 003: a failure
+        may retain it). A contradictory report is never kept."""
+        self.usage_final = False
+        """``usage`` came from the provider's terminal report."""
+
+    def observe_usage(self, usage: TurnUsage, *, final: bool) -> None:
+        """Keep a usage report as the attempt's snapshot when it is consistent."""
+        if check_usage(usage) is None:
+            self.usage = usage
+            self.usage_final = final
 
     def failure(
         self,
@@ -52,14 +68,18 @@ class Attempt:
         retry_after: float | None = None,
         dispatch: Dispatch | None = None,
     ) -> ModelFailure:
+        dispatch = dispatch or self.dispatch
+        # Nothing reached the upstream, so nothing it reported can be attached.
+        sent = dispatch is not Dispatch.NOT_SENT
         return ModelFailure(
             kind,
-            dispatch or self.dispatch,
+            dispatch,
             detail,
             status=status,
             provider_code=provider_code,
             retry_after=retry_after,
-            usage=self.usage,
+            usage=self.usage if sent else None,
+            usage_final=self.usage_final and sent,
         )
 
     async def emit(self, event: StreamEvent) -> None:
@@ -70,7 +90,10 @@ class Attempt:
         except Exception as exc:  # the sink is the caller's code
             cause = exc
         if cause is not None:
-            raise SinkFailure(self.dispatch, self.usage) from cause
+            sent = self.dispatch is not Dispatch.NOT_SENT
+            raise SinkFailure(
+                self.dispatch, self.usage if sent else None, self.usage_final and sent
+            ) from cause
 
 
 async def run_attempt(

@@ -217,7 +217,8 @@ class _AnthropicDecoder(StreamDecoder):
             number = as_int(value)
             if number is not None:
                 self._raw_usage[key] = number
-        self._attempt.usage = self._usage()
+        # message_delta counts are cumulative; only message_stop makes them final.
+        self._attempt.observe_usage(self._usage(), final=False)
 
     def _usage(self) -> TurnUsage:
         u = self._raw_usage
@@ -254,6 +255,7 @@ class _AnthropicDecoder(StreamDecoder):
             self._absorb_usage(data.get("usage"))
         elif kind == "message_stop":
             self._usage_final = True
+            self._attempt.observe_usage(self._usage(), final=True)
             return True
         elif kind == "error":
             raise stream_error(

@@ -79,6 +79,22 @@ UNATTRIBUTED_REFUSAL = (
 """The one fixed message every egress path uses to refuse unattributed opaque state."""
 
 
+def check_usage(usage: TurnUsage) -> str | None:
+    """Describe a contradiction in ``usage``, or None when it is consistent."""
+    values = usage.model_dump()
+    for name, value in values.items():
+        if value is not None and value < 0:
+            return f"{name} is negative"
+    i, o, t = usage.input_tokens, usage.output_tokens, usage.total_tokens
+    if i is not None and usage.cached_input_tokens is not None and usage.cached_input_tokens > i:
+        return "cached input tokens exceed input tokens"
+    if o is not None and usage.reasoning_tokens is not None and usage.reasoning_tokens > o:
+        return "reasoning tokens exceed output tokens"
+    if t is not None and i is not None and o is not None and t < i + o:
+        return "total tokens are fewer than input plus output"
+    return None
+
+
 def allowed_code(token: object) -> str | None:
     """The token if it is on the allowlist, else None."""
     if isinstance(token, str) and token in PROVIDER_CODE_ALLOWLIST:
@@ -92,7 +108,13 @@ class ModelFailure(TurnError):
     ``kind`` and ``dispatch`` are independent. ``status`` is the HTTP status when
     the upstream answered with one; ``provider_code`` an allowlisted error token;
     ``retry_after`` a server delay hint in seconds; ``usage`` the last valid usage
-    snapshot reported before the failure (possibly partial).
+    snapshot reported before the failure (possibly partial; ``usage_final`` says the
+    provider had sent its terminal report). ``attempts`` counts the attempts the
+    router made for this call, this one included.
+
+    Construction refuses what cannot be true (seed 003, "Evidence, not inference"):
+    a not-sent failure carries no upstream evidence at all (no status, code, delay
+    hint or usage), usage must not contradict itself, and final usage needs usage.
     """
 
     def __init__(
@@ -105,9 +127,24 @@ class ModelFailure(TurnError):
         provider_code: str | None = None,
         retry_after: float | None = None,
         usage: TurnUsage | None = None,
+        usage_final: bool = False,
+        attempts: int = 1,
     ) -> None:
-        if dispatch is Dispatch.NOT_SENT and (status is not None or provider_code is not None):
+        if dispatch is Dispatch.NOT_SENT and (
+            status is not None
+            or provider_code is not None
+            or retry_after is not None
+            or usage is not None
+        ):
             raise ValueError("a not-sent failure cannot carry upstream evidence")
+        if usage is not None:
+            problem = check_usage(usage)
+            if problem is not None:
+                raise ValueError(f"a failure's usage snapshot is contradictory: {problem}")
+        if usage_final and usage is None:
+            raise ValueError("a failure cannot claim final usage without usage")
+        if attempts < 1:
+            raise ValueError("a failure needs at least one attempt")
         self.kind = kind
         self.dispatch = dispatch
         self.detail = detail
@@ -115,6 +152,8 @@ class ModelFailure(TurnError):
         self.provider_code = allowed_code(provider_code)
         self.retry_after = retry_after
         self.usage = usage
+        self.usage_final = usage_final
+        self.attempts = attempts
         super().__init__(self.summary())
 
     def summary(self) -> str:
@@ -126,6 +165,8 @@ class ModelFailure(TurnError):
             facts.append(self.provider_code)
         if self.retry_after is not None:
             facts.append(f"retry-after hint {self.retry_after:g}s")
+        if self.attempts > 1:
+            facts.append(f"{self.attempts} attempts")
         return f"model call failed: {self.kind.value} ({', '.join(facts)}): {self.detail}"
 
     def __repr__(self) -> str:
@@ -144,7 +185,23 @@ class ModelFailure(TurnError):
                 self.provider_code,
                 self.retry_after,
                 self.usage,
+                self.usage_final,
+                self.attempts,
             ),
+        )
+
+    def again(self, attempts: int) -> ModelFailure:
+        """The same failure, as the last of ``attempts`` attempts (routing's view)."""
+        return ModelFailure(
+            self.kind,
+            self.dispatch,
+            self.detail,
+            status=self.status,
+            provider_code=self.provider_code,
+            retry_after=self.retry_after,
+            usage=self.usage,
+            usage_final=self.usage_final,
+            attempts=attempts,
         )
 
 
@@ -157,6 +214,8 @@ def _rebuild(
     provider_code: str | None,
     retry_after: float | None,
     usage: TurnUsage | None,
+    usage_final: bool,
+    attempts: int,
 ) -> ModelFailure:
     return cls(
         kind,
@@ -166,6 +225,8 @@ def _rebuild(
         provider_code=provider_code,
         retry_after=retry_after,
         usage=usage,
+        usage_final=usage_final,
+        attempts=attempts,
     )
 
 
@@ -186,17 +247,20 @@ class SinkFailure(ModelFailure):
     """The caller's sink raised; the attempt was ended. The sink's own exception is
     the ``__cause__`` (it is the caller's, so it carries nothing of ours)."""
 
-    def __init__(self, dispatch: Dispatch, usage: TurnUsage | None = None) -> None:
+    def __init__(
+        self, dispatch: Dispatch, usage: TurnUsage | None = None, usage_final: bool = False
+    ) -> None:
         ModelFailure.__init__(
             self,
             FailureKind.CANCELLED,
             dispatch,
             "the caller's sink failed, so the attempt was ended",
             usage=usage,
+            usage_final=usage_final,
         )
 
     def __reduce__(self) -> tuple[object, ...]:
-        return (type(self), (self.dispatch, self.usage))
+        return (type(self), (self.dispatch, self.usage, self.usage_final))
 
 
 def invalid(detail: str) -> ModelRequestError:

@@ -188,7 +188,8 @@ class _ChatDecoder(StreamDecoder):
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = _usage(usage)
-            self._attempt.usage = self._usage
+            # The usage chunk is Chat Completions' terminal report.
+            self._attempt.observe_usage(self._usage, final=True)
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else []:
             choice = as_dict(choice)

@@ -177,13 +177,13 @@ class _ResponsesDecoder(StreamDecoder):
         self._refused = False
         self._usage: TurnUsage | None = None
 
-    def _observe(self, response: dict[str, Any]) -> None:
+    def _observe(self, response: dict[str, Any], *, terminal: bool = False) -> None:
         self._response_id = self._response_id or bounded_token(response.get("id"))
         self._upstream_model = self._upstream_model or bounded_token(response.get("model"))
         usage = response.get("usage")
         if isinstance(usage, dict):
             self._usage = _usage(usage)
-            self._attempt.usage = self._usage
+            self._attempt.observe_usage(self._usage, final=terminal)
 
     async def feed(self, event: SseEvent) -> bool:
         data = parse_json_event(event, self._attempt)
@@ -217,14 +217,14 @@ class _ResponsesDecoder(StreamDecoder):
             await self._item_done(as_dict(data.get("item")))
         elif kind in ("response.completed", "response.incomplete"):
             response = as_dict(data.get("response"))
-            self._observe(response)
+            self._observe(response, terminal=True)
             self._status = "completed" if kind == "response.completed" else "incomplete"
             reason = as_dict(response.get("incomplete_details")).get("reason")
             self._incomplete_reason = reason if isinstance(reason, str) else None
             return True
         elif kind == "response.failed":
             response = as_dict(data.get("response"))
-            self._observe(response)
+            self._observe(response, terminal=True)
             raise stream_error(
                 self._attempt,
                 error_token(response),

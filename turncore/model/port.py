@@ -41,6 +41,7 @@ from turncore.messages import (
     UserMessage,
 )
 from turncore.model.binding import Binding, opaque_state
+from turncore.model.failures import check_usage as check_usage
 from turncore.model.failures import invalid, too_large, unsupported
 
 # ---------------------------------------------------------------- request
@@ -162,22 +163,6 @@ class ModelOutcome:
 
     def tool_calls(self) -> list[ToolCallPart]:
         return [p for p in self.parts if isinstance(p, ToolCallPart)]
-
-
-def check_usage(usage: TurnUsage) -> str | None:
-    """Describe a contradiction in ``usage``, or None when it is consistent."""
-    values = usage.model_dump()
-    for name, value in values.items():
-        if value is not None and value < 0:
-            return f"{name} is negative"
-    i, o, t = usage.input_tokens, usage.output_tokens, usage.total_tokens
-    if i is not None and usage.cached_input_tokens is not None and usage.cached_input_tokens > i:
-        return "cached input tokens exceed input tokens"
-    if o is not None and usage.reasoning_tokens is not None and usage.reasoning_tokens > o:
-        return "reasoning tokens exceed output tokens"
-    if t is not None and i is not None and o is not None and t < i + o:
-        return "total tokens are fewer than input plus output"
-    return None
 
 
 # ---------------------------------------------------------------- cancellation

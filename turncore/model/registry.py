@@ -38,6 +38,7 @@ from turncore.model.binding import Binding, Capabilities, normalise_endpoint
 from turncore.model.openai_chat import OpenAIChatModel
 from turncore.model.openai_responses import OpenAIResponsesModel
 from turncore.model.port import DEFAULT_LIMITS, Limits, Model
+from turncore.model.routing import RetryingModel, RetryPolicy
 from turncore.model.scripted import ScriptedModel, ScriptFunction
 
 ProviderKind = Literal["openai-chat", "openai-responses", "anthropic", "scripted"]
@@ -81,6 +82,13 @@ class ProviderConfig:
     """Seconds the HTTP client waits for a read; the connect timeout is 10 s."""
     delay: float = 0.0
     """Scripted: seconds before each streamed delta."""
+    max_retries: int = 2
+    """Further attempts after a failure that provably did no work upstream
+    (not-sent, or a rejected 429/503/529); see :mod:`turncore.model.routing`."""
+    retry_backoff: float = 1.0
+    """Seconds before the first retry when the provider sends no ``Retry-After``."""
+    retry_max_wait: float = 60.0
+    """The longest single wait; a longer ``Retry-After`` hint fails the call at once."""
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(ProviderKind):
@@ -99,6 +107,23 @@ class ProviderConfig:
             raise ProviderConfigError("max_output_tokens must be positive")
         if not self.timeout > 0 or self.delay < 0:
             raise ProviderConfigError("timeout must be positive and delay not negative")
+        if (
+            isinstance(self.max_retries, bool)
+            or not isinstance(self.max_retries, int)
+            or not 0 <= self.max_retries <= 10
+        ):
+            raise ProviderConfigError("max_retries must be an integer from 0 to 10")
+        for name in ("retry_backoff", "retry_max_wait"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+                raise ProviderConfigError(f"{name} must be a number of seconds, not negative")
+
+    def retry_policy(self) -> RetryPolicy:
+        return RetryPolicy(
+            max_retries=self.max_retries,
+            backoff=float(self.retry_backoff),
+            max_wait=float(self.retry_max_wait),
+        )
 
     @classmethod
     def from_table(cls, name: str, table: Mapping[str, Any]) -> ProviderConfig:
@@ -250,7 +275,10 @@ class ModelRegistry:
         if client is None:
             client = self._client_factory(config)
             self._clients[descriptor.provider] = client
-        return _ADAPTERS[config.kind](binding, client, key, limits=self._limits)
+        adapter = _ADAPTERS[config.kind](binding, client, key, limits=self._limits)
+        if config.max_retries == 0:
+            return adapter
+        return RetryingModel(adapter, config.retry_policy())
 
     def _scripted(self, descriptor: ModelDescriptor, config: ProviderConfig) -> ScriptedModel:
         name = descriptor.model

@@ -11,7 +11,8 @@ A script is (a) a list of responses, (b) a function ``request -> response``
     ]}
 
 Optional keys on any response: ``finishReason`` and ``usage`` (TurnUsage wire
-names). Response *i* answers the *i*-th call of a turn, where *i* is derived
+names; on an ``error`` response, the usage reported before the break). Usage
+the script leaves out is estimated from word counts and marked not final. Response *i* answers the *i*-th call of a turn, where *i* is derived
 from the request alone — the number of assistant messages after the last user
 message — so the model holds no mutable position and a restarted process
 picks the same response. Generated tool call ids are ``call_<i>_<j>``.
@@ -46,7 +47,7 @@ from turncore.messages import (
 )
 from turncore.model._attempt import Attempt, run_attempt
 from turncore.model.binding import Binding
-from turncore.model.failures import Dispatch, FailureKind, ModelFailure, invalid
+from turncore.model.failures import Dispatch, FailureKind, ModelFailure, check_usage, invalid
 from turncore.model.port import (
     DEFAULT_LIMITS,
     CancellationToken,
@@ -115,6 +116,8 @@ class ScriptedResponse:
             raise ValueError("finishReason must be a normalised finish reason")
         kind = FailureKind(obj.get("errorKind", FailureKind.TRANSPORT.value))
         usage = TurnUsage.model_validate(obj["usage"]) if "usage" in obj else None
+        if usage is not None and check_usage(usage) is not None:
+            raise ValueError(f"the scripted usage is contradictory: {check_usage(usage)}")
         return cls(
             text=obj.get("text"),
             reasoning=obj.get("reasoning"),
@@ -243,7 +246,11 @@ class ScriptedModel(Model):
         response = await self._response(index, request)
         attempt.dispatch = Dispatch.ACCEPTED
         if response.error is not None:
-            raise ModelFailure(response.error_kind, Dispatch.ACCEPTED, response.error[:500])
+            # A scripted error happens after the "provider" accepted the call; usage
+            # given with it is the snapshot reported before the break (never final).
+            raise ModelFailure(
+                response.error_kind, Dispatch.ACCEPTED, response.error[:500], usage=response.usage
+            )
         parts: list[OutcomePart] = []
         if response.reasoning:
             for piece in _pieces(response.reasoning):
@@ -270,6 +277,9 @@ class ScriptedModel(Model):
                 ToolCallPart(tool_call_id=call_id, tool_name=call.tool_name, input=call.input)
             )
         usage = response.usage
+        # Usage the script states is what this "provider" reports; a word count
+        # invented here is an estimate and never claims to be final (seed 003).
+        final_usage = usage is not None
         if usage is None:
             in_words = _words(request.system) + sum(_words(_text_of(m)) for m in request.messages)
             usage = TurnUsage(
@@ -282,7 +292,7 @@ class ScriptedModel(Model):
             parts=tuple(parts),
             finish_reason=finish,
             usage=usage,
-            observation=Observation(binding=self._binding, final_usage=True),
+            observation=Observation(binding=self._binding, final_usage=final_usage),
             raw_stop_reason=None,
         )
 
