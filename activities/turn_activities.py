@@ -54,6 +54,8 @@ from turncore.live import LiveHub
 from turncore.messages import UserMessage
 from turncore.model import (
     CancellationToken,
+    Dispatch,
+    FailureKind,
     Model,
     ModelFailure,
     ReasoningDeltaEvent,
@@ -62,6 +64,7 @@ from turncore.model import (
     TextDeltaEvent,
     build_request,
     completion_fields,
+    failure_code,
     failure_message,
 )
 from turncore.permissions import (
@@ -393,8 +396,13 @@ class TurnActivities:
                 )
 
         cancel = CancellationToken()
+        binding = model.binding
+        # The heartbeat runs through the whole call, including routing's waits
+        # before a retry, so a long Retry-After never looks like a dead worker.
         heartbeat = asyncio.create_task(_heartbeat_forever())
         try:
+            failure: ModelFailure | None = None
+            cancelled = False
             try:
                 composed = compose_model_request(agent, context, reducer.state, index)
                 parameters = dict(composed.parameters)
@@ -406,39 +414,46 @@ class TurnActivities:
                     tools=agent.tools,
                     messages=composed.messages,
                     parameters=parameters,
+                    binding=binding,
                 )
-                outcome = await model.turn(request, sink, cancel.clone())
-            except asyncio.CancelledError:
-                cancel.cancel()
-                if activity.is_worker_shutdown():
-                    # Not the turn's cancellation: this worker is stopping (a
-                    # detached `turns run`, a redeploy). Record nothing; the
-                    # open request is the recovery table's interrupted call,
-                    # re-issued by the next worker (§23).
-                    raise
-                await commit(
-                    ModelCallFailed(
-                        turn_id=turn_id,
-                        ts=d.clock(),
-                        model_call_index=index,
-                        error="Model call was cancelled.",
-                    )
-                )
-                raise
-            except ModelFailure as failure:
-                await steps(recorder.fail(failure))
+                # Shielded: a Temporal cancellation sets the token instead of tearing
+                # the attempt down, so the failure it ends with keeps its evidence.
+                attempt = asyncio.ensure_future(model.turn(request, sink, cancel.clone()))
+                try:
+                    outcome = await asyncio.shield(attempt)
+                except asyncio.CancelledError:
+                    cancel.cancel()
+                    if activity.is_worker_shutdown():
+                        # Not the turn's cancellation: this worker is stopping (a
+                        # detached `turns run`, a redeploy). Record nothing; the
+                        # open request is the recovery table's interrupted call,
+                        # re-issued by the next worker (§23).
+                        attempt.cancel()
+                        await asyncio.gather(attempt, return_exceptions=True)
+                        raise
+                    cancelled = True
+                    await attempt  # cancellation wins over completion: the port raises
+                    raise ModelFailure(
+                        FailureKind.CANCELLED, Dispatch.ACCEPTED, "the attempt was cancelled"
+                    ) from None
+            except ModelFailure as exc:
+                failure = exc
+            if failure is not None:
+                await steps(recorder.fail(failure, binding))
+                message = failure_message(failure, binding)
                 failed = ModelCallFailed(
-                    turn_id=turn_id,
-                    ts=d.clock(),
-                    model_call_index=index,
-                    error=failure_message(failure),
+                    turn_id=turn_id, ts=d.clock(), model_call_index=index, error=message
                 )
                 events: list[TurnEvent] = [failed]
-                if input.settle_if_final:
+                if input.settle_if_final and not cancelled:
                     probe = reducer.copy()
                     probe.apply(failed)
-                    events.append(failure_event(probe.state, failure_message(failure), d.clock()))
+                    events.append(
+                        failure_event(probe.state, message, d.clock(), failure_code(failure))
+                    )
                 await commit(*events)
+                if cancelled:
+                    raise asyncio.CancelledError()
                 return ModelCallResult(events=_wire(written), offset=reducer.event_count)
             await steps(recorder.finish(outcome))
             fields = completion_fields(outcome)
@@ -529,8 +544,14 @@ class TurnActivities:
 
 
 async def _heartbeat_forever() -> None:
+    # Well inside the heartbeat timeout, whatever the workflow chose for it: a
+    # beat every HEARTBEAT_EVERY seconds is too late for a timeout that short.
+    timeout = activity.info().heartbeat_timeout
+    every = HEARTBEAT_EVERY
+    if timeout is not None and timeout.total_seconds() > 0:
+        every = min(every, timeout.total_seconds() / 4)
     while True:
-        await asyncio.sleep(HEARTBEAT_EVERY)
+        await asyncio.sleep(every)
         activity.heartbeat()
 
 

@@ -305,6 +305,7 @@ class TurnBuilder:
         self.events: list[TurnEvent] = [self.created]
         self._next_index = 0
         self._open_index: int | None = None
+        self._reported: TurnUsage | None = None
         self._last_calls: list[Call] = []
         self._calls: dict[str, _Open] = {}
         self.usage = TurnUsage()
@@ -337,6 +338,7 @@ class TurnBuilder:
             refs += [f"toolResult:{c.tool_call_id}" for c in self._last_calls]
         self._next_index += 1
         self._open_index = index
+        self._reported = None
         self.last_message = None
         self._last_calls = []
         return self._add(
@@ -352,6 +354,8 @@ class TurnBuilder:
 
     def step(self, event: DurableLlmStepStreamEvent) -> ModelStepEvent:
         assert self._open_index is not None, "no model call is open"
+        if isinstance(event, StepFinish):
+            self._reported = event.usage
         return self._add(model_step(self.turn_id, self._open_index, event, at=self._tick()))
 
     def complete(
@@ -379,6 +383,8 @@ class TurnBuilder:
             error=error,
         )
         self._open_index = None
+        if self._reported is not None:  # a failed call's reported usage still counts
+            self.usage = self.usage + self._reported
         return self._add(event)
 
     def model_call(

@@ -41,6 +41,7 @@ from .events import (
     PendingAsyncTool,
     PendingPermission,
     ResolvedAgent,
+    StepFinish,
     TerminalEvent,
     ToolDescriptor,
     ToolInvocationRequested,
@@ -217,6 +218,15 @@ def _tool_calls(message: AssistantMessage) -> list[ToolCallPart]:
     return [p for p in content if p.type == "tool-call"]
 
 
+def _reported_usage(steps: Sequence[DurableLlmStepStreamEvent]) -> TurnUsage | None:
+    """The usage of a failed call: its last ``finish-step``, if the provider
+    reported any before the call broke (see docs/file-format.md, usage)."""
+    for step in reversed(steps):
+        if isinstance(step, StepFinish):
+            return step.usage
+    return None
+
+
 class TurnReducer:
     """Incremental, linear fold of a turn log. ``apply`` checks, then mutates."""
 
@@ -383,7 +393,13 @@ class TurnReducer:
         call.steps.append(event.event)
 
     def _on_model_failed(self, event: ModelCallFailed) -> None:
-        self._open_call(event.model_call_index, event.type).failed = event
+        call = self._open_call(event.model_call_index, event.type)
+        call.failed = event
+        # Tokens an accepted attempt used before it broke are still spent: the
+        # provider's last report rides a finish-step of the failed call.
+        reported = _reported_usage(call.steps)
+        if reported is not None:
+            self._usage = self._usage + reported
 
     def _on_failed_or_cancelled(self, event: TurnFailed | TurnCancelled) -> None:
         self._check_settled(event.type)
@@ -743,7 +759,11 @@ class TurnReducer:
                 step_events=list(m.steps),
                 response=m.completed.message if m.completed else None,
                 finish_reason=m.completed.finish_reason if m.completed else None,
-                usage=m.completed.usage if m.completed else None,
+                usage=(
+                    m.completed.usage
+                    if m.completed
+                    else (_reported_usage(m.steps) if m.failed else None)
+                ),
                 error=m.failed.error if m.failed else None,
             )
             for m in self._model_calls

@@ -7,9 +7,10 @@ import pickle
 import httpx
 import pytest
 
-from turncore.events import TurnUsage
+from turncore.events import StepFinish, TurnUsage
 from turncore.messages import UserMessage
 from turncore.model import (
+    Binding,
     CancellationToken,
     Dispatch,
     FailureKind,
@@ -17,7 +18,12 @@ from turncore.model import (
     ModelFailure,
     ScriptedModel,
     SinkFailure,
+    StepRecorder,
     StreamEvent,
+    TextDeltaEvent,
+    failure_code,
+    failure_message,
+    parse_failure_code,
 )
 from turncore.model.scripted import ScriptedResponse
 
@@ -168,3 +174,66 @@ async def test_scripted_error_usage_is_a_partial_snapshot() -> None:
         ScriptedResponse.from_json(
             {"text": "x", "usage": {"inputTokens": 1, "cachedInputTokens": 2}}
         )
+
+
+# ---------------------------------------------------------------- messages and codes
+
+
+def _binding(auth_ref: str | None = "ACME_API_KEY") -> Binding:
+    return Binding(
+        protocol="openai-chat",
+        provider="acme",
+        endpoint="http://127.0.0.1:9/v1",
+        model="gpt-4.1",
+        auth_ref=auth_ref,
+    )
+
+
+@pytest.mark.parametrize("kind", list(FailureKind))
+@pytest.mark.parametrize("dispatch", list(Dispatch))
+def test_every_failure_message_names_the_binding_and_what_was_sent(
+    kind: FailureKind, dispatch: Dispatch
+) -> None:
+    failure = ModelFailure(kind, dispatch, "fixed detail")
+    message = failure_message(failure, _binding())
+    assert message.startswith(failure.summary())
+    assert "provider acme, model gpt-4.1, base_url http://127.0.0.1:9/v1" in message
+    sent = {
+        Dispatch.NOT_SENT: "nothing was sent",
+        Dispatch.REJECTED: "refused it before doing any work",
+        Dispatch.UNKNOWN: "may have received it and may bill it",
+        Dispatch.ACCEPTED: "the provider accepted it",
+    }
+    assert sent[dispatch] in message
+    assert "\n" not in message
+    code = failure_code(failure)
+    assert code == f"model-call-failed:{kind.value}:{dispatch.value}"
+    assert parse_failure_code(code) == (kind, dispatch)
+
+
+def test_advice_names_the_key_variable_or_the_server() -> None:
+    auth = ModelFailure(FailureKind.AUTHENTICATION, Dispatch.REJECTED, "x", status=401)
+    assert "environment variable ACME_API_KEY" in failure_message(auth, _binding())
+    assert "api_key_env" in failure_message(auth, _binding(auth_ref=None))
+    down = ModelFailure(FailureKind.TRANSPORT, Dispatch.NOT_SENT, "x")
+    assert "is running" in failure_message(down, _binding())
+    assert failure_message(down) == down.summary()  # no binding: the summary alone
+
+
+@pytest.mark.parametrize(
+    "code", [None, "", "model-call-limit", "model-call-failed:nope:accepted", "model-call-failed"]
+)
+def test_other_codes_are_not_model_failures(code: str | None) -> None:
+    assert parse_failure_code(code) is None
+
+
+def test_the_recorder_keeps_a_failures_usage_as_a_finish_step() -> None:
+    usage = TurnUsage(input_tokens=3, output_tokens=1, total_tokens=4)
+    recorder = StepRecorder()
+    recorder.on_event(TextDeltaEvent("hi"))
+    failure = ModelFailure(FailureKind.TRANSPORT, Dispatch.ACCEPTED, "broke", usage=usage)
+    steps = recorder.fail(failure, _binding())
+    assert [s.type for s in steps] == ["text-end", "finish-step", "error"]
+    assert steps[1] == StepFinish(finish_reason="error", usage=usage)
+    bare = StepRecorder().fail(ModelFailure(FailureKind.TRANSPORT, Dispatch.ACCEPTED, "broke"))
+    assert [s.type for s in bare] == ["error"]

@@ -24,7 +24,9 @@ from turncore.model import (
     ScriptedModel,
     bind_unattributed_message,
     bound_options,
+    build_request,
     opaque_state,
+    strip_foreign_state,
     strip_opaque_message,
     unattributed_options,
 )
@@ -227,3 +229,70 @@ async def test_scripted_model_checks_state_too() -> None:
     with pytest.raises(ModelFailure) as info:
         await model.turn(request, Collect(), CancellationToken())
     assert "account" in info.value.detail
+
+
+@pytest.mark.parametrize("wire", list(WIRES.values()), ids=list(WIRES))
+@pytest.mark.parametrize(
+    "coordinate", ["protocol", "provider", "account", "endpoint", "model", "revision"]
+)
+async def test_composing_for_a_binding_strips_only_state_bound_elsewhere(
+    wire: Wire, coordinate: str, provider: FakeProvider, http: httpx.AsyncClient
+) -> None:
+    """The runtime's rule when the binding changed between calls (another model or
+    provider for the next turn, or turns.toml edited while a turn waited)."""
+    mine = wire.binding(provider.base_url)
+    foreign = _foreign(mine, coordinate)
+    own_state = (
+        {"item": {"type": "reasoning", "id": "rs_9", "summary": [], "encrypted_content": "enc-9"}}
+        if wire.protocol == "openai-responses"
+        else {"type": "thinking", "signature": "sig-own"}
+    )
+    earlier = AssistantMessage(
+        content=[
+            ReasoningPart(text="old thought", provider_options=bound_options(foreign, STATE)),
+            TextPart(text="old answer"),
+        ]
+    )
+    recent = AssistantMessage(
+        content=[
+            ReasoningPart(text="new thought", provider_options=bound_options(mine, own_state)),
+            TextPart(text="new answer"),
+        ]
+    )
+    request = build_request(
+        model=wire.model_id,
+        system_prompt="",
+        tools=[],
+        messages=[
+            UserMessage(content="Hi"),
+            earlier,
+            UserMessage(content="More"),
+            recent,
+            UserMessage(content="Again"),
+        ],
+        binding=mine,
+    )
+    kept_earlier, kept_recent = request.messages[1], request.messages[3]
+    assert isinstance(kept_earlier, AssistantMessage) and isinstance(kept_recent, AssistantMessage)
+    assert kept_earlier == strip_opaque_message(earlier)  # foreign state gone, text kept
+    assert kept_recent is recent  # state bound to this binding stays as it was
+
+    provider.queue(Reply(chunks=list(wire.text())))
+    await wire.make(mine, http).turn(request, Collect(), CancellationToken())
+    body = provider.received[0].body.decode()
+    assert "sig-1" not in body and "old answer" in body
+    if wire.protocol != "openai-chat":  # chat has no slot for reasoning state
+        assert ("enc-9" if wire.protocol == "openai-responses" else "sig-own") in body
+
+
+def test_stripping_foreign_state_leaves_unattributed_state_to_the_adapter() -> None:
+    binding = WIRES["anthropic"].binding("http://127.0.0.1:9/v1")
+    held = AssistantMessage(
+        content=[ReasoningPart(text="x", provider_options=unattributed_options("anthropic", STATE))]
+    )
+    odd = AssistantMessage(
+        content=[ReasoningPart(text="x", provider_options={"anthropic": {"signature": "s"}})]
+    )
+    assert strip_foreign_state(held, binding) is held
+    assert strip_foreign_state(odd, binding) is odd
+    assert strip_foreign_state(AssistantMessage(content="plain"), binding).content == "plain"

@@ -221,3 +221,42 @@ def strip_opaque_message(message: AssistantMessage) -> AssistantMessage:
             part = part.model_copy(update={"provider_options": None})
         parts.append(part)
     return AssistantMessage(content=parts)
+
+
+def _bound_elsewhere(options: JsonValue, binding: Binding) -> bool:
+    """True when ``options`` is a bound envelope whose coordinates are not ``binding``'s."""
+    if not isinstance(options, dict) or len(options) != 1:
+        return False
+    envelope = options.get(ENVELOPE_KEY)
+    if not isinstance(envelope, dict) or envelope.get("unattributed") is True:
+        return False
+    if not all(isinstance(envelope.get(c), str) for c in COORDINATES):
+        return False  # not a bound envelope: the adapter refuses it as unattributed
+    mine = binding.coordinates()
+    return any(envelope.get(c) != mine[c] for c in COORDINATES)
+
+
+def strip_foreign_state(message: AssistantMessage, binding: Binding) -> AssistantMessage:
+    """The message without opaque state bound to any binding but ``binding``.
+
+    This is the runtime's rule when it composes a call for a binding other than
+    the one that produced earlier assistant messages (another model or provider
+    for the next turn of a conversation, or ``turns.toml`` edited while a turn
+    waited): such state could only be refused (seed 003 allows no exception),
+    and a provider needs none of it to continue — the visible text, reasoning
+    text and tool calls stay. State bound to ``binding`` itself is kept, and
+    unattributed state is left alone for the adapter to refuse: binding it is
+    the caller's explicit decision, never the runtime's.
+    """
+    if isinstance(message.content, str):
+        return message
+    changed = False
+    parts: list[Any] = []
+    for part in message.content:
+        if isinstance(part, (TextPart, ReasoningPart, ToolCallPart)) and _bound_elsewhere(
+            part.provider_options, binding
+        ):
+            part = part.model_copy(update={"provider_options": None})
+            changed = True
+        parts.append(part)
+    return AssistantMessage(content=parts) if changed else message

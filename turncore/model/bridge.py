@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, Literal, get_args
+from typing import Any, Literal, assert_never, get_args
 
 from turncore.events import (
     DurableLlmStepStreamEvent,
@@ -34,7 +34,8 @@ from turncore.events import (
 )
 from turncore.jsonvalue import JsonValue
 from turncore.messages import AssistantMessage, ReasoningPart, TextPart, ToolCallPart
-from turncore.model.failures import ModelFailure, invalid, unsupported
+from turncore.model.binding import Binding, strip_foreign_state
+from turncore.model.failures import Dispatch, FailureKind, ModelFailure, invalid, unsupported
 from turncore.model.port import (
     FinishReason,
     ModelCallRequest,
@@ -66,8 +67,13 @@ def build_request(
     parameters: Mapping[str, JsonValue] | None = None,
     tool_choice: ToolChoice | None = None,
     deadline_seconds: float | None = None,
+    binding: Binding | None = None,
 ) -> ModelCallRequest:
-    """A port request from the turn's values (``model`` is the descriptor or its model id)."""
+    """A port request from the turn's values (``model`` is the descriptor or its model id).
+
+    Given the ``binding`` the request is for, opaque state that earlier calls
+    produced under any other binding is stripped (:func:`strip_foreign_state`).
+    """
     params = dict(parameters or {})
     unknown = sorted(set(params) - set(PARAMETER_NAMES))
     if unknown:
@@ -85,7 +91,12 @@ def build_request(
     return ModelCallRequest(
         model=model.model if isinstance(model, ModelDescriptor) else model,
         system=system_prompt,
-        messages=list(messages),
+        messages=[
+            strip_foreign_state(m, binding)
+            if binding is not None and isinstance(m, AssistantMessage)
+            else m
+            for m in messages
+        ],
         tools=[ToolDefinition(t.name, t.description, t.input_schema) for t in tools],
         tool_choice=tool_choice,
         temperature=None if temperature is None else _number(temperature, "temperature"),
@@ -132,12 +143,78 @@ def completion_fields(outcome: ModelOutcome) -> CompletedCall:
     )
 
 
-def failure_message(error: BaseException) -> str:
-    """One line for ``model_call_failed.error``. A ModelFailure says what it knows;
-    anything else is reduced to its type name (its text could carry anything)."""
-    if isinstance(error, ModelFailure):
+MODEL_FAILURE_CODE_PREFIX = "model-call-failed"
+
+_WHAT_WAS_SENT: dict[Dispatch, str] = {
+    Dispatch.NOT_SENT: "nothing was sent",
+    Dispatch.REJECTED: "the provider refused it before doing any work",
+    Dispatch.UNKNOWN: "the provider may have received it and may bill it",
+    Dispatch.ACCEPTED: "the provider accepted it",
+}
+
+
+def failure_code(failure: ModelFailure) -> str:
+    """``turn_failed.code`` for a model failure: ``model-call-failed:<kind>:<dispatch>``,
+    so callers tell failures apart without parsing the sentence (spec §12: code is
+    the machine-readable discriminator)."""
+    return f"{MODEL_FAILURE_CODE_PREFIX}:{failure.kind.value}:{failure.dispatch.value}"
+
+
+def parse_failure_code(code: str | None) -> tuple[FailureKind, Dispatch] | None:
+    """The kind and dispatch in a :func:`failure_code`; None for any other code."""
+    prefix, _, rest = (code or "").partition(":")
+    kind, _, dispatch = rest.partition(":")
+    if prefix != MODEL_FAILURE_CODE_PREFIX:
+        return None
+    try:
+        return FailureKind(kind), Dispatch(dispatch)
+    except ValueError:
+        return None
+
+
+def _advice(failure: ModelFailure, binding: Binding) -> str:
+    """What the user can do about it, from the failure's kind and evidence."""
+    match failure.kind:
+        case FailureKind.AUTHENTICATION:
+            if binding.auth_ref is None:
+                return "The provider wants a key: name its variable with api_key_env in turns.toml."
+            return f"Check the API key in the environment variable {binding.auth_ref}."
+        case FailureKind.TRANSPORT | FailureKind.DEADLINE:
+            if failure.dispatch is Dispatch.NOT_SENT:
+                return "Check that the server at that base_url is running and reachable."
+            return "Check the server at that base_url and the network between."
+        case FailureKind.RATE_LIMIT:
+            return (
+                "Wait and try again, or raise max_retries / retry_max_wait for this provider "
+                "in turns.toml."
+            )
+        case FailureKind.PROTOCOL:
+            return f"Check that base_url points at a {binding.protocol} API."
+        case FailureKind.INVALID_INPUT | FailureKind.UNSUPPORTED | FailureKind.BOUNDS:
+            return "Check the model id and the provider's settings in turns.toml."
+        case FailureKind.REFUSAL:
+            return "The model declined; rephrase the request."
+        case FailureKind.CANCELLED:
+            return "The call was cancelled."
+        case _:
+            assert_never(failure.kind)
+
+
+def failure_message(error: BaseException, binding: Binding | None = None) -> str:
+    """One line for ``model_call_failed.error``. A ModelFailure says what it knows —
+    and, given the binding, which provider, model and base_url it was for, whether
+    anything was sent, and what to do. Anything else is reduced to its type name
+    (its text could carry anything). No secret, header or body ever appears: the
+    base_url is validated to carry no credentials and the key only by its name."""
+    if not isinstance(error, ModelFailure):
+        return f"model call failed: unexpected {type(error).__name__}"
+    if binding is None:
         return error.summary()
-    return f"model call failed: unexpected {type(error).__name__}"
+    return (
+        f"{error.summary()}; provider {binding.provider}, model {binding.model}, "
+        f"base_url {binding.endpoint}; {_WHAT_WAS_SENT[error.dispatch]}. "
+        f"{_advice(error, binding)}"
+    )
 
 
 class StepRecorder:
@@ -183,9 +260,16 @@ class StepRecorder:
         out.append(StepFinish(finish_reason=outcome.finish_reason, usage=outcome.usage))
         return out
 
-    def fail(self, error: BaseException) -> list[DurableLlmStepStreamEvent]:
+    def fail(
+        self, error: BaseException, binding: Binding | None = None
+    ) -> list[DurableLlmStepStreamEvent]:
+        """Close what is open; record the usage the provider reported before the
+        failure as a ``finish-step`` (finish reason ``error``) so it counts in the
+        turn's usage; then the error step."""
         out = self._close()
-        out.append(StepError(error=failure_message(error)))
+        if isinstance(error, ModelFailure) and error.usage is not None:
+            out.append(StepFinish(finish_reason="error", usage=error.usage))
+        out.append(StepError(error=failure_message(error, binding)))
         return out
 
 
