@@ -1007,13 +1007,20 @@ def _finish(
     arg("--no-human", action="store_true", help="no human is available: deny what needs one"),
     arg("--max-model-calls", type=_positive, metavar="N", help="limit model calls (default 20)"),
     arg("--session", metavar="ID", help="the session the turn belongs to"),
+    arg(
+        "--continue",
+        dest="continue_from",
+        metavar="TURN",
+        help="continue the conversation of TURN (an id, `last` or a unique prefix of a turn "
+        "that has ended) in this new turn",
+    ),
     JSON,
     NO_WORKER,
     WAIT_FOR_WORKER,
 )
 def run(args: argparse.Namespace) -> int:
     async def body() -> int:
-        from turncore.events import AgentOverrides, RequestedAgent
+        from turncore.events import AgentOverrides, ContextRef, RequestedAgent
         from turncore.messages import UserMessage
 
         from .api import CreateTurnInput
@@ -1045,6 +1052,18 @@ def run(args: argparse.Namespace) -> int:
                 EXIT_USAGE,
             )
         runtime.models.resolve(model)  # a missing key fails before any file exists
+        context = None
+        session = args.session
+        if args.continue_from is not None:
+            previous = reduce_turn(_load(_turn_id(args.continue_from))[1])
+            if previous.terminal is None:
+                raise Failure(
+                    f"turn {previous.definition.turn_id} has not ended; only a completed, "
+                    "failed or cancelled turn can be continued",
+                    EXIT_USAGE,
+                )
+            context = ContextRef(previous_turn_id=previous.definition.turn_id)
+            session = session or previous.definition.session_id  # the same conversation
         request = CreateTurnInput(
             agent=RequestedAgent(
                 agent_id=agent_name,
@@ -1053,7 +1072,8 @@ def run(args: argparse.Namespace) -> int:
             input=UserMessage(content=prompt),
             human_available=not args.no_human,
             auto_permission=args.auto_permission,
-            session_id=args.session,
+            session_id=session,
+            context=context,
             reasoning_effort=agent.reasoning_effort,
             **({"max_model_calls": args.max_model_calls} if args.max_model_calls else {}),
         )

@@ -366,7 +366,18 @@ def outcome_block(
             return [f"✔ completed · finish {outcome.finish_reason} · {usage} · turn {turn_id}"]
         case FailedOutcome():
             code = f" [{outcome.code}]" if outcome.code else ""
-            return [f"✗ failed{code}: {outcome.error} · {usage} · turn {turn_id}"]
+            lines = [f"✗ failed{code}: {outcome.error} · {usage} · turn {turn_id}"]
+            # imported here: the model package (httpx, adapters) stays out of quick commands
+            from turncore.model.bridge import parse_failure_code
+
+            if parse_failure_code(outcome.code) is not None:
+                # The error already says what to check; a failed turn is final, so
+                # the conversation goes on in a new turn that continues this one.
+                lines.append(
+                    "  once fixed, continue the conversation: "
+                    f"{continue_prefix(env)} run --continue {turn_id} PROMPT"
+                )
+            return lines
         case CancelledOutcome():
             why = f": {outcome.reason}" if outcome.reason else ""
             return [f"✗ cancelled{why} · {usage} · turn {turn_id}"]
