@@ -15,8 +15,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.builders import USAGE, TurnBuilder
 from tests.harness import Harness, sync_tool
-from tests.model.conftest import API_KEY, FakeProvider, Hold, Reply, sse
-from tests.model.wire import WIRES, Wire
+from tests.model.conftest import API_KEY, Chunk, FakeProvider, Hold, Reply, sse
+from tests.model.wire import WIRES, Wire, _a, _a_end, _block_delta, _completed, _ev
 from turnclient.api import CreateTurnInput
 from turncore.events import (
     AgentOverrides,
@@ -368,3 +368,70 @@ def test_a_failed_calls_finish_step_usage_is_aggregated() -> None:
     c.request()
     c.complete("Done.")
     assert reduce_turn([*c.events, c.finish()]).usage == USAGE
+
+
+def _reasoning_then_tool(wire: Wire) -> list[Chunk]:
+    """Call 0 of a turn that waits: reasoning with opaque state, then a tool call."""
+    head = list(wire.reasoning())
+    if wire.protocol == "openai-responses":
+        item = {"id": "fc_9", "type": "function_call", "call_id": "call_r", "name": "get_time"}
+        reasoning_item = {
+            "id": "rs_1",
+            "type": "reasoning",
+            "summary": [{"type": "summary_text", "text": "Let me think."}],
+            "encrypted_content": "gAAAA-opaque-encrypted-blob",
+        }
+        return [
+            *head[:6],  # created … the reasoning item's output_item.done
+            _ev("response.output_item.added", output_index=1, item={**item, "arguments": ""}),
+            _ev(
+                "response.function_call_arguments.delta", item_id="fc_9", output_index=1, delta="{}"
+            ),
+            _ev("response.output_item.done", output_index=1, item={**item, "arguments": "{}"}),
+            _completed([reasoning_item]),
+        ]
+    assert wire.protocol == "anthropic"
+    return [
+        *head[:8],  # message_start, the thinking block, the redacted block
+        _a(
+            "content_block_start",
+            index=2,
+            content_block={"type": "tool_use", "id": "call_r", "name": "get_time", "input": {}},
+        ),
+        _block_delta(2, type="input_json_delta", partial_json="{}"),
+        _a("content_block_stop", index=2),
+        *_a_end("tool_use"),
+    ]
+
+
+@pytest.mark.parametrize("protocol", list(OPAQUE))
+async def test_editing_turns_toml_while_a_turn_waits_does_not_fail_the_next_call(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, provider: FakeProvider, protocol: str
+) -> None:
+    wire = WIRES[protocol]
+    h = Harness(
+        temporal_env.client,
+        tmp_path,
+        [],
+        tools=[sync_tool("get_time")],
+        implementations={"get_time": echo},
+    )
+    h.deps.models = registry(wire, provider)
+    provider.queue(Reply(chunks=_reasoning_then_tool(wire)))
+    async with h:
+        turn_id, outcome = await h.run("what time is it?")
+        assert outcome.status == "suspended"
+        response = h.file_state(turn_id).model_calls[0].response
+        assert response is not None and not isinstance(response.content, str)
+        assert any(p.provider_options for p in response.content if p.type == "reasoning")
+        # the operator moves the provider to another account while the turn waits
+        h.deps.models = registry(wire, provider, account="team-b")
+        provider.queue(Reply(chunks=list(wire.text())))
+        outcome = await h.send(
+            turn_id, {"type": "permission_decision", "toolCallId": "call_r", "decision": "allow"}
+        )
+        assert outcome.status == "completed", outcome
+        sent = provider.received[1].body.decode()
+        assert not any(blob in sent for blob in OPAQUE[protocol])
+        assert "call_r" in sent  # the tool call and its result still go back
+        await h.assert_file_matches_query(turn_id)
