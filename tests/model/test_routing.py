@@ -177,8 +177,11 @@ async def test_cancel_wakes_the_wait(
     cancel = CancellationToken()
     model = _model(wire, provider, http, RetryPolicy(max_wait=60.0))
     turn = asyncio.ensure_future(model.turn(_request(wire), Collect(), cancel.clone()))
-    while not provider.received:  # the first attempt reached the server
+    for _ in range(1000):  # until the first attempt reached the server (10 s at most)
+        if provider.received:
+            break
         await asyncio.sleep(0.01)
+    assert provider.received
     loop = asyncio.get_running_loop()
     started = loop.time()
     cancel.cancel()
