@@ -83,7 +83,7 @@ async def test_retry_after_is_waited_for(
     loop = asyncio.get_running_loop()
     started = loop.time()
     await _model(wire, provider, http).turn(_request(wire), Collect(), CancellationToken())
-    assert loop.time() - started >= 1.0  # the hint, not the 0.01 s backoff
+    assert loop.time() - started >= 0.99  # the hint (timer resolution aside), not 0.01 s
     assert len(provider.received) == 2
 
 
