@@ -12,7 +12,8 @@ A script is (a) a list of responses, (b) a function ``request -> response``
 
 Optional keys on any response: ``finishReason`` and ``usage`` (TurnUsage wire
 names; on an ``error`` response, the usage reported before the break). Usage
-the script leaves out is estimated from word counts and marked not final. Response *i* answers the *i*-th call of a turn, where *i* is derived
+the script leaves out is estimated from word counts and marked not final.
+Response *i* answers the *i*-th call of a turn, where *i* is derived
 from the request alone — the number of assistant messages after the last user
 message — so the model holds no mutable position and a restarted process
 picks the same response. Generated tool call ids are ``call_<i>_<j>``.
@@ -116,8 +117,9 @@ class ScriptedResponse:
             raise ValueError("finishReason must be a normalised finish reason")
         kind = FailureKind(obj.get("errorKind", FailureKind.TRANSPORT.value))
         usage = TurnUsage.model_validate(obj["usage"]) if "usage" in obj else None
-        if usage is not None and check_usage(usage) is not None:
-            raise ValueError(f"the scripted usage is contradictory: {check_usage(usage)}")
+        problem = None if usage is None else check_usage(usage)
+        if problem is not None:
+            raise ValueError(f"the scripted usage is contradictory: {problem}")
         return cls(
             text=obj.get("text"),
             reasoning=obj.get("reasoning"),
