@@ -294,6 +294,7 @@ def test_registry_applies_max_retries(provider: FakeProvider) -> None:
         {"max_retries": "2"},
         {"max_retries": True},
         {"retry_backoff": -1},
+        {"retry_backoff": float("nan")},
         {"retry_max_wait": "x"},
     ],
 )

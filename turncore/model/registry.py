@@ -115,7 +115,7 @@ class ProviderConfig:
             raise ProviderConfigError("max_retries must be an integer from 0 to 10")
         for name in ("retry_backoff", "retry_max_wait"):
             value = getattr(self, name)
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or value < 0:
+            if isinstance(value, bool) or not isinstance(value, (int, float)) or not value >= 0:
                 raise ProviderConfigError(f"{name} must be a number of seconds, not negative")
 
     def retry_policy(self) -> RetryPolicy:
