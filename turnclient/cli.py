@@ -1022,6 +1022,7 @@ def run(args: argparse.Namespace) -> int:
     async def body() -> int:
         from turncore.events import AgentOverrides, ContextRef, RequestedAgent
         from turncore.messages import UserMessage
+        from turncore.reducer import reduce_turn
 
         from .api import CreateTurnInput
         from .render import StreamRenderer, wants_color
