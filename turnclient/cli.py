@@ -779,11 +779,13 @@ def inspect(args: argparse.Namespace) -> int:
 
 def _wire_request(tools: Any, composed: Any) -> dict[str, Any]:
     """The provider body the model activity would send for ``composed`` (no network I/O)."""
-    from turncore.model import build_request
+    from turncore.model import RetryingModel, build_request
     from turncore.model._http import HttpModel
 
     runtime = _runtime()
     model = runtime.models.resolve(composed.model, require_key=False)
+    if isinstance(model, RetryingModel):  # routing repeats the same body; show the adapter's
+        model = model.inner
     if not isinstance(model, HttpModel):
         raise Failure(
             f"{composed.model.label()} is played in process and sends no HTTP request; "
@@ -799,6 +801,7 @@ def _wire_request(tools: Any, composed: Any) -> dict[str, Any]:
         tools=tools,
         messages=composed.messages,
         parameters=parameters,
+        binding=model.binding,  # as the model activity does: foreign opaque state is stripped
     )
     return model.wire_request(request)
 
