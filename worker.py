@@ -15,35 +15,40 @@ import contextlib
 import logging
 import os
 import signal
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
-from temporalio.activity import _Definition
 from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from turnclient.runtime import Runtime, Temporal, temporal
-from turncore_temporal.activities import TurnActivities, TurnDependencies
+from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
+from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.workflows import TurnWorkflow
 
 log = logging.getLogger("turncore.worker")
 
 DEFAULT_TASK_QUEUE = "turns"
 
-# Deterministic modules the sandbox may share instead of re-importing them for
-# every workflow run: it makes the first activation cheap. The workflow module
-# itself is among them (it halves the first workflow task, see
-# bench/overhead.py); its determinism rests on deciding only through pure
-# functions of the reduced state and on the committed replay histories.
+# What the sandbox shares with the worker instead of re-importing it for every
+# workflow run: deterministic third-party libraries, turncore (pure: no
+# Temporal, and the workflow calls only its decisions and reducer), and the
+# activity contract (signatures, payload types, error mapping). The workflow
+# module itself is NOT passed through: its code runs under the sandbox's
+# restrictions, so a clock, random, uuid or file call in it fails the
+# workflow task (tests/test_sandbox.py). Sharing the payload types also keeps
+# the data converter's type adapters built once per worker, not once per run.
 PASSTHROUGH = (
     "pydantic",
     "pydantic_core",
     "annotated_types",
     "orjson",
     "turncore",
-    "turncore_temporal",
+    "turncore_temporal.activities.contract",
+    "turncore_temporal.activities.failures",
+    "turncore_temporal.activities.payloads",
 )
 
 
@@ -53,42 +58,35 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     )
 
 
+def typed_client(client: Client) -> Client:
+    """``client`` with the turn payloads' data converter (the same connection)."""
+    if client.data_converter is DATA_CONVERTER:
+        return client
+    config = client.config()
+    config["data_converter"] = DATA_CONVERTER
+    return Client(**config)
+
+
 def build_worker(
     client: Client,
     deps: TurnDependencies,
     *,
     task_queue: str = DEFAULT_TASK_QUEUE,
-    extra_activities: Sequence[object] = (),
-    replace_activities: Sequence[object] = (),
+    activities: TurnActivities | None = None,
     max_concurrent_activities: int = 64,
     graceful_shutdown: timedelta = timedelta(0),
 ) -> Worker:
     """A worker for the Turn workflow and its activities.
 
-    ``replace_activities`` are registered instead of the built-in activity of
-    the same name (tests use it to inject faults under the real names).
+    ``activities`` replaces the activities built from ``deps`` (tests pass a
+    subclass of ``TurnActivities`` that injects faults under the real names).
     """
-    acts = TurnActivities(deps)
-    builtin = [
-        acts.append_events,
-        acts.load_turn,
-        acts.validate_dependencies,
-        acts.check_permissions,
-        acts.classify_permissions,
-        acts.call_model,
-        acts.run_tool,
-        acts.create_child_turn,
-    ]
-    replaced = {_activity_name(a) for a in replace_activities}
+    acts = activities if activities is not None else TurnActivities(deps)
     return Worker(
-        client,
+        typed_client(client),
         task_queue=task_queue,
         workflows=[TurnWorkflow],
-        activities=[
-            *(a for a in builtin if _activity_name(a) not in replaced),
-            *replace_activities,
-            *extra_activities,
-        ],
+        activities=[getattr(acts, name) for name in ACTIVITY_NAMES],
         workflow_runner=workflow_runner(),
         activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
@@ -100,11 +98,6 @@ def build_worker(
         # cancelling them (a long-lived `turns worker` waits; tests do not).
         graceful_shutdown_timeout=graceful_shutdown,
     )
-
-
-def _activity_name(fn: object) -> str | None:
-    defn = _Definition.from_callable(fn)  # type: ignore[arg-type]
-    return defn.name if defn is not None else None
 
 
 def build_turn_worker(

@@ -1,42 +1,51 @@
-"""Activity inputs and results: small dataclasses with JSON-ready fields.
+"""Activity inputs and results: typed, frozen dataclasses, the one boundary type each.
 
-Events cross the Temporal boundary as their wire dicts (camelCase), never
-as transcripts: the model activity composes its own request from the file.
+This is a leaf module: it imports only pure ``turncore`` types, so the
+workflow can import it inside the sandbox without loading an activity's
+I/O (httpx, model adapters, the file repository). The worker's data
+converter (``turncore_temporal.activities.DATA_CONVERTER``, pydantic) turns
+the fields into JSON and back, so events cross as ``TurnEvent`` and are
+validated once, at the boundary. Events the workflow receives are elided
+(DESIGN §5): the model activity composes its own request from the file.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Literal
 
+from turncore.events import TurnEvent
+from turncore.jsonvalue import JsonValue
 from turncore.permissions import PermissionCheck, PermissionClassification
 from turncore.reducer import ToolCallState
 
-WireEvent = dict[str, Any]
+Derived = Literal["completion"]
+"""Events the append activity derives from the file instead of receiving them:
+``completion`` copies the last response, which the workflow holds only elided."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class AppendInput:
     turn_id: str
-    events: list[WireEvent]
+    events: list[TurnEvent]
     known_offset: int
     """The line count the workflow knew before this batch; a retried batch whose
     exact lines already follow it is recognised and not written twice."""
-    derive: str | None = None
-    """Instead of ``events``, an event the activity derives from the file, for
-    decisions that copy values the workflow only holds elided: "completion"."""
+    derive: Derived | None = None
+    """Instead of ``events``, the event the activity derives from the file."""
     ts: str | None = None
+    """The timestamp of the derived event (the workflow's clock)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class AppendResult:
     offset: int
-    events: list[WireEvent] = field(default_factory=list)
+    events: list[TurnEvent] = field(default_factory=list)
     """Derived events as the workflow should fold them (large values elided)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadInput:
     turn_id: str
     start: int = 0
@@ -44,23 +53,23 @@ class LoadInput:
     """Also check the live dependencies (§15.3) against the snapshot, in the same read."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class LoadResult:
-    events: list[WireEvent]
+    events: list[TurnEvent]
     offset: int
     next_start: int | None = None
     """Set when the events did not fit one payload: load again from here."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckCall:
     tool_call_id: str
     tool_id: str
     tool_name: str
-    input: Any
+    input: JsonValue
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckPermissionsInput:
     turn_id: str
     calls: list[CheckCall]
@@ -81,15 +90,16 @@ class CheckPermissionsInput:
         )
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckOutcome:
     tool_call_id: str
     required: bool
-    request: Any = None
+    request: JsonValue = None
     checker_error: str | None = None
+    """Why the checker could not answer (the call then fails closed)."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class CheckPermissionsResult:
     outcomes: list[CheckOutcome]
 
@@ -105,15 +115,15 @@ class CheckPermissionsResult:
         }
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClassifyRequest:
     tool_call_id: str
     tool_name: str
-    input: Any
-    request: Any
+    input: JsonValue
+    request: JsonValue
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClassifyInput:
     turn_id: str
     requests: list[ClassifyRequest]
@@ -134,65 +144,59 @@ class ClassifyInput:
         return cls(turn_id=turn_id, requests=requests)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ClassifyResult:
-    classifications: list[dict[str, Any]] = field(default_factory=list)
+    classifications: list[PermissionClassification] = field(default_factory=list)
     error: str | None = None
+    """The classifier's failure; its decisions are then treated as defer."""
 
     def decisions(self) -> list[PermissionClassification] | None:
         """The classifier's decisions, or None when it failed (treated as defer)."""
-        if self.error is not None:
-            return None
-        return [PermissionClassification.model_validate(c) for c in self.classifications]
+        return None if self.error is not None else list(self.classifications)
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelCallInput:
     turn_id: str
     model_call_index: int
-    parameters: dict[str, Any] = field(default_factory=dict)
-    settle_if_final: bool = True
-    """The workflow's standing decision: a response without tool calls completes
-    the turn and a provider failure fails it, so the activity may append that
-    terminal event itself and save a round trip."""
 
 
-@dataclass
+@dataclass(frozen=True)
 class ModelCallResult:
-    events: list[WireEvent]
+    events: list[TurnEvent]
     offset: int
 
 
-@dataclass
+@dataclass(frozen=True)
 class ToolCallInput:
     turn_id: str
     tool_call_id: str
     tool_id: str
     tool_name: str
-    input: Any
+    input: JsonValue
 
 
-@dataclass
+@dataclass(frozen=True)
 class ToolCallResult:
-    events: list[WireEvent]
+    events: list[TurnEvent]
 
 
-@dataclass
+@dataclass(frozen=True)
 class ValidateDependenciesInput:
     turn_id: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class CreateChildInput:
     parent_turn_id: str
     tool_call_id: str
     ts: str
 
 
-@dataclass
+@dataclass(frozen=True)
 class CreateChildResult:
     child_turn_id: str | None = None
     error: str | None = None
     """Why no child could be created (an error result for the call, not a turn failure)."""
-    events: list[WireEvent] = field(default_factory=list)
+    events: list[TurnEvent] = field(default_factory=list)
     """The link progress appended to the parent, as the workflow should fold it."""

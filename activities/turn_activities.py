@@ -17,13 +17,12 @@ from typing import Any, Protocol
 
 import orjson
 from temporalio import activity
-from temporalio.exceptions import ApplicationError
 
 from turncore.advance import completion_event, failure_event
 from turncore.agents import AgentResolver
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
-from turncore.elision import elide_wire
+from turncore.elision import elide_event
 from turncore.errors import (
     CorruptTurnError,
     DependencyError,
@@ -46,7 +45,6 @@ from turncore.events import (
     TurnConfig,
     TurnCreated,
     TurnEvent,
-    parse_event,
 )
 from turncore.ids import TurnIdGenerator
 from turncore.jsonvalue import JsonValue
@@ -79,6 +77,8 @@ from turncore.repository import TurnRepository
 from turncore.subagents import child_link, is_workflow_tool, spawn_request
 from turncore.tools import ToolContext, ToolRegistry
 
+from .contract import TurnActivityContract
+from .failures import to_application_error
 from .payloads import (
     AppendInput,
     AppendResult,
@@ -108,23 +108,12 @@ class ModelResolver(Protocol):
 Clock = Callable[[], str]
 
 
-def _wire(events: Sequence[TurnEvent]) -> list[dict[str, Any]]:
+def _elided(events: Sequence[TurnEvent]) -> list[TurnEvent]:
     """Events as the workflow sees them: large values stay in the file (DESIGN §5)."""
-    return [elide_wire(e.to_wire()) for e in events]
+    return [elide_event(e) for e in events]
 
 
 LOAD_PAGE_BYTES = 128 * 1024
-
-
-def _infrastructure(exc: Exception) -> ApplicationError:
-    """An infrastructure problem the workflow must not paper over; retrying won't help.
-
-    Every unresolvable live dependency (a provider missing from the config, a
-    tool renamed, a context chain unreadable) travels as ``DependencyError``,
-    the one type the workflow and the client tell apart.
-    """
-    kind = "DependencyError" if isinstance(exc, DependencyError) else type(exc).__name__
-    return ApplicationError(str(exc), type=kind, non_retryable=True)
 
 
 @dataclass
@@ -142,7 +131,7 @@ class TurnDependencies:
     ids: TurnIdGenerator | None = None
 
 
-class TurnActivities:
+class TurnActivities(TurnActivityContract):
     def __init__(self, deps: TurnDependencies) -> None:
         self._d = deps
 
@@ -159,10 +148,8 @@ class TurnActivities:
 
     # -- safe to retry ------------------------------------------------------
 
-    @activity.defn(name="append_events")
+    @activity.defn
     async def append_events(self, input: AppendInput) -> AppendResult:
-        if input.derive not in (None, "completion"):
-            raise ApplicationError(f"unknown derived append {input.derive!r}", non_retryable=True)
         derived: list[TurnEvent] = []
         try:
             if input.derive == "completion":
@@ -171,15 +158,15 @@ class TurnActivities:
                 if state.terminal is not None and state.terminal.type == "turn_completed":
                     return AppendResult(offset=len(on_file), events=[])  # landed earlier
                 derived = [completion_event(state, input.ts or self._d.clock())]
-            events = derived or [parse_event(e) for e in input.events]
+            events = derived or input.events
             offset = await asyncio.to_thread(
                 self._d.repository.append, input.turn_id, events, known_offset=input.known_offset
             )
         except (CorruptTurnError, InfrastructureError) as exc:
-            raise _infrastructure(exc) from exc
-        return AppendResult(offset=offset, events=_wire(derived))
+            raise to_application_error(exc) from exc
+        return AppendResult(offset=offset, events=_elided(derived))
 
-    @activity.defn(name="load_turn")
+    @activity.defn
     async def load_turn(self, input: LoadInput) -> LoadResult:
         """The file's events from ``start``, elided, in pages that fit a payload."""
         try:
@@ -189,18 +176,18 @@ class TurnActivities:
                 if state.terminal is None:
                     self._check_dependencies(state)
         except (CorruptTurnError, InfrastructureError) as exc:
-            raise _infrastructure(exc) from exc
-        page: list[dict[str, Any]] = []
+            raise to_application_error(exc) from exc
+        page: list[TurnEvent] = []
         size = 0
         for i in range(input.start, len(events)):
-            wire = elide_wire(events[i].to_wire())
-            size += len(orjson.dumps(wire))
+            elided = elide_event(events[i])
+            size += len(orjson.dumps(elided.to_wire()))
             if page and size > LOAD_PAGE_BYTES:
                 return LoadResult(events=page, offset=len(events), next_start=i)
-            page.append(wire)
+            page.append(elided)
         return LoadResult(events=page, offset=len(events))
 
-    @activity.defn(name="create_child_turn")
+    @activity.defn
     async def create_child_turn(self, input: CreateChildInput) -> CreateChildResult:
         """Create the child turn of a ``spawn_agent`` call and link it durably.
 
@@ -210,10 +197,10 @@ class TurnActivities:
         try:
             state = await self._state(input.parent_turn_id)
         except (CorruptTurnError, InfrastructureError) as exc:
-            raise _infrastructure(exc) from exc
+            raise to_application_error(exc) from exc
         call = state.tool_call(input.tool_call_id)
         if call is None or call.invocation is None or call.result is not None:
-            raise _infrastructure(
+            raise to_application_error(
                 CorruptTurnError(f"tool call {input.tool_call_id} is not awaiting a sub-agent")
             )
         for p in call.progress:
@@ -263,16 +250,16 @@ class TurnActivities:
             await asyncio.to_thread(d.repository.create, created)
             await self._append(parent.turn_id, [link])
         except (CorruptTurnError, InfrastructureError) as exc:
-            raise _infrastructure(exc) from exc
-        return CreateChildResult(child_turn_id=child_id, events=_wire([link]))
+            raise to_application_error(exc) from exc
+        return CreateChildResult(child_turn_id=child_id, events=_elided([link]))
 
-    @activity.defn(name="validate_dependencies")
+    @activity.defn
     async def validate_dependencies(self, input: ValidateDependenciesInput) -> None:
         """§15.3: the live model and tools must match the snapshot before advancing."""
         try:
             self._check_dependencies(await self._state(input.turn_id))
         except (InfrastructureError, DependencyError) as exc:
-            raise _infrastructure(exc) from exc
+            raise to_application_error(exc) from exc
 
     def _check_dependencies(self, state: TurnState) -> None:
         agent = self._d.contexts.resolve_agent(state.definition)
@@ -280,7 +267,7 @@ class TurnActivities:
         self._d.models.resolve(agent.model)
         self._d.tools.check_all(agent.tools)
 
-    @activity.defn(name="check_permissions")
+    @activity.defn
     async def check_permissions(self, input: CheckPermissionsInput) -> CheckPermissionsResult:
         outcomes: list[CheckOutcome] = []
         for call in input.calls:
@@ -310,7 +297,7 @@ class TurnActivities:
             )
         return CheckPermissionsResult(outcomes=outcomes)
 
-    @activity.defn(name="classify_permissions")
+    @activity.defn
     async def classify_permissions(self, input: ClassifyInput) -> ClassifyResult:
         try:
             state = await self._state(input.turn_id)
@@ -333,11 +320,11 @@ class TurnActivities:
             raise
         except Exception as exc:  # a classifier failure is a modelled defer, not a crash
             return ClassifyResult(error=f"{type(exc).__name__}: {exc}"[:500])
-        return ClassifyResult(classifications=[c.to_wire() for c in result])
+        return ClassifyResult(classifications=list(result))
 
     # -- one attempt only ---------------------------------------------------
 
-    @activity.defn(name="call_model")
+    @activity.defn
     async def call_model(self, input: ModelCallInput) -> ModelCallResult:
         d = self._d
         turn_id = input.turn_id
@@ -353,7 +340,7 @@ class TurnActivities:
             context = d.contexts.resolve(state.definition.context)
             model = d.models.resolve(agent.model)
         except (InfrastructureError, DependencyError) as exc:
-            raise _infrastructure(exc) from exc
+            raise to_application_error(exc) from exc
 
         written: list[TurnEvent] = []
 
@@ -367,7 +354,7 @@ class TurnActivities:
             turn_id=turn_id,
             ts=d.clock(),
             model_call_index=input.model_call_index,
-            request=next_model_request(state, input.parameters),
+            request=next_model_request(state),
         )
         await commit(requested)  # the durable barrier precedes the side effect (§4.4)
         index = input.model_call_index
@@ -444,8 +431,12 @@ class TurnActivities:
                 failed = ModelCallFailed(
                     turn_id=turn_id, ts=d.clock(), model_call_index=index, error=message
                 )
+                # A provider failure fails the turn (and a response without tool
+                # calls completes it, below): the activity appends that terminal
+                # event itself, which saves the workflow a round trip. A cancelled
+                # call records only its failure; the workflow closes the turn.
                 events: list[TurnEvent] = [failed]
-                if input.settle_if_final and not cancelled:
+                if not cancelled:
                     probe = reducer.copy()
                     probe.apply(failed)
                     events.append(
@@ -454,7 +445,7 @@ class TurnActivities:
                 await commit(*events)
                 if cancelled:
                     raise asyncio.CancelledError()
-                return ModelCallResult(events=_wire(written), offset=reducer.event_count)
+                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
             await steps(recorder.finish(outcome))
             fields = completion_fields(outcome)
             completed = ModelCallCompleted(
@@ -467,20 +458,20 @@ class TurnActivities:
                 provider_metadata=fields.provider_metadata,
             )
             events = [completed]
-            if input.settle_if_final and not outcome.tool_calls():
+            if not outcome.tool_calls():
                 probe = reducer.copy()
                 probe.apply(completed)
                 events.append(completion_event(probe.state, d.clock()))
             await commit(*events)
-            return ModelCallResult(events=_wire(written), offset=reducer.event_count)
+            return ModelCallResult(events=_elided(written), offset=reducer.event_count)
         except (CorruptTurnError, InfrastructureError) as exc:
-            raise _infrastructure(exc) from exc
+            raise to_application_error(exc) from exc
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
 
-    @activity.defn(name="run_tool")
+    @activity.defn
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
         d = self._d
         turn_id = input.turn_id
@@ -493,7 +484,7 @@ class TurnActivities:
             descriptor = next(t for t in agent.tools if t.tool_id == input.tool_id)
             tool = d.tools.sync_tool(descriptor)
         except (InfrastructureError, DependencyError, StopIteration) as exc:
-            raise _infrastructure(
+            raise to_application_error(
                 exc if isinstance(exc, Exception) else RuntimeError(str(exc))
             ) from exc
 
@@ -527,16 +518,16 @@ class TurnActivities:
                 # Cooperative cancellation: tell the tool, wait for it to stop,
                 # record what it returned if anything, then report cancelled.
                 cancelled.set()
-                result = await _await_quietly(task)
-                if result is not None:
-                    await self._append(turn_id, [_sync_result(turn_id, d.clock(), input, result)])
+                late = await _await_quietly(task)
+                if late is not None:
+                    await self._append(turn_id, [_sync_result(turn_id, d.clock(), input, late)])
                 raise
             event = _sync_result(turn_id, d.clock(), input, result)
             await self._append(turn_id, [event])
             written.append(event)
-            return ToolCallResult(events=_wire(written))
+            return ToolCallResult(events=_elided(written))
         except (CorruptTurnError, InfrastructureError) as exc:
-            raise _infrastructure(exc) from exc
+            raise to_application_error(exc) from exc
         finally:
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):

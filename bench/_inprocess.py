@@ -1,11 +1,11 @@
 """The turn loop without Temporal: the workflow's decisions, the activities' code, one process.
 
 ``InProcessTurn`` drives a turn the way ``workflows/turn.py`` does on its
-happy path (no cancellation, no reloads after failures): the same pure
-decisions from ``turncore.advance``, the same ``TurnActivities`` methods
+happy path (no cancellation, no reloads after failures): it interprets the
+same ``turncore.advance.next_action``, with the same ``TurnActivities`` methods
 (run inside ``temporalio.testing.ActivityEnvironment``, which only provides
 the activity context that ``activity.heartbeat()`` needs), the same
-activity payloads, and the same folding of the wire events the activities
+activity payloads, and the same folding of the events the activities
 return. Only Temporal is missing: no server, no history, no workflow tasks,
 no payload conversion. ``bench/overhead.py`` compares the two.
 """
@@ -14,18 +14,16 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, TypeVar, assert_never
 
 from temporalio.testing import ActivityEnvironment
 
 from turnclient.api import iso_now
 from turncore import advance
-from turncore.events import TurnEvent, TurnExternalInput, parse_event
+from turncore.events import TurnEvent, TurnExternalInput
 from turncore.reducer import ToolCallState, TurnReducer, TurnState
-from turncore_temporal.activities import TurnActivities
 from turncore_temporal.activities.payloads import (
     AppendInput,
-    AppendResult,
     CheckPermissionsInput,
     ClassifyInput,
     LoadInput,
@@ -33,6 +31,7 @@ from turncore_temporal.activities.payloads import (
     ToolCallInput,
     ValidateDependenciesInput,
 )
+from turncore_temporal.activities.turn_activities import TurnActivities
 
 A = TypeVar("A")
 R = TypeVar("R")
@@ -45,6 +44,7 @@ class InProcessTurn:
         self._env = ActivityEnvironment()
         self._reducer = TurnReducer()
         self._running: dict[str, asyncio.Task[None]] = {}
+        self._allowed: set[str] = set()
 
     async def _act(self, fn: Callable[[A], Awaitable[R]], arg: A) -> R:
         return await self._env.run(fn, arg)
@@ -75,39 +75,80 @@ class InProcessTurn:
 
     async def _drive(self) -> dict[str, Any]:
         while True:
-            state = self._state
-            if state.terminal is not None:
-                return self._outcome()
-            if await self._decide_batch():
-                continue
-            step = advance.next_step(self._state, self._running)
-            if step == "wait":
-                await asyncio.wait(self._running.values(), return_when=asyncio.FIRST_COMPLETED)
-            elif step == "suspend":
-                suspended = advance.suspension_event(self._state, iso_now())
-                if suspended is not None:
-                    await self._append([suspended])
-                return self._outcome()
-            elif step == "complete":
-                await self._append_derived("completion")
-            elif step == "fail-limit":
-                await self._append([advance.limit_failure_event(self._state, iso_now())])
-            elif step == "call-model":
-                await self._call_model()
+            action = advance.next_action(
+                self._state, running=self._running, allowed=self._allowed, ts=iso_now()
+            )
+            match action:
+                case advance.Append(events):
+                    await self._append(events)
+                case advance.CheckPermissions(calls):
+                    checked = await self._act(
+                        self._acts.check_permissions, CheckPermissionsInput.of(self._turn_id, calls)
+                    )
+                    required, allowed = advance.permission_required_events(
+                        self._state, checked.checks(), iso_now(), self._allowed
+                    )
+                    self._allowed.update(allowed)
+                    if required:
+                        await self._append(required)
+                case advance.Classify(calls):
+                    classified = await self._act(
+                        self._acts.classify_permissions, ClassifyInput.of(self._turn_id, calls)
+                    )
+                    events = advance.classification_events(
+                        self._state, classified.decisions(), classified.error, iso_now()
+                    )
+                    if events:
+                        await self._append(events)
+                case advance.StartTools(calls):
+                    for call in calls:
+                        self._running[call.tool_call_id] = asyncio.create_task(self._run_tool(call))
+                case advance.Wait():
+                    await asyncio.wait(self._running.values(), return_when=asyncio.FIRST_COMPLETED)
+                case advance.Suspend(suspended):
+                    if suspended is not None:
+                        await self._append([suspended])
+                    return self._outcome()
+                case advance.Complete():
+                    result = await self._act(
+                        self._acts.append_events,
+                        AppendInput(
+                            turn_id=self._turn_id,
+                            events=[],
+                            known_offset=self._reducer.event_count,
+                            derive="completion",
+                            ts=iso_now(),
+                        ),
+                    )
+                    self._fold(result.events)
+                case advance.FailLimit(failed):
+                    await self._append([failed])
+                case advance.CallModel(index):
+                    model = await self._act(
+                        self._acts.call_model,
+                        ModelCallInput(turn_id=self._turn_id, model_call_index=index),
+                    )
+                    self._fold(model.events)
+                case advance.Done():
+                    return self._outcome()
+                case _:
+                    assert_never(action)
 
     def _outcome(self) -> dict[str, Any]:
         outcome = advance.outcome_of(self._state)
         assert outcome is not None
         return {"turnId": self._turn_id, **outcome.to_wire()}
 
+    def _fold(self, events: list[TurnEvent]) -> None:
+        for e in events:
+            self._reducer.apply(e)
+
     async def _reload(self) -> None:
         result = await self._act(self._acts.load_turn, LoadInput(turn_id=self._turn_id))
         assert result.next_start is None, "the bench's turns fit one page"
-        reducer = TurnReducer()
-        for e in result.events:
-            reducer.apply(parse_event(e, trusted_json=True))
-        self._reducer = reducer
-        state = reducer.state
+        self._reducer = TurnReducer()
+        self._fold(result.events)
+        state = self._state
         if state.terminal is None:
             repairs = advance.close_interrupted_model_call(state, iso_now())
             repairs += advance.interrupted_sync_results(state, self._running, iso_now())
@@ -121,70 +162,10 @@ class InProcessTurn:
         await self._act(
             self._acts.append_events,
             AppendInput(
-                turn_id=self._turn_id,
-                events=[e.to_wire() for e in events],
-                known_offset=self._reducer.event_count,
+                turn_id=self._turn_id, events=events, known_offset=self._reducer.event_count
             ),
         )
-        for e in events:
-            self._reducer.apply(e)
-
-    async def _append_derived(self, kind: str) -> None:
-        result: AppendResult = await self._act(
-            self._acts.append_events,
-            AppendInput(
-                turn_id=self._turn_id,
-                events=[],
-                known_offset=self._reducer.event_count,
-                derive=kind,
-                ts=iso_now(),
-            ),
-        )
-        for raw in result.events:
-            self._reducer.apply(parse_event(raw, trusted_json=True))
-
-    async def _decide_batch(self) -> bool:
-        state = self._state
-        ts = iso_now()
-        unknown = advance.unknown_tool_results(state, ts)
-        if unknown:
-            await self._append(unknown)
-            return True
-        to_check = advance.calls_needing_check(state)
-        allowed: list[str] = []
-        if to_check:
-            checked = await self._act(
-                self._acts.check_permissions, CheckPermissionsInput.of(self._turn_id, to_check)
-            )
-            required, allowed = advance.permission_required_events(
-                self._state, checked.checks(), iso_now()
-            )
-            if required:
-                await self._append(required)
-        to_classify = advance.calls_needing_classification(self._state)
-        if to_classify:
-            classified = await self._act(
-                self._acts.classify_permissions, ClassifyInput.of(self._turn_id, to_classify)
-            )
-            events = advance.classification_events(
-                self._state, classified.decisions(), classified.error, iso_now()
-            )
-            if events:
-                await self._append(events)
-        changed = bool(to_check or to_classify)
-        for step in (advance.human_unavailable_denials, advance.denial_results):
-            events = step(self._state, iso_now())
-            if events:
-                await self._append(events)
-                changed = True
-        invocations = advance.invocation_events(self._state, allowed, iso_now())
-        if invocations:
-            await self._append(invocations)
-            changed = True
-        for call in advance.sync_calls_to_start(self._state, self._running):
-            self._running[call.tool_call_id] = asyncio.create_task(self._run_tool(call))
-            changed = True
-        return changed
+        self._fold(events)
 
     async def _run_tool(self, call: ToolCallState) -> None:
         assert call.invocation is not None
@@ -199,15 +180,6 @@ class InProcessTurn:
                     input=call.input,
                 ),
             )
-            for raw in result.events:
-                self._reducer.apply(parse_event(raw, trusted_json=True))
+            self._fold(result.events)
         finally:
             self._running.pop(call.tool_call_id, None)
-
-    async def _call_model(self) -> None:
-        index = len(self._state.model_calls)
-        result = await self._act(
-            self._acts.call_model, ModelCallInput(turn_id=self._turn_id, model_call_index=index)
-        )
-        for raw in result.events:
-            self._reducer.apply(parse_event(raw, trusted_json=True))

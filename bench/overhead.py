@@ -68,7 +68,7 @@ from turncore.events import AsyncToolResultInput  # noqa: E402
 from turncore.messages import UserMessage  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402
 from turncore.model.scripted import call_index  # noqa: E402
-from turncore_temporal.activities import TurnActivities  # noqa: E402
+from turncore_temporal.activities.turn_activities import TurnActivities  # noqa: E402
 from turncore_temporal.worker import workflow_runner  # noqa: E402
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES  # noqa: E402
 

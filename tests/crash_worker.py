@@ -31,8 +31,8 @@ from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
 from turncore.reducer import TurnReducer
 from turncore.repository import FileTurnRepository
 from turncore.tools import FunctionTool, ToolContext, ToolRegistry
-from turncore_temporal.activities import TurnDependencies
 from turncore_temporal.activities.payloads import ToolCallInput, ToolCallResult
+from turncore_temporal.activities.turn_activities import TurnDependencies
 
 MODEL = ModelDescriptor(provider="scripted", model="crash")
 SLOW = ToolDescriptor(
@@ -95,22 +95,20 @@ def dependencies(work: Path, *, delay: float) -> TurnDependencies:
 
 
 async def main(address: str, task_queue: str, work: str, crash_at: str) -> None:
-    from turncore_temporal.activities import TurnActivities
+    from turncore_temporal.activities.turn_activities import TurnActivities
     from turncore_temporal.worker import build_worker
 
     client = await Client.connect(address)
     deps = dependencies(Path(work), delay=float(os.environ.get("MODEL_DELTA_DELAY", "0")))
-    acts = TurnActivities(deps)
-    extra: list[Any] = []
-    if crash_at == "before-tool":
 
-        @activity.defn(name="run_tool")
-        async def run_tool(input: ToolCallInput) -> ToolCallResult:
+    class CrashBeforeTool(TurnActivities):
+        @activity.defn
+        async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
             os.kill(os.getpid(), signal.SIGKILL)  # the invocation is durable; the tool never starts
-            return await acts.run_tool(input)
+            return await super().run_tool(input)
 
-        extra.append(run_tool)
-    worker = build_worker(client, deps, task_queue=task_queue, replace_activities=extra)
+    acts = CrashBeforeTool(deps) if crash_at == "before-tool" else TurnActivities(deps)
+    worker = build_worker(client, deps, task_queue=task_queue, activities=acts)
     Path(work, "worker.ready").write_text(str(os.getpid()))
     await worker.run()
 

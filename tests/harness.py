@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -45,7 +45,7 @@ from turncore.permissions import (
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import FileTurnRepository
 from turncore.tools import FunctionTool, ToolFunction, ToolRegistry
-from turncore_temporal.activities import TurnDependencies
+from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.worker import build_worker
 
 MODEL = ModelDescriptor(provider="scripted", model="test")
@@ -101,7 +101,8 @@ class Harness:
     delay: float = 0.0
     limits: Limits = DEFAULT_LIMITS
     workflow_options: dict[str, Any] = field(default_factory=dict)
-    replace_activities: list[Any] = field(default_factory=list)
+    activities: Callable[[TurnDependencies], TurnActivities] = TurnActivities
+    """Builds the activities (a ``TurnActivities`` subclass injects faults under the real names)."""
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
@@ -160,7 +161,7 @@ class Harness:
             self.client,
             self.deps,
             task_queue=self.task_queue,
-            replace_activities=self.replace_activities,
+            activities=self.activities(self.deps),
         )
         self._task = asyncio.create_task(self.worker.run())
 

@@ -15,13 +15,13 @@ from temporalio.testing import WorkflowEnvironment
 from tests.harness import Harness, sync_tool
 from turncore.errors import CorruptTurnError, InfrastructureError
 from turncore.tools import ToolContext
-from turncore_temporal.activities import TurnActivities
 from turncore_temporal.activities.payloads import (
     AppendInput,
     AppendResult,
     ModelCallInput,
     ModelCallResult,
 )
+from turncore_temporal.activities.turn_activities import TurnActivities
 
 
 async def test_a_retried_append_writes_nothing_twice(
@@ -29,18 +29,18 @@ async def test_a_retried_append_writes_nothing_twice(
 ) -> None:
     failed_once: set[int] = set()
     calls: Counter[int] = Counter()
-    holder: dict[str, TurnActivities] = {}
 
-    @activity.defn(name="append_events")
-    async def flaky_append(input: AppendInput) -> AppendResult:
-        # The write lands, then the activity dies before reporting: an ambiguous failure.
-        result = await holder["real"].append_events(input)
-        key = hash((input.known_offset, len(input.events), input.derive))
-        calls[key] += 1
-        if key not in failed_once:
-            failed_once.add(key)
-            raise ApplicationError("lost the reply after writing")
-        return result
+    class FlakyAppend(TurnActivities):
+        @activity.defn
+        async def append_events(self, input: AppendInput) -> AppendResult:
+            # The write lands, then the activity dies before reporting: an ambiguous failure.
+            result = await super().append_events(input)
+            key = hash((input.known_offset, len(input.events), input.derive))
+            calls[key] += 1
+            if key not in failed_once:
+                failed_once.add(key)
+                raise ApplicationError("lost the reply after writing")
+            return result
 
     def noop(value: Any, ctx: ToolContext) -> Any:
         return 1
@@ -52,9 +52,8 @@ async def test_a_retried_append_writes_nothing_twice(
         script,
         tools=[sync_tool("t")],
         implementations={"t": noop},
-        replace_activities=[flaky_append],
+        activities=FlakyAppend,
     )
-    holder["real"] = TurnActivities(h.deps)
     async with h:
         turn_id, outcome = await h.run("go")
         assert outcome.status == "suspended"
@@ -96,14 +95,13 @@ async def test_a_model_activity_that_keeps_dying_fails_the_run_not_the_turn(
 ) -> None:
     attempts: list[int] = []
 
-    @activity.defn(name="call_model")
-    async def broken_model_activity(input: ModelCallInput) -> ModelCallResult:
-        attempts.append(input.model_call_index)
-        raise RuntimeError("the model activity crashed before recording anything")
+    class BrokenModel(TurnActivities):
+        @activity.defn
+        async def call_model(self, input: ModelCallInput) -> ModelCallResult:
+            attempts.append(input.model_call_index)
+            raise RuntimeError("the model activity crashed before recording anything")
 
-    async with Harness(
-        temporal_env.client, tmp_path, ["hi"], replace_activities=[broken_model_activity]
-    ) as h:
+    async with Harness(temporal_env.client, tmp_path, ["hi"], activities=BrokenModel) as h:
         turn_id = await h.create("go")
         before = h.repo.path_for(turn_id).read_bytes()
         with pytest.raises(InfrastructureError, match="3 times in a row"):

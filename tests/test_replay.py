@@ -10,6 +10,7 @@ import pytest
 from temporalio.client import WorkflowHistory
 from temporalio.worker import Replayer
 
+from turncore_temporal.activities import DATA_CONVERTER
 from turncore_temporal.worker import workflow_runner
 from turncore_temporal.workflows import TurnWorkflow
 
@@ -23,6 +24,8 @@ def test_histories_are_committed() -> None:
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path) -> None:
     history = WorkflowHistory.from_json(path.stem, path.read_text())
-    replayer = Replayer(workflows=[TurnWorkflow], workflow_runner=workflow_runner())
+    replayer = Replayer(
+        workflows=[TurnWorkflow], workflow_runner=workflow_runner(), data_converter=DATA_CONVERTER
+    )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None

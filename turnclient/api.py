@@ -28,12 +28,11 @@ from temporalio.common import (
     WorkflowIDConflictPolicy,
     WorkflowIDReusePolicy,
 )
-from temporalio.exceptions import ApplicationError
 from temporalio.service import RPCError, RPCStatusCode
 
 from turncore.advance import check_input, outcome_of
 from turncore.agents import AgentResolver
-from turncore.errors import DependencyError, InfrastructureError, RejectedInputError
+from turncore.errors import InfrastructureError, RejectedInputError
 from turncore.events import (
     DEFAULT_MAX_MODEL_CALLS,
     SCHEMA_VERSION,
@@ -54,6 +53,8 @@ from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
+from turncore.timestamps import format_ts
+from turncore_temporal.activities.failures import run_failure, update_refusal
 from turncore_temporal.workflows import TurnWorkflow, TurnWorkflowInput
 from turncore_temporal.workflows.turn import TURN_AGENT, TURN_MODEL, TURN_SESSION, TURN_STATUS
 
@@ -63,24 +64,8 @@ INPUT_PREVIEW = 200
 """Longest input preview in a turn's memo, in characters."""
 
 
-_REJECTIONS = {"RejectedInputError", "ValueError", "ValidationError"}
-
-
-def _update_error(exc: WorkflowUpdateFailedError) -> Exception:
-    """The turncore error an update failure stands for."""
-    cause = exc.cause
-    if not isinstance(cause, ApplicationError):
-        return RejectedInputError(str(cause) if cause is not None else str(exc))
-    if cause.type == "DependencyError":
-        return DependencyError(cause.message)
-    if cause.type in _REJECTIONS or cause.type is None:
-        return RejectedInputError(cause.message)
-    return InfrastructureError(cause.message)
-
-
 def iso_now() -> str:
-    now = datetime.now(UTC)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return format_ts(datetime.now(UTC))
 
 
 def start_details(definition: TurnCreated) -> dict[str, Any]:
@@ -180,7 +165,7 @@ class TurnClient:
                 auto_permission=request.auto_permission,
                 human_available=request.human_available,
                 max_model_calls=request.max_model_calls,
-                reasoning_effort=request.reasoning_effort,  # type: ignore[arg-type]
+                reasoning_effort=request.reasoning_effort,
             ),
         )
         await asyncio.to_thread(self._repo.create, created)
@@ -276,7 +261,7 @@ class TurnClient:
             try:
                 raw: dict[str, Any] = await handle.execute_update(name, arg)
             except WorkflowUpdateFailedError as exc:
-                raise _update_error(exc) from None
+                raise update_refusal(exc.cause, str(exc)) from None
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND and "aborted" not in exc.message:
                     raise
@@ -311,10 +296,8 @@ class TurnClient:
             result: dict[str, Any] = await handle.result(follow_runs=False)
         except WorkflowFailureError as failure:
             cause = failure.cause
-            if isinstance(cause, ApplicationError) and cause.type == "DependencyError":
-                raise DependencyError(cause.message) from None
-            raise InfrastructureError(
-                f"the workflow of turn {turn_id} failed: {cause or failure}"
+            raise run_failure(
+                cause, f"the workflow of turn {turn_id} failed: {cause or failure}"
             ) from None
         return result
 

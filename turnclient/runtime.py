@@ -49,7 +49,7 @@ from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import FileTurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import FunctionTool, SyncTool, ToolFunction, ToolRegistry
-from turncore_temporal.activities import TurnDependencies
+from turncore_temporal.activities.turn_activities import TurnDependencies
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 from .api import TurnClient, iso_now

@@ -1,16 +1,25 @@
 """The turn loop's decisions as pure functions of ``TurnState`` (spec §9–§12, §18, §20, §23).
 
-The workflow calls these to decide what to append next; anything that needs
-I/O (permission checks, classification, model calls, tool execution)
-happens in between, in activities. Every function mints events with the
-``ts`` it is given and never reads a clock, so the workflow stays
-deterministic and the same decisions can be tested without Temporal.
+Theory of operation
+-------------------
+``next_action(state, running=…, allowed=…, ts=…)`` is the loop: it returns
+the one next thing to do as data (an ``Action``), in a fixed order — close
+calls to unknown tools, ask the permission checker, ask the classifier,
+deny what must be denied, invoke what is allowed, start sync tools, and once
+nothing about tools can be decided: wait for running tools, suspend on what
+awaits the outside, complete, fail at the model-call limit, or call the model.
+The workflow (``workflows/turn.py``) and the in-process runner
+(``bench/_inprocess.py``) only interpret actions: run the activity an action
+names, append what it says, feed the result back, ask again. Every function
+mints events with the ``ts`` it is given and never reads a clock, so the
+workflow stays deterministic and the order is tested without Temporal
+(tests/test_advance.py).
 """
 
 from __future__ import annotations
 
 from collections.abc import Collection, Sequence
-from typing import Literal
+from dataclasses import dataclass
 
 from .errors import RejectedInputError
 from .events import (
@@ -124,17 +133,29 @@ def unknown_tool_results(state: TurnState, ts: str) -> list[TurnEvent]:
     return out
 
 
-def calls_needing_check(state: TurnState) -> list[ToolCallState]:
-    """Unresolved calls whose permission has not been determined yet."""
+def calls_needing_check(
+    state: TurnState, allowed: Collection[str] = frozenset()
+) -> list[ToolCallState]:
+    """Unresolved calls whose permission has not been determined yet.
+
+    ``allowed`` are calls the checker already allowed outright (no durable
+    record of that exists until their invocation is appended).
+    """
     return [
         t
         for t in state.unresolved_tool_calls()
-        if t.permission is None and t.invocation is None and descriptor_for(state, t) is not None
+        if t.permission is None
+        and t.invocation is None
+        and t.tool_call_id not in allowed
+        and descriptor_for(state, t) is not None
     ]
 
 
 def permission_required_events(
-    state: TurnState, checks: dict[str, PermissionCheck | str], ts: str
+    state: TurnState,
+    checks: dict[str, PermissionCheck | str],
+    ts: str,
+    allowed: Collection[str] = frozenset(),
 ) -> tuple[list[TurnEvent], list[str]]:
     """Record required permissions; return them and the ids allowed outright.
 
@@ -142,8 +163,8 @@ def permission_required_events(
     call is never executed automatically (fails closed, §9.3).
     """
     events: list[TurnEvent] = []
-    allowed: list[str] = []
-    for t in calls_needing_check(state):
+    allowed_now: list[str] = []
+    for t in calls_needing_check(state, allowed):
         check = checks.get(t.tool_call_id)
         if check is None:
             check = "the permission checker returned no answer for this call"
@@ -169,8 +190,8 @@ def permission_required_events(
                 )
             )
         else:
-            allowed.append(t.tool_call_id)
-    return events, allowed
+            allowed_now.append(t.tool_call_id)
+    return events, allowed_now
 
 
 def calls_needing_classification(state: TurnState) -> list[ToolCallState]:
@@ -330,25 +351,133 @@ def sync_calls_to_start(state: TurnState, running: Collection[str]) -> list[Tool
 # ---------------------------------------------------------------- settling
 
 
-Next = Literal["wait", "suspend", "complete", "fail-limit", "call-model"]
+@dataclass(frozen=True)
+class Append:
+    """Append these events (decided here, minted with the loop's ``ts``)."""
+
+    events: list[TurnEvent]
 
 
-def next_step(state: TurnState, running: Collection[str]) -> Next:
-    """What the loop does once no more tool-batch decisions can be made."""
+@dataclass(frozen=True)
+class CheckPermissions:
+    """Ask the permission checker about these calls (``permission_required_events``)."""
+
+    calls: list[ToolCallState]
+
+
+@dataclass(frozen=True)
+class Classify:
+    """Ask the classifier about these calls (``classification_events``)."""
+
+    calls: list[ToolCallState]
+
+
+@dataclass(frozen=True)
+class StartTools:
+    """Start these invoked sync tools; each appends its own result."""
+
+    calls: list[ToolCallState]
+
+
+@dataclass(frozen=True)
+class Wait:
+    """Nothing to decide until a running tool finishes or an input arrives."""
+
+
+@dataclass(frozen=True)
+class Suspend:
+    """Settle until an input arrives; append ``event`` first unless it is None
+    (the file already ends with the same snapshot)."""
+
+    event: TurnSuspended | None
+
+
+@dataclass(frozen=True)
+class Complete:
+    """Append ``turn_completed``. The append activity derives it from the file,
+    which holds the last response in full (the workflow may hold it elided)."""
+
+
+@dataclass(frozen=True)
+class FailLimit:
+    """Append ``turn_failed``: the model-call limit is reached."""
+
+    event: TurnFailed
+
+
+@dataclass(frozen=True)
+class CallModel:
+    """Run model call ``index``."""
+
+    index: int
+
+
+@dataclass(frozen=True)
+class Done:
+    """The turn has ended; there is nothing left to do."""
+
+
+Action = (
+    Append
+    | CheckPermissions
+    | Classify
+    | StartTools
+    | Wait
+    | Suspend
+    | Complete
+    | FailLimit
+    | CallModel
+    | Done
+)
+
+
+def next_action(
+    state: TurnState,
+    *,
+    running: Collection[str] = frozenset(),
+    allowed: Collection[str] = frozenset(),
+    ts: str,
+) -> Action:
+    """The one next step of the turn loop (see the module docstring for the order).
+
+    ``running``: ids of sync tool calls executing now. ``allowed``: calls the
+    permission checker allowed outright, not invoked yet.
+    """
+    if state.terminal is not None:
+        return Done()
+    unknown = unknown_tool_results(state, ts)
+    if unknown:
+        return Append(unknown)
+    to_check = calls_needing_check(state, allowed)
+    if to_check:
+        return CheckPermissions(to_check)
+    to_classify = calls_needing_classification(state)
+    if to_classify:
+        return Classify(to_classify)
+    for events in (
+        human_unavailable_denials(state, ts),
+        denial_results(state, ts),
+        # All invocations, in source order, before any tool starts (§10.5).
+        invocation_events(state, allowed, ts),
+    ):
+        if events:
+            return Append(events)
+    to_start = sync_calls_to_start(state, running)
+    if to_start:
+        return StartTools(to_start)
     if running:
-        return "wait"
+        return Wait()
     if state.pending_permissions() or state.pending_async_tools():
-        return "suspend"
+        return Suspend(suspension_event(state, ts))
     if state.unresolved_tool_calls():
-        # Every unresolved call is either running, awaited, or decidable; the
-        # caller must have decided everything decidable before asking.
-        return "wait"
+        # Every unresolved call is running, awaited or decided above.
+        return Wait()
     last = state.model_calls[-1] if state.model_calls else None
     if last is not None and last.response is not None and not last.response.tool_calls():
-        return "complete"
+        return Complete()
     if len(state.model_calls) >= state.definition.config.max_model_calls:
-        return "fail-limit"
-    return "call-model"
+        return FailLimit(limit_failure_event(state, ts))
+    return CallModel(len(state.model_calls))
 
 
 def suspension_event(state: TurnState, ts: str) -> TurnSuspended | None:

@@ -22,55 +22,62 @@ reload, close every open call with a synthetic result, append
 
 from __future__ import annotations
 
+# Only pure modules below: the sandbox runs this module under its restrictions
+# and passes through only pydantic, orjson, turncore and the activity contract
+# (see PASSTHROUGH in turncore_temporal.worker).
 import asyncio
 import dataclasses
 from collections import deque
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar, assert_never
 
+from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import (
     RetryPolicy,
     SearchAttributeKey,
-    SearchAttributePair,
+    SearchAttributeUpdate,
 )
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
-with workflow.unsafe.imports_passed_through():
-    from pydantic import ValidationError
-
-    from turncore import advance
-    from turncore.errors import RejectedInputError
-    from turncore.events import (
-        CancelInput,
-        ToolResult,
-        ToolResultData,
-        TurnEvent,
-        TurnExternalInput,
-        outcome_adapter,
-        parse_event,
-        parse_input,
-    )
-    from turncore.reducer import ToolCallState, TurnReducer, TurnState
-    from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
-    from turncore_temporal.activities.payloads import (
-        AppendInput,
-        AppendResult,
-        CheckPermissionsInput,
-        CheckPermissionsResult,
-        ClassifyInput,
-        ClassifyResult,
-        CreateChildInput,
-        CreateChildResult,
-        LoadInput,
-        LoadResult,
-        ModelCallInput,
-        ModelCallResult,
-        ToolCallInput,
-        ToolCallResult,
-        ValidateDependenciesInput,
-    )
+from turncore import advance
+from turncore.errors import RejectedInputError
+from turncore.events import (
+    CancelInput,
+    ToolResult,
+    ToolResultData,
+    TurnEvent,
+    TurnExternalInput,
+    outcome_adapter,
+    parse_input,
+)
+from turncore.reducer import ToolCallState, TurnReducer, TurnState
+from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
+from turncore.timestamps import format_ts
+from turncore_temporal.activities import TurnActivityContract as Activities
+from turncore_temporal.activities.failures import (
+    cause,
+    dependency_failure,
+    failure_of,
+    infrastructure_failure,
+    is_dependency_failure,
+    rejection,
+)
+from turncore_temporal.activities.payloads import (
+    AppendInput,
+    CheckPermissionsInput,
+    ClassifyInput,
+    CreateChildInput,
+    CreateChildResult,
+    Derived,
+    LoadInput,
+    ModelCallInput,
+    ModelCallResult,
+    ToolCallInput,
+    ValidateDependenciesInput,
+)
 
 TURN_STATUS = SearchAttributeKey.for_keyword("TurnStatus")
 TURN_AGENT = SearchAttributeKey.for_keyword("TurnAgent")
@@ -85,6 +92,9 @@ problem, not something to retry forever."""
 
 _SAFE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5)
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+
+_I = TypeVar("_I")
+_R = TypeVar("_R")
 
 
 @dataclass
@@ -118,8 +128,7 @@ class _Flags:
 
 
 def _ts() -> str:
-    now = workflow.now()
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+    return format_ts(workflow.now())
 
 
 @workflow.defn(name="Turn")
@@ -133,6 +142,8 @@ class TurnWorkflow:
         self._model_handle: workflow.ActivityHandle[ModelCallResult] | None = None
         self._cancel: CancelInput | None = None
         self._flags = _Flags()
+        self._allowed: set[str] = set()
+        """Calls the permission checker allowed outright, until their invocation is appended."""
         self._input = TurnWorkflowInput(turn_id="")
         self._idle = False
         """True only while the turn sits at a settle point (suspended or terminal)."""
@@ -183,11 +194,16 @@ class TurnWorkflow:
         return self._reducer.state
 
     async def _drive(self) -> None:
+        """Interpret ``advance.next_action`` until the turn ends or is cancelled.
+
+        Between two actions: reload if an activity left the state uncertain,
+        apply queued inputs one at a time, and hand over to a new run when
+        history has grown.
+        """
         while True:
             if self._flags.reload and not self._running:
                 await self._reload()
-            state = self._state
-            if state.terminal is not None:
+            if self._state.terminal is not None:
                 await self._settled()
                 return
             if self._cancel is not None:
@@ -198,25 +214,38 @@ class TurnWorkflow:
                 continue
             if self._should_continue_as_new():
                 await self._continue_as_new()
-            if await self._decide_batch():
-                continue
-            step = advance.next_step(self._state, self._running)
-            if step == "wait":
-                await self._wait()
-            elif step == "suspend":
-                suspended = advance.suspension_event(self._state, _ts())
-                if suspended is not None:
-                    await self._append([suspended])
-                await self._settled()
-                if self._should_continue_as_new() and not self._queue and self._cancel is None:
-                    await self._continue_as_new()
-                await self._wait(idle=True)
-            elif step == "complete":
-                await self._append_derived("completion")
-            elif step == "fail-limit":
-                await self._append([advance.limit_failure_event(self._state, _ts())])
-            elif step == "call-model":
-                await self._call_model()
+            action = advance.next_action(
+                self._state, running=self._running, allowed=self._allowed, ts=_ts()
+            )
+            match action:
+                case advance.Append(events):
+                    await self._append(events)
+                case advance.CheckPermissions(calls):
+                    await self._check_permissions(calls)
+                case advance.Classify(calls):
+                    await self._classify(calls)
+                case advance.StartTools(calls):
+                    for call in calls:
+                        self._running[call.tool_call_id] = asyncio.create_task(self._run_tool(call))
+                case advance.Wait():
+                    await self._wait()
+                case advance.Suspend(suspended):
+                    if suspended is not None:
+                        await self._append([suspended])
+                    await self._settled()
+                    if self._should_continue_as_new() and not self._queue and self._cancel is None:
+                        await self._continue_as_new()
+                    await self._wait(idle=True)
+                case advance.Complete():
+                    await self._append_derived("completion")
+                case advance.FailLimit(failed):
+                    await self._append([failed])
+                case advance.CallModel(index):
+                    await self._call_model(index)
+                case advance.Done():
+                    pass  # the terminal check above settles it
+                case _:
+                    assert_never(action)
 
     def _should_continue_as_new(self) -> bool:
         if self._running or (self._model_handle is not None and not self._model_handle.done()):
@@ -278,12 +307,13 @@ class TurnWorkflow:
         start: int | None = 0
         while start is not None:
             load = LoadInput(turn_id=self._turn_id, start=start, validate=validate and start == 0)
-            result: LoadResult = await self._local("load_turn", load)
+            result = await self._local(Activities.load_turn, load)
             for e in result.events:
-                reducer.apply(parse_event(e, trusted_json=True))
+                reducer.apply(e)
             start = result.next_start
         self._reducer = reducer
         self._flags.reload = False
+        self._allowed.clear()  # ask the checker again about anything not yet invoked
         state = reducer.state
         if state.terminal is not None or not recover:
             return
@@ -301,20 +331,18 @@ class TurnWorkflow:
             trial.apply(e)  # an illegal decision must never reach the file
         known = self._reducer.event_count
         await self._local(
-            "append_events",
-            AppendInput(
-                turn_id=self._turn_id, events=[e.to_wire() for e in events], known_offset=known
-            ),
+            Activities.append_events,
+            AppendInput(turn_id=self._turn_id, events=events, known_offset=known),
         )
         for e in events:
             self._reducer.apply(e)
 
-    async def _append_derived(self, kind: str) -> None:
+    async def _append_derived(self, kind: Derived) -> None:
         """Append an event the activity builds from the file (it copies values the
         workflow holds only elided), then fold the elided copy it returns."""
         assert self._reducer is not None
-        result: AppendResult = await self._local(
-            "append_events",
+        result = await self._local(
+            Activities.append_events,
             AppendInput(
                 turn_id=self._turn_id,
                 events=[],
@@ -325,14 +353,13 @@ class TurnWorkflow:
         )
         if not result.events and self._state.terminal is None:
             self._flags.reload = True  # it was already there: trust the file
-        for raw in result.events:
-            self._reducer.apply(parse_event(raw, trusted_json=True))
+        for event in result.events:
+            self._reducer.apply(event)
 
-    def _absorb(self, wire_events: list[dict[str, Any]]) -> None:
+    def _absorb(self, events: list[TurnEvent]) -> None:
         """Fold events an activity appended, skipping any a reload already brought in."""
         assert self._reducer is not None
-        for raw in wire_events:
-            event = parse_event(raw, trusted_json=True)
+        for event in events:
             if self._already_have(event):
                 continue
             self._reducer.apply(event)
@@ -349,49 +376,26 @@ class TurnWorkflow:
 
     # ------------------------------------------------------------ tool batch
 
-    async def _decide_batch(self) -> bool:
-        """Make every permission and dispatch decision possible now. True if anything changed."""
-        state = self._state
-        ts = _ts()
-        unknown = advance.unknown_tool_results(state, ts)
-        if unknown:
-            await self._append(unknown)
-            return True
-        to_check = advance.calls_needing_check(state)
-        allowed: list[str] = []
-        if to_check:
-            checked: CheckPermissionsResult = await self._local(
-                "check_permissions", CheckPermissionsInput.of(self._turn_id, to_check)
-            )
-            required, allowed = advance.permission_required_events(
-                self._state, checked.checks(), _ts()
-            )
-            if required:
-                await self._append(required)
-        to_classify = advance.calls_needing_classification(self._state)
-        if to_classify:
-            classified: ClassifyResult = await self._local(
-                "classify_permissions", ClassifyInput.of(self._turn_id, to_classify)
-            )
-            events = advance.classification_events(
-                self._state, classified.decisions(), classified.error, _ts()
-            )
-            if events:
-                await self._append(events)
-        changed = bool(to_check or to_classify)
-        for step in (advance.human_unavailable_denials, advance.denial_results):
-            events = step(self._state, _ts())
-            if events:
-                await self._append(events)
-                changed = True
-        invocations = advance.invocation_events(self._state, allowed, _ts())
-        if invocations:
-            await self._append(invocations)  # all of them, in source order, before any tool starts
-            changed = True
-        for call in advance.sync_calls_to_start(self._state, self._running):
-            self._running[call.tool_call_id] = asyncio.create_task(self._run_tool(call))
-            changed = True
-        return changed
+    async def _check_permissions(self, calls: list[ToolCallState]) -> None:
+        checked = await self._local(
+            Activities.check_permissions, CheckPermissionsInput.of(self._turn_id, calls)
+        )
+        required, allowed = advance.permission_required_events(
+            self._state, checked.checks(), _ts(), self._allowed
+        )
+        self._allowed.update(allowed)
+        if required:
+            await self._append(required)
+
+    async def _classify(self, calls: list[ToolCallState]) -> None:
+        classified = await self._local(
+            Activities.classify_permissions, ClassifyInput.of(self._turn_id, calls)
+        )
+        events = advance.classification_events(
+            self._state, classified.decisions(), classified.error, _ts()
+        )
+        if events:
+            await self._append(events)
 
     async def _run_tool(self, call: ToolCallState) -> None:
         assert call.invocation is not None
@@ -399,8 +403,8 @@ class TurnWorkflow:
             await self._run_child(call)
             return
         try:
-            result: ToolCallResult = await workflow.execute_activity(
-                "run_tool",
+            result = await workflow.execute_activity_method(
+                Activities.run_tool,
                 ToolCallInput(
                     turn_id=self._turn_id,
                     tool_call_id=call.tool_call_id,
@@ -408,7 +412,6 @@ class TurnWorkflow:
                     tool_name=call.tool_name,
                     input=call.input,
                 ),
-                result_type=ToolCallResult,
                 start_to_close_timeout=timedelta(seconds=self._input.tool_timeout_seconds),
                 heartbeat_timeout=timedelta(seconds=self._input.heartbeat_timeout_seconds),
                 retry_policy=_ONE_ATTEMPT,
@@ -428,7 +431,7 @@ class TurnWorkflow:
         """``spawn_agent``: run the call as a child turn with its own file and workflow."""
         try:
             created: CreateChildResult = await self._local(
-                "create_child_turn",
+                Activities.create_child_turn,
                 CreateChildInput(
                     parent_turn_id=self._turn_id, tool_call_id=call.tool_call_id, ts=_ts()
                 ),
@@ -458,7 +461,7 @@ class TurnWorkflow:
                         ),
                     )
                 except ChildWorkflowError as exc:
-                    reason = _cause(exc)
+                    reason = cause(exc)
                     data = ToolResultData(
                         output={"childTurnId": child_id, "status": "error", "error": reason},
                         is_error=True,
@@ -484,14 +487,11 @@ class TurnWorkflow:
 
     # ------------------------------------------------------------ model call
 
-    async def _call_model(self) -> None:
-        state = self._state
-        index = len(state.model_calls)
-        model = state.definition.agent.resolved.model.label()
-        handle = workflow.start_activity(
-            "call_model",
+    async def _call_model(self, index: int) -> None:
+        model = self._state.definition.agent.resolved.model.label()
+        handle = workflow.start_activity_method(
+            Activities.call_model,
             ModelCallInput(turn_id=self._turn_id, model_call_index=index),
-            result_type=ModelCallResult,
             start_to_close_timeout=timedelta(seconds=self._input.model_call_timeout_seconds),
             heartbeat_timeout=timedelta(seconds=self._input.heartbeat_timeout_seconds),
             retry_policy=_ONE_ATTEMPT,
@@ -503,32 +503,28 @@ class TurnWorkflow:
         if not handle.done():
             handle.cancel()
         try:
-            result: ModelCallResult = await handle
+            result = await handle
         except (ActivityError, asyncio.CancelledError) as exc:
-            if _is_dependency_failure(exc):
-                raise ApplicationError(
-                    f"turn {self._turn_id} cannot advance: {_cause(exc)}",
-                    type="DependencyError",
-                    non_retryable=True,
+            if is_dependency_failure(exc):
+                raise dependency_failure(
+                    f"turn {self._turn_id} cannot advance: {cause(exc)}"
                 ) from exc
             workflow.logger.warning("model call %s ended without a result: %s", index, exc)
             self._flags.reload = True
             self._flags.strikes += 1
             if self._flags.strikes >= MAX_FRUITLESS_MODEL_ATTEMPTS:
-                raise ApplicationError(
+                raise infrastructure_failure(
                     f"turn {self._turn_id}: the model call activity failed {self._flags.strikes} times "
-                    f"in a row without recording anything: {_cause(exc)}",
-                    type="InfrastructureError",
-                    non_retryable=True,
+                    f"in a row without recording anything: {cause(exc)}"
                 ) from exc
             return
         self._flags.strikes = 0
-        self._absorb_model(result.events)
+        self._absorb_model(result)
 
-    def _absorb_model(self, wire_events: list[dict[str, Any]]) -> None:
+    def _absorb_model(self, result: ModelCallResult) -> None:
         assert self._reducer is not None
-        for raw in wire_events:
-            self._reducer.apply(parse_event(raw, trusted_json=True))
+        for event in result.events:
+            self._reducer.apply(event)
 
     # ---------------------------------------------------------------- inputs
 
@@ -579,7 +575,7 @@ class TurnWorkflow:
             # §15.3: an input is applied only if the live environment still
             # matches the snapshot; otherwise it is rejected and nothing is written.
             await self._local(
-                "validate_dependencies",
+                Activities.validate_dependencies,
                 ValidateDependenciesInput(turn_id=self._turn_id),
                 reject=True,
             )
@@ -587,7 +583,7 @@ class TurnWorkflow:
             # Valid when it arrived, stale (or unserviceable) by its turn in the queue.
             self._reject(queued.input.to_wire(), exc)
             if queued.waiter is not None and not queued.waiter.done():
-                queued.waiter.set_exception(ApplicationError(str(exc), type="RejectedInputError"))
+                queued.waiter.set_exception(rejection(str(exc)))
             return
         except BaseException:
             if queued.waiter is not None:
@@ -710,7 +706,7 @@ class TurnWorkflow:
         pending = [f"permission:{p.tool_call_id}" for p in state.pending_permissions()]
         pending += [f"async:{p.tool_call_id}" for p in state.pending_async_tools()]
         resolved = state.definition.agent.resolved
-        pairs: list[SearchAttributePair[Any]] = [
+        pairs: list[SearchAttributeUpdate[Any]] = [
             TURN_STATUS.value_set(status),
             TURN_AGENT.value_set(resolved.agent_id),
             TURN_MODEL.value_set(resolved.model.label()),
@@ -731,7 +727,7 @@ class TurnWorkflow:
         self._queue.clear()
         for w in waiters:
             if not w.done():
-                w.set_exception(ApplicationError(exc.message, type=exc.type, non_retryable=True))
+                w.set_exception(infrastructure_failure(exc.message, exc.type))
 
     def _release_waiters(self, outcome: dict[str, Any]) -> None:
         waiters, self._settle_waiters = self._settle_waiters, []
@@ -741,44 +737,38 @@ class TurnWorkflow:
 
     # ---------------------------------------------------------------- plumbing
 
-    async def _local(self, name: str, arg: Any, *, reject: bool = False) -> Any:
+    async def _local(
+        self,
+        activity: Callable[[Any, _I], Awaitable[_R]],
+        arg: _I,
+        *,
+        reject: bool = False,
+    ) -> _R:
         """Run one of the retry-safe local activities.
 
         A dependency failure ends the run as ``DependencyError`` (§15.3), or,
         with ``reject``, rejects the input being applied instead.
         """
         try:
-            return await workflow.execute_local_activity(
-                name,
+            return await workflow.execute_local_activity_method(
+                activity,
                 arg,
-                result_type=_LOCAL_RESULTS[name],
                 start_to_close_timeout=timedelta(seconds=60),
                 retry_policy=_SAFE_RETRY,
-                summary=name.replace("_", " "),
+                summary=activity.__name__.replace("_", " "),
             )
         except (ActivityError, ApplicationError) as exc:
-            if _is_dependency_failure(exc):
-                message = f"turn {self._turn_id} cannot advance: {_cause(exc)}"
+            if is_dependency_failure(exc):
+                message = f"turn {self._turn_id} cannot advance: {cause(exc)}"
                 if reject:
                     raise RejectedInputError(message) from exc
-                raise ApplicationError(message, type="DependencyError", non_retryable=True) from exc
+                raise dependency_failure(message) from exc
             raise
 
 
-_LOCAL_RESULTS: dict[str, Any] = {
-    "load_turn": LoadResult,
-    "append_events": AppendResult,
-    "check_permissions": CheckPermissionsResult,
-    "classify_permissions": ClassifyResult,
-    "validate_dependencies": None,
-    "create_child_turn": CreateChildResult,
-}
-
-
 def _infrastructure_failure(exc: ActivityError) -> ApplicationError:
-    failure = _application_failure(exc)
-    kind = failure.type if failure is not None and failure.type else "InfrastructureError"
-    return ApplicationError(_cause(exc), type=kind, non_retryable=True)
+    failure = failure_of(exc)
+    return infrastructure_failure(cause(exc), failure.type if failure is not None else None)
 
 
 def _details(state: TurnState) -> str:
@@ -789,26 +779,6 @@ def _details(state: TurnState) -> str:
         f"awaiting result: {p.tool_name} ({p.tool_call_id})" for p in state.pending_async_tools()
     ]
     return "\n".join(lines)
-
-
-def _application_failure(exc: BaseException) -> ApplicationError | None:
-    """The activity's own ApplicationError (local activities may raise it unwrapped)."""
-    current: BaseException | None = exc
-    while current is not None:
-        if isinstance(current, ApplicationError):
-            return current
-        current = current.__cause__
-    return None
-
-
-def _cause(exc: BaseException) -> str:
-    failure = _application_failure(exc)
-    return failure.message if failure is not None else str(exc)
-
-
-def _is_dependency_failure(exc: BaseException) -> bool:
-    failure = _application_failure(exc)
-    return failure is not None and failure.type in ("DependencyError", "ContextResolutionError")
 
 
 def _reason(exc: Exception) -> str:

@@ -1,0 +1,92 @@
+"""The activities' names and typed signatures, without their implementation.
+
+The workflow invokes activities by method reference on ``TurnActivityContract``
+(``workflow.execute_activity_method``), so every call is checked by mypy against
+one signature, and it never imports the implementation's I/O into the sandbox.
+``TurnActivities`` (``turn_activities.py``) implements every method; the worker
+registers its bound methods, whose activity names are the method names.
+"""
+
+from __future__ import annotations
+
+from abc import ABC, abstractmethod
+
+from temporalio import activity
+from temporalio.contrib.pydantic import pydantic_data_converter
+from temporalio.converter import DataConverter
+
+from .payloads import (
+    AppendInput,
+    AppendResult,
+    CheckPermissionsInput,
+    CheckPermissionsResult,
+    ClassifyInput,
+    ClassifyResult,
+    CreateChildInput,
+    CreateChildResult,
+    LoadInput,
+    LoadResult,
+    ModelCallInput,
+    ModelCallResult,
+    ToolCallInput,
+    ToolCallResult,
+    ValidateDependenciesInput,
+)
+
+
+class TurnActivityContract(ABC):
+    # -- local activities, safe to retry -----------------------------------
+
+    @activity.defn
+    @abstractmethod
+    async def append_events(self, input: AppendInput) -> AppendResult:
+        """Append a batch (written once even when retried), or derive and append one."""
+
+    @activity.defn
+    @abstractmethod
+    async def load_turn(self, input: LoadInput) -> LoadResult:
+        """The file's events from ``start``, elided, in pages that fit a payload."""
+
+    @activity.defn
+    @abstractmethod
+    async def validate_dependencies(self, input: ValidateDependenciesInput) -> None:
+        """§15.3: the live model and tools must match the snapshot before advancing."""
+
+    @activity.defn
+    @abstractmethod
+    async def check_permissions(self, input: CheckPermissionsInput) -> CheckPermissionsResult:
+        """The permission checker's answer per call; its errors fail closed."""
+
+    @activity.defn
+    @abstractmethod
+    async def classify_permissions(self, input: ClassifyInput) -> ClassifyResult:
+        """The classifier's decisions; its failure is a modelled defer."""
+
+    @activity.defn
+    @abstractmethod
+    async def create_child_turn(self, input: CreateChildInput) -> CreateChildResult:
+        """Create and link the child turn of a ``spawn_agent`` call (idempotent)."""
+
+    # -- regular activities, one attempt -------------------------------------
+
+    @activity.defn
+    @abstractmethod
+    async def call_model(self, input: ModelCallInput) -> ModelCallResult:
+        """One model call, recorded durably as it streams."""
+
+    @activity.defn
+    @abstractmethod
+    async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
+        """One sync tool execution, its progress and result recorded durably."""
+
+
+ACTIVITY_NAMES: tuple[str, ...] = tuple(
+    name for name, value in vars(TurnActivityContract).items() if callable(value)
+)
+"""Every activity the workflow may invoke, in declaration order."""
+
+
+DATA_CONVERTER: DataConverter = pydantic_data_converter
+"""The worker's converter: payloads are typed (pydantic), so events cross as
+``TurnEvent`` and are validated once, where they arrive. It reads what the
+default JSON converter wrote (committed histories replay under it)."""
