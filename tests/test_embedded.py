@@ -22,6 +22,8 @@ import pytest
 from turnclient.embedded import EmbeddedServer, ServerInfo, is_server_process, servers_on
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
+pytestmark = pytest.mark.temporal  # starts its own dev servers
+
 ROOT = Path(__file__).resolve().parent.parent
 
 HOLDER = """
