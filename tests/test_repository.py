@@ -459,54 +459,43 @@ class TestIdempotentRetry:
             tool_progress(TURN_ID, "call_0"),
             tool_result(TURN_ID, "call_0", "read_file"),
         ]
-        assert store.repo.append(TURN_ID, batch, expected_offset=n) == n + 2
+        assert store.repo.append(TURN_ID, batch, known_offset=n) == n + 2
         after = store.raw(TURN_ID)
-        assert store.repo.append(TURN_ID, batch, expected_offset=n) == n + 2
+        assert store.repo.append(TURN_ID, batch, known_offset=n) == n + 2
         assert store.raw(TURN_ID) == after
 
     def test_a_landed_batch_is_recognised_after_later_appends(self, store: Store) -> None:
         n = self._prefix(store)
         batch: list[TurnEvent] = [tool_result(TURN_ID, "call_0", "read_file")]
-        store.repo.append(TURN_ID, batch, expected_offset=n)
-        store.repo.append(
-            TURN_ID, [tool_result(TURN_ID, "call_1", "read_file")], expected_offset=n + 1
-        )
+        store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_1")])  # a running tool's
+        store.repo.append(TURN_ID, batch, known_offset=n)
+        store.repo.append(TURN_ID, [tool_result(TURN_ID, "call_1", "read_file")], known_offset=n)
         after = store.raw(TURN_ID)
-        assert store.repo.append(TURN_ID, batch, expected_offset=n) == n + 1
+        assert store.repo.append(TURN_ID, batch, known_offset=n) == n + 3
         assert store.raw(TURN_ID) == after
 
-    def test_the_matching_offset_appends(self, store: Store) -> None:
+    def test_the_known_offset_appends(self, store: Store) -> None:
         n = self._prefix(store)
         assert (
-            store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], expected_offset=n)
-            == n + 1
+            store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], known_offset=n) == n + 1
         )
 
-    def test_a_different_batch_at_a_stale_offset_conflicts(self, store: Store) -> None:
+    def test_a_different_batch_after_the_known_offset_is_appended(self, store: Store) -> None:
         n = self._prefix(store)
         store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0", progress={"step": 1})])
-        after = store.raw(TURN_ID)
-        with pytest.raises(AppendConflictError, match="not this batch"):
+        assert (
             store.repo.append(
-                TURN_ID, [tool_progress(TURN_ID, "call_0", progress={"step": 2})], expected_offset=n
+                TURN_ID, [tool_progress(TURN_ID, "call_0", progress={"step": 2})], known_offset=n
             )
-        assert store.raw(TURN_ID) == after
-
-    def test_a_partly_present_batch_conflicts(self, store: Store) -> None:
-        n = self._prefix(store)
-        first, second = (
-            tool_progress(TURN_ID, "call_0"),
-            tool_result(TURN_ID, "call_0", "read_file"),
+            == n + 2
         )
-        store.repo.append(TURN_ID, [first])
-        with pytest.raises(AppendConflictError):
-            store.repo.append(TURN_ID, [first, second], expected_offset=n)
-        assert store.repo.line_count(TURN_ID) == n + 1
 
     def test_an_offset_beyond_the_file_conflicts(self, store: Store) -> None:
         n = self._prefix(store)
+        before = store.raw(TURN_ID)
         with pytest.raises(AppendConflictError, match="only"):
-            store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], expected_offset=n + 1)
+            store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], known_offset=n + 1)
+        assert store.raw(TURN_ID) == before
 
     def test_a_conflict_is_an_infrastructure_error(self) -> None:
         assert issubclass(AppendConflictError, InfrastructureError)
@@ -514,7 +503,7 @@ class TestIdempotentRetry:
     def test_a_negative_offset_is_a_caller_bug(self, store: Store) -> None:
         self._prefix(store)
         with pytest.raises(ValueError):
-            store.repo.append(TURN_ID, [], expected_offset=-1)
+            store.repo.append(TURN_ID, [], known_offset=-1)
 
 
 class TestLocking:
@@ -561,7 +550,7 @@ class TestLocking:
         with store.repo.with_lock(TURN_ID), store.repo.with_lock(TURN_ID):
             n = store.repo.line_count(TURN_ID)
             assert (
-                store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], expected_offset=n)
+                store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], known_offset=n)
                 == n + 1
             )
 

@@ -399,7 +399,7 @@ def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> 
         loop = asyncio.get_running_loop()
         task = asyncio.current_task()
         assert task is not None
-        interrupts.install(loop, task)  # type: ignore[arg-type]
+        interrupts.install(loop, task)
         try:
             return await body()
         finally:

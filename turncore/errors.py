@@ -53,7 +53,7 @@ class TurnExistsError(InfrastructureError):
 
 
 class AppendConflictError(InfrastructureError):
-    """An append's ``expected_offset`` no longer describes the file: another writer moved it on.
+    """An append's ``known_offset`` is beyond the end of the file: it was truncated or replaced.
 
     Raised instead of writing, so a stale writer never interleaves its batch
     with someone else's. A retried batch whose exact lines already follow the

@@ -36,10 +36,11 @@ taken out of the cache while it is in use and only put back after a
 successful append. One that saw a rejected batch is dropped, which is why the
 gate needs no ``copy()``.
 
-``expected_offset`` makes retries idempotent (DESIGN §3). The caller names the
-line count it believes the file has. If the file is longer and the lines
-after that offset are byte for byte the batch, the earlier attempt landed and
-nothing is written. Any other difference raises ``AppendConflictError``.
+``known_offset`` makes retries idempotent (DESIGN §3). The caller names the
+line count it knew before the batch. If the batch's exact lines already
+follow that offset (other writers, such as running tools, may have appended
+around them), the earlier attempt landed and nothing is written. A file
+shorter than the known offset raises ``AppendConflictError``.
 
 POSIX only (``fcntl``).
 """
@@ -124,7 +125,6 @@ class TurnRepository(Protocol):
         turn_id: str,
         events: Sequence[TurnEvent],
         *,
-        expected_offset: int | None = None,
         known_offset: int | None = None,
     ) -> int:
         """Append ``events`` as one whole batch or not at all; return the new line count."""
@@ -475,7 +475,6 @@ class _JsonlRepository(ABC):
         turn_id: str,
         events: Sequence[TurnEvent],
         *,
-        expected_offset: int | None = None,
         known_offset: int | None = None,
     ) -> int:
         """Append ``events`` as one batch, or nothing at all; return the new line count.
@@ -485,31 +484,21 @@ class _JsonlRepository(ABC):
         written or would be illegal raises ``CorruptTurnError`` with the line
         it would have had.
 
-        Two ways to make a retry idempotent (DESIGN §3):
-
-        - ``expected_offset`` (optimistic concurrency): the file must have
-          exactly that many lines, or the batch must already sit right after
-          them; any other difference raises ``AppendConflictError``.
-        - ``known_offset`` (a lower bound, for writers that share the file
-          with concurrent appenders such as running tools): if the batch's
-          exact lines already follow that offset anywhere, the earlier attempt
-          landed and nothing is written; otherwise the batch is appended. A
-          file shorter than the known offset raises ``AppendConflictError``.
+        ``known_offset`` makes a retry idempotent (DESIGN §3). It is a lower
+        bound, for writers that share the file with concurrent appenders such
+        as running tools: if the batch's exact lines already follow that offset
+        anywhere, the earlier attempt landed and nothing is written; otherwise
+        the batch is appended. A file shorter than the known offset raises
+        ``AppendConflictError``.
         """
         validate_turn_id(turn_id)
         where = self._where(turn_id)
         batch = list(events)
-        for name, value in (("expected_offset", expected_offset), ("known_offset", known_offset)):
-            if value is not None and value < 0:
-                raise ValueError(f"{name} must not be negative, got {value}")
-        if expected_offset is not None and known_offset is not None:
-            raise ValueError("pass expected_offset or known_offset, not both")
+        if known_offset is not None and known_offset < 0:
+            raise ValueError(f"known_offset must not be negative, got {known_offset}")
         with self._lock(turn_id), self._writer(turn_id) as writer:
             tail = self._catch_up(turn_id, writer, where)
             count = tail.lines
-            if expected_offset is not None and expected_offset != count:
-                self._put_tail(turn_id, tail)  # unchanged: nothing will be written
-                return self._retried(tail, writer, where, batch, expected_offset)
             if known_offset is not None and batch:
                 if count < known_offset:
                     self._put_tail(turn_id, tail)
@@ -550,9 +539,7 @@ class _JsonlRepository(ABC):
 
         Re-entrant: the holding thread may call ``append`` (which takes the
         same lock) without deadlocking. Other threads wait. It does not exclude
-        other processes; ``append`` takes the file lock itself, and a
-        read-decide-append that must not race another process passes
-        ``expected_offset``.
+        other processes; ``append`` takes the file lock itself.
         """
         validate_turn_id(turn_id)
         return self._lock(turn_id)
@@ -605,29 +592,6 @@ class _JsonlRepository(ABC):
         after = [line + b"\n" for line in writer.read_from(0).split(b"\n")[known_offset:-1]]
         width = len(ours)
         return any(after[i : i + width] == ours for i in range(len(after) - width + 1))
-
-    def _retried(
-        self,
-        tail: _Tail,
-        writer: _Writer,
-        where: str,
-        batch: list[TurnEvent],
-        expected_offset: int,
-    ) -> int:
-        """The file is not at ``expected_offset``: recognise a landed retry or refuse."""
-        count = tail.lines
-        if count < expected_offset:
-            raise AppendConflictError(
-                f"{where}: expected {expected_offset} lines but the file has only {count}"
-            )
-        ours = [_encode(e, where, expected_offset + 1 + i)[0] for i, e in enumerate(batch)]
-        on_file = writer.read_from(0).split(b"\n")[expected_offset : expected_offset + len(ours)]
-        if [line + b"\n" for line in on_file] != ours:
-            raise AppendConflictError(
-                f"{where}: expected {expected_offset} lines but the file has {count}, "
-                "and the lines after the offset are not this batch"
-            )
-        return expected_offset + len(ours)
 
 
 # ---------------------------------------------------------------- files
