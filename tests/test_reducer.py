@@ -1,10 +1,9 @@
 """The reducer (spec §14, §24, §27.2): valid transitions, every invariant, the projection.
 
-Every rejection test goes through ``assert_rejects``, which checks three
+Every rejection test goes through ``assert_rejects``, which checks two
 things: ``reduce_turn`` names the rule and the 1-based line of the offending
-event; ``TurnReducer.apply`` of that event on the valid prefix raises the
-same rule and leaves the reducer exactly as it was; and the pure ``apply``
-does the same without touching the state it was given.
+event; and ``TurnReducer.apply`` of that event on the valid prefix raises the
+same rule and leaves the reducer exactly as it was.
 """
 
 from __future__ import annotations
@@ -66,7 +65,7 @@ from turncore.events import (
     parse_event,
 )
 from turncore.messages import AssistantMessage, UserMessage
-from turncore.reducer import TurnReducer, TurnState, apply, reduce_turn
+from turncore.reducer import TurnReducer, TurnState, reduce_turn
 
 # ---------------------------------------------------------------- helpers
 
@@ -93,13 +92,6 @@ def assert_rejects(events: Sequence[TurnEvent], line: int, rule: str) -> Corrupt
         return err
     expected = reduce_turn(prefix).to_wire()
     assert reducer.state.to_wire() == expected
-
-    # The pure step rejects the same way and leaves its input alone.
-    state = reduce_turn(prefix)
-    with pytest.raises(CorruptTurnError) as pure:
-        apply(state, offending)
-    assert pure.value.rule == err.rule
-    assert state.to_wire() == expected
     return err
 
 
@@ -115,17 +107,7 @@ def batch(h: History, calls: Sequence[tuple[str, str, Any]], text: str = "Workin
 
 
 def reduce_ok(events: Sequence[TurnEvent]) -> TurnState:
-    state = reduce_turn(events)
-    # Every valid history folds the same way through the pure step.
-    assert fold_apply(events).to_wire() == state.to_wire()
-    return state
-
-
-def fold_apply(events: Sequence[TurnEvent]) -> TurnState:
-    state = reduce_turn(events[:1])
-    for e in events[1:]:
-        state = apply(state, e)
-    return state
+    return reduce_turn(events)
 
 
 # ---------------------------------------------------------------- valid transitions
@@ -1585,8 +1567,6 @@ def test_terminal_state_is_immutable() -> None:
         for event in _after_terminal_events():
             with pytest.raises(CorruptTurnError):
                 reducer.apply(event)
-            with pytest.raises(CorruptTurnError):
-                apply(reducer.state, event)
         assert reducer.state.to_wire() == before
         assert reducer.event_count == len(h.events)
 
@@ -1715,28 +1695,7 @@ def test_result_tool_name_must_match_the_call() -> None:
     assert_rejects([*h.events, r], 5, "names 'write_file' but tool call 'a' is 'read_file'")
 
 
-# ---------------------------------------------------------------- apply, copy, fold
-
-
-def test_pure_apply_fold_equals_reduce_turn_and_leaves_its_input_alone() -> None:
-    for name, fn in SCENARIOS.items():
-        events = fn().events
-        state = reduce_turn(events[:1])
-        for n, e in enumerate(events[1:], start=2):
-            before = state.to_wire()
-            lists = (list(state.model_calls), list(state.tool_calls))
-            nxt = apply(state, e)
-            assert state.to_wire() == before, name
-            assert (state.model_calls, state.tool_calls) == lists, name
-            assert nxt.to_wire() == reduce_turn(events[:n]).to_wire(), (name, n)
-            state = nxt
-
-
-def test_pure_apply_on_a_state_read_back_from_json() -> None:
-    events = s_auto_permissions().events
-    for n in range(1, len(events)):
-        state = TurnState.model_validate(reduce_turn(events[:n]).to_wire())
-        assert apply(state, events[n]).to_wire() == reduce_turn(events[: n + 1]).to_wire()
+# ---------------------------------------------------------------- copy, fold
 
 
 def test_copy_is_independent() -> None:

@@ -51,7 +51,7 @@ if TYPE_CHECKING:
     )
     from .ids import TurnIdGenerator, turn_path, validate_turn_id
     from .messages import AssistantMessage, ConversationMessage, ToolMessage, UserMessage
-    from .reducer import TurnReducer, TurnState, apply, reduce_turn
+    from .reducer import TurnReducer, TurnState, reduce_turn
     from .repository import FileTurnRepository, InMemoryTurnRepository, TurnRepository, read_path
 
 _LAZY: dict[str, str] = {
@@ -95,7 +95,6 @@ _LAZY: dict[str, str] = {
     "UserMessage": "messages",
     "TurnReducer": "reducer",
     "TurnState": "reducer",
-    "apply": "reducer",
     "reduce_turn": "reducer",
     "FileTurnRepository": "repository",
     "InMemoryTurnRepository": "repository",
@@ -156,7 +155,6 @@ __all__ = [
     "TurnStreamEvent",
     "TurnUsage",
     "UserMessage",
-    "apply",
     "closed_transcript",
     "compose_model_request",
     "next_model_request",
