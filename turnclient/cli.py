@@ -83,6 +83,13 @@ EXIT_FAILED = 4
 EXIT_CANCELLED = 5
 EXIT_REJECTED = 6
 EXIT_UNREACHABLE = 7
+EXIT_CODES: dict[str, int] = {
+    "completed": EXIT_OK,
+    "suspended": EXIT_SUSPENDED,
+    "failed": EXIT_FAILED,
+    "cancelled": EXIT_CANCELLED,
+}
+"""A settled outcome's status → the command's exit code."""
 
 EPILOG = """\
 exit codes:
@@ -980,7 +987,7 @@ async def _follow(
 def _finish(
     args: argparse.Namespace, turn_id: str, outcome: TurnOutcome, *, accepted: bool = False
 ) -> int:
-    from .render import EXIT_CODES, outcome_block, outcome_json, paint, wants_color
+    from .render import outcome_block, outcome_json, paint, wants_color
 
     if args.json:
         _emit_json(outcome_json(turn_id, outcome))
@@ -1371,7 +1378,7 @@ def watch(args: argparse.Namespace) -> int:
     async def body() -> int:
         from turncore.advance import outcome_of
 
-        from .render import EXIT_CODES, StreamRenderer, outcome_block, outcome_json, wants_color
+        from .render import StreamRenderer, outcome_block, outcome_json, wants_color
 
         turn_id = _turn_id(args.turn)
         _following(turn_id)
@@ -1466,7 +1473,13 @@ LIST_SCAN = 5000
 )
 def list_turns(args: argparse.Namespace) -> int:
     async def body() -> int:
-        from temporalio.common import SearchAttributeKey
+        from turncore_temporal.workflows.turn import (
+            TURN_AGENT,
+            TURN_MODEL,
+            TURN_PENDING,
+            TURN_SESSION,
+            TURN_STATUS,
+        )
 
         from .runtime import temporal
         from .summary import clip
@@ -1474,16 +1487,12 @@ def list_turns(args: argparse.Namespace) -> int:
         # A run that continued as new hands the turn to its successor: list only the latest.
         clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
         if args.status:
-            clauses.append(f"TurnStatus = '{args.status}'")
+            clauses.append(f"{TURN_STATUS.name} = '{args.status}'")
         if args.agent:
-            clauses.append(f"TurnAgent = '{_quote(args.agent)}'")
+            clauses.append(f"{TURN_AGENT.name} = '{_quote(args.agent)}'")
         if args.session:
-            clauses.append(f"TurnSession = '{_quote(args.session)}'")
+            clauses.append(f"{TURN_SESSION.name} = '{_quote(args.session)}'")
         query = " AND ".join(clauses)
-        keys = {
-            name: SearchAttributeKey.for_keyword(name)
-            for name in ("TurnStatus", "TurnAgent", "TurnModel", "TurnSession", "TurnPendingInputs")
-        }
         found: dict[str, Any] = {}
         async with temporal(_work_dir()) as conn:
             # Visibility orders running workflows first; the turn id starts with its
@@ -1501,13 +1510,13 @@ def list_turns(args: argparse.Namespace) -> int:
                     {
                         "turnId": turn_id,
                         "created": _created(turn_id),
-                        "status": attrs.get(keys["TurnStatus"]),
-                        "agent": attrs.get(keys["TurnAgent"]),
-                        "model": attrs.get(keys["TurnModel"]),
-                        "session": attrs.get(keys["TurnSession"]),
+                        "status": attrs.get(TURN_STATUS),
+                        "agent": attrs.get(TURN_AGENT),
+                        "model": attrs.get(TURN_MODEL),
+                        "session": attrs.get(TURN_SESSION),
                         "input": memo.get("input") if isinstance(memo, dict) else None,
                         "pendingInputs": [
-                            p for p in (attrs.get(keys["TurnPendingInputs"]) or "").split(",") if p
+                            p for p in (attrs.get(TURN_PENDING) or "").split(",") if p
                         ],
                         "workflowStatus": wf.status.name.lower() if wf.status is not None else None,
                         "startTime": wf.start_time.isoformat() if wf.start_time else None,

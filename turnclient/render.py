@@ -310,8 +310,6 @@ _DECIDED_BY = {
 
 # ---------------------------------------------------------------- outcomes
 
-EXIT_CODES: dict[str, int] = {"completed": 0, "suspended": 3, "failed": 4, "cancelled": 5}
-
 
 def outcome_json(turn_id: str, outcome: TurnOutcome) -> dict[str, Any]:
     return {"turnId": turn_id, **outcome.to_wire()}
@@ -526,7 +524,6 @@ def status_of(state: TurnState) -> str:
 
 
 __all__ = [
-    "EXIT_CODES",
     "StreamRenderer",
     "continue_commands",
     "outcome_block",

@@ -245,12 +245,10 @@ class Runtime:
         )
 
     def model_for(self, agent: str, override: str | None) -> ModelDescriptor | None:
-        if override is not None:
-            return parse_model_ref(override)
-        a = self.config.agents.get(agent)
-        if a is not None and a.model is not None:
-            return parse_model_ref(a.model)
-        return parse_model_ref(self.config.default_model) if self.config.default_model else None
+        """The model a new turn of ``agent`` would run on (``--model`` given as ``override``)."""
+        return self.resolver.model_for(
+            agent, parse_model_ref(override) if override is not None else None
+        )
 
 
 # ---------------------------------------------------------------- Temporal

@@ -27,8 +27,7 @@ class AgentDefinition:
 class StaticAgentResolver:
     """Agents and a tool catalog from configuration.
 
-    Model precedence: the request's override, then the agent's model, then
-    the application default (§6.2).
+    Model precedence is ``model_for``'s (§6.2).
     """
 
     agents: Mapping[str, AgentDefinition]
@@ -37,16 +36,20 @@ class StaticAgentResolver:
     available: frozenset[str] | None = field(default=None)
     """Tool names available in this environment (None: all); others are filtered out."""
 
+    def model_for(
+        self, agent_id: str, override: ModelDescriptor | None = None
+    ) -> ModelDescriptor | None:
+        """The model a turn of ``agent_id`` runs on (§6.2): the request's override,
+        then the agent's model, then the application default; None if none is set."""
+        definition = self.agents.get(agent_id)
+        return override or (definition.model if definition else None) or self.default_model
+
     def resolve(self, agent: RequestedAgent) -> ResolvedAgent:
         definition = self.agents.get(agent.agent_id)
         if definition is None:
             known = ", ".join(sorted(self.agents)) or "none"
             raise DependencyError(f"unknown agent {agent.agent_id!r} (known agents: {known})")
-        model = (
-            (agent.overrides.model if agent.overrides else None)
-            or definition.model
-            or self.default_model
-        )
+        model = self.model_for(agent.agent_id, agent.overrides.model if agent.overrides else None)
         if model is None:
             raise DependencyError(
                 f"agent {agent.agent_id!r} names no model and there is no default model"

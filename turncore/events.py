@@ -360,24 +360,11 @@ TurnEvent = Annotated[
 
 TerminalEvent: TypeAlias = TurnCompleted | TurnFailed | TurnCancelled
 
-EVENT_TYPES: tuple[str, ...] = (
-    "turn_created",
-    "model_call_requested",
-    "model_step_event",
-    "model_call_completed",
-    "model_call_failed",
-    "tool_permission_required",
-    "tool_permission_classified",
-    "tool_permission_classification_failed",
-    "tool_permission_resolved",
-    "tool_invocation_requested",
-    "tool_progress",
-    "tool_result",
-    "turn_suspended",
-    "turn_completed",
-    "turn_failed",
-    "turn_cancelled",
+EVENT_TYPES: tuple[str, ...] = tuple(
+    get_args(member.model_fields["type"].annotation)[0]
+    for member in get_args(get_args(TurnEvent)[0])
 )
+"""Every event type, in the union's order (derived from it: one list to keep)."""
 
 event_adapter: TypeAdapter[TurnEvent] = TypeAdapter(TurnEvent)
 

@@ -16,7 +16,7 @@ import base64
 import binascii
 from typing import Annotated, Any, Literal, TypeAlias
 
-from pydantic import BeforeValidator, Field, TypeAdapter, model_validator
+from pydantic import BeforeValidator, Field, model_validator
 
 from ._wire import Opt, WireModel
 from .jsonvalue import JsonValue
@@ -150,14 +150,6 @@ ConversationMessage = Annotated[
     BeforeValidator(_reject_system),
 ]
 """A prior message: user, assistant or tool. System-role messages are rejected."""
-
-_conversation_adapter: TypeAdapter[list[ConversationMessage]] = TypeAdapter(
-    list[ConversationMessage]
-)
-
-
-def validate_conversation(value: Any) -> list[ConversationMessage]:
-    return _conversation_adapter.validate_python(value)
 
 
 def describe_part(
