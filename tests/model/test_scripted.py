@@ -28,6 +28,7 @@ from turncore.model import (
     ReasoningDeltaEvent,
     ScriptedModel,
     ScriptedResponse,
+    StreamEvent,
     TextDeltaEvent,
     ToolCallArgsDeltaEvent,
     ToolCallStartEvent,
@@ -162,9 +163,16 @@ async def test_function_scripts_sync_and_async() -> None:
 async def test_delay_allows_cancellation_mid_stream() -> None:
     model = ScriptedModel([{"text": "one two three four five six"}], model="m", delay=0.2)
     cancel = CancellationToken()
-    sink = Collect()
+    first = asyncio.Event()
+
+    class FirstEvent(Collect):
+        async def __call__(self, event: StreamEvent) -> None:
+            await super().__call__(event)
+            first.set()
+
+    sink = FirstEvent()
     task = asyncio.ensure_future(model.turn(req([UserMessage(content="x")], "m"), sink, cancel))
-    await asyncio.sleep(0.3)
+    await asyncio.wait_for(first.wait(), 5)  # mid-stream: the first piece has arrived
     cancel.cancel()
     with pytest.raises(ModelFailure) as info:
         await asyncio.wait_for(task, 2)
