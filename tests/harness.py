@@ -18,9 +18,9 @@ import orjson
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from turnclient.api import CreateTurnInput, TurnClient, iso_now
+from turnclient.api import CreateTurnInput, TurnClient
+from turnclient.runtime import turn_dependencies
 from turncore.agents import AgentDefinition, StaticAgentResolver
-from turncore.context import ContextResolver
 from turncore.errors import DependencyError
 from turncore.events import (
     ModelDescriptor,
@@ -30,8 +30,6 @@ from turncore.events import (
     TurnOutcome,
     external_input_adapter,
 )
-from turncore.ids import TurnIdGenerator
-from turncore.live import LiveHub
 from turncore.messages import UserMessage
 from turncore.model import Model
 from turncore.model.port import DEFAULT_LIMITS, Limits
@@ -107,14 +105,12 @@ class Harness:
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
         self.repo = FileTurnRepository(self.work_dir)
-        self.hub = LiveHub()
         self.model = ScriptedModel(self.script, model="test", delay=self.delay, limits=self.limits)
         self.models = StaticModels({MODEL.label(): self.model})
         self.registry = ToolRegistry(
             {f"builtin:{n}": FunctionTool(fn) for n, fn in self.implementations.items()},
             {t.tool_id for t in self.tools if t.execution == "async"},
         )
-        self.contexts = ContextResolver(lambda tid: TurnReducer.of(self.repo.read(tid)).state)
         self.resolver = StaticAgentResolver(
             agents={
                 "test": AgentDefinition(
@@ -126,18 +122,17 @@ class Harness:
             catalog={t.name: t for t in self.tools},
             default_model=MODEL,
         )
-        self.deps = TurnDependencies(
-            repository=self.repo,
-            models=self.models,
-            tools=self.registry,
+        # The product's wiring (Runtime.from_config uses the same function).
+        self.deps = turn_dependencies(
+            self.repo,
+            self.models,
+            self.registry,
+            self.resolver,
             checker=self.checker or DeclaredPermissionChecker(self.permissions),  # type: ignore[arg-type]
             classifier=self.classifier,
-            contexts=self.contexts,
-            clock=iso_now,
-            hub=self.hub,
-            agents=self.resolver,
-            ids=TurnIdGenerator(),
         )
+        self.contexts = self.deps.contexts
+        self.hub = self.deps.hub
         self.turns = TurnClient(
             self.client,
             self.repo,

@@ -34,7 +34,7 @@ from temporalio.client import Client
 from temporalio.envconfig import ClientConfig
 
 from turncore.agents import AgentDefinition, StaticAgentResolver
-from turncore.context import ContextResolver
+from turncore.context import ContextResolver, ElisionPolicy
 from turncore.errors import InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
 from turncore.ids import TurnIdGenerator
@@ -42,14 +42,16 @@ from turncore.live import LiveHub
 from turncore.model import ModelRegistry, parse_model_ref
 from turncore.permissions import (
     DeclaredPermissionChecker,
+    PermissionChecker,
     PermissionClassification,
     PermissionClassificationBatch,
+    PermissionClassifier,
 )
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import FileTurnRepository
+from turncore.repository import FileTurnRepository, TurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import FunctionTool, SyncTool, ToolFunction, ToolRegistry
-from turncore_temporal.activities.turn_activities import TurnDependencies
+from turncore_temporal.activities.turn_activities import ModelResolver, TurnDependencies
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 from .api import TurnClient, iso_now
@@ -209,33 +211,24 @@ class Runtime:
             default_model=default_model,
         )
 
-        def load(turn_id: str) -> TurnState:
-            return TurnReducer.of(repository.read(turn_id)).state
-
-        contexts = ContextResolver(load, config.context)
-        hub = LiveHub()
-        registry = ToolRegistry(sync, async_ids)
-        deps = TurnDependencies(
-            repository=repository,
-            models=models,
-            tools=registry,
+        deps = turn_dependencies(
+            repository,
+            models,
+            ToolRegistry(sync, async_ids),
+            resolver,
             checker=DeclaredPermissionChecker(declarations),
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
-            contexts=contexts,
-            clock=iso_now,
-            hub=hub,
-            agents=resolver,
-            ids=TurnIdGenerator(),
+            context_policy=config.context,
         )
         return cls(
             config=config,
             repository=repository,
             models=models,
-            tools=registry,
+            tools=deps.tools,
             catalog=catalog,
             resolver=resolver,
-            contexts=contexts,
-            hub=hub,
+            contexts=deps.contexts,
+            hub=deps.hub,
             deps=deps,
         )
 
@@ -249,6 +242,41 @@ class Runtime:
         return self.resolver.model_for(
             agent, parse_model_ref(override) if override is not None else None
         )
+
+
+def turn_dependencies(
+    repository: TurnRepository,
+    models: ModelResolver,
+    tools: ToolRegistry,
+    agents: StaticAgentResolver,
+    *,
+    checker: PermissionChecker,
+    classifier: PermissionClassifier,
+    context_policy: ElisionPolicy | None = None,
+) -> TurnDependencies:
+    """What the activities need, from the resolved parts of a runtime.
+
+    ``Runtime.from_config`` and the test harness both wire through here: the
+    context resolver reads the same repository, one ``LiveHub`` carries this
+    process's deltas, timestamps come from the wall clock and child turns get
+    fresh ids.
+    """
+
+    def load(turn_id: str) -> TurnState:
+        return TurnReducer.of(repository.read(turn_id)).state
+
+    return TurnDependencies(
+        repository=repository,
+        models=models,
+        tools=tools,
+        checker=checker,
+        classifier=classifier,
+        contexts=ContextResolver(load, context_policy),
+        clock=iso_now,
+        hub=LiveHub(),
+        agents=agents,
+        ids=TurnIdGenerator(),
+    )
 
 
 # ---------------------------------------------------------------- Temporal
@@ -362,5 +390,6 @@ __all__ = [
     "server_idle_grace",
     "import_callable",
     "temporal",
+    "turn_dependencies",
     "uses_embedded",
 ]
