@@ -80,3 +80,55 @@ def test_the_workflow_imports_no_io() -> None:
         "turnclient",
     ):
         assert module not in loaded, module
+
+
+# The sandbox restricts the workflow module but not what it passes through.
+# turncore's decision and reducer code is passed through (for speed: it is
+# imported once per worker, not once per workflow run), so this check stands
+# in for the sandbox there: no clock, randomness, uuid or file access in the
+# modules the workflow calls.
+_DECIDING_MODULES = (
+    "turncore/advance.py",
+    "turncore/reducer.py",
+    "turncore/events.py",
+    "turncore/messages.py",
+    "turncore/permissions.py",
+    "turncore/subagents.py",
+    "turncore/timestamps.py",
+    "turncore/jsonvalue.py",
+    "turncore/_wire.py",
+    "turncore/errors.py",
+    "activities/contract.py",
+    "activities/payloads.py",
+    "activities/failures.py",
+    "workflows/turn.py",
+)
+_FORBIDDEN_MODULES = {"random", "secrets", "uuid", "time"}
+_FORBIDDEN_ATTRIBUTES = {"now", "utcnow", "today", "urandom", "getenv", "environ"}
+
+
+def test_the_passed_through_decision_code_reads_no_clock_and_does_no_io() -> None:
+    import ast
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parent.parent
+    problems: list[str] = []
+    for rel in _DECIDING_MODULES:
+        tree = ast.parse((root / rel).read_text(), rel)
+        for node in ast.walk(tree):
+            where = f"{rel}:{getattr(node, 'lineno', '?')}"
+            if isinstance(node, ast.Import):
+                problems += [
+                    f"{where} imports {a.name}"
+                    for a in node.names
+                    if a.name.split(".")[0] in _FORBIDDEN_MODULES
+                ]
+            elif isinstance(node, ast.ImportFrom) and node.module:
+                if node.module.split(".")[0] in _FORBIDDEN_MODULES:
+                    problems.append(f"{where} imports from {node.module}")
+            elif isinstance(node, ast.Attribute) and node.attr in _FORBIDDEN_ATTRIBUTES:
+                if not (isinstance(node.value, ast.Name) and node.value.id == "workflow"):
+                    problems.append(f"{where} uses .{node.attr}")
+            elif isinstance(node, ast.Name) and node.id == "open":
+                problems.append(f"{where} uses open")
+    assert problems == []
