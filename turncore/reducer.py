@@ -13,8 +13,7 @@ against every invariant that concerns it and only then *mutates*, so an illegal
 event raises ``CorruptTurnError`` naming the broken rule and leaves the reducer
 exactly as it was (the repository's append gate relies on this). Folding is
 linear in the number of events. ``reduce_turn`` is the one-liner fold that
-also reports the 1-based line of the offending event; ``apply`` is the pure
-step for callers that hold a ``TurnState`` value.
+also reports the 1-based line of the offending event.
 
 The reducer never resolves context references, never reads clocks, and never
 infers that a turn is running (§14.3): liveness is not durable.
