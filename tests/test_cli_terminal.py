@@ -24,6 +24,8 @@ import pytest
 from tests.test_cli_turns import no_server
 from tests.test_embedded import kill_stragglers
 
+pytestmark = pytest.mark.temporal  # starts embedded dev servers through the CLI
+
 TIMEOUT = 120
 
 

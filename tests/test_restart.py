@@ -7,12 +7,15 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
 from turnclient.devserver import find_temporal_cli
 from turncore.tools import ToolContext
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
+
+pytestmark = pytest.mark.temporal  # starts its own dev servers
 
 SCRIPT: list[Any] = [
     {"toolCalls": [{"toolName": "write_file", "input": {"path": "x"}}]},
