@@ -410,11 +410,12 @@ class TurnActivities(TurnActivityContract):
                     outcome = await asyncio.shield(attempt)
                 except asyncio.CancelledError:
                     cancel.cancel()
-                    if activity.is_worker_shutdown():
+                    if not _cancelled_by_the_workflow():
                         # Not the turn's cancellation: this worker is stopping (a
-                        # detached `turns run`, a redeploy). Record nothing; the
-                        # open request is the recovery table's interrupted call,
-                        # re-issued by the next worker (§23).
+                        # detached `turns run`, a redeploy), or the server gave up
+                        # on this attempt (a timeout) and recovery owns the call
+                        # now. Record nothing; the open request is the recovery
+                        # table's interrupted call, re-issued by a worker (§23).
                         attempt.cancel()
                         await asyncio.gather(attempt, return_exceptions=True)
                         raise
@@ -532,6 +533,16 @@ class TurnActivities(TurnActivityContract):
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+
+
+def _cancelled_by_the_workflow() -> bool:
+    """Whether this activity's cancellation is the turn's (the workflow asked for it)."""
+    details = activity.cancellation_details()
+    return (
+        details is not None
+        and details.cancel_requested
+        and not (details.worker_shutdown or details.timed_out or details.not_found)
+    )
 
 
 async def _heartbeat_forever() -> None:
