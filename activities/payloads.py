@@ -30,8 +30,8 @@ class AppendInput:
     turn_id: str
     events: list[TurnEvent]
     known_offset: int
-    """The line count the workflow knew before this batch; a retried batch whose
-    exact lines already follow it is recognised and not written twice."""
+    """The file's line count as the workflow last saw it; a retried batch that
+    already follows it (equal but for ``ts``) is recognised and not written twice."""
     derive: Derived | None = None
     """Instead of ``events``, the event the activity derives from the file."""
     ts: str | None = None
@@ -41,8 +41,10 @@ class AppendInput:
 @dataclass(frozen=True)
 class AppendResult:
     offset: int
+    """The line the batch ends at on file (the workflow's next ``known_offset``)."""
     events: list[TurnEvent] = field(default_factory=list)
-    """Derived events as the workflow should fold them (large values elided)."""
+    """Derived events as the workflow should fold them (large values elided); or,
+    when an earlier attempt of the batch had landed, the batch as on file."""
 
 
 @dataclass(frozen=True)

@@ -159,12 +159,18 @@ class TurnActivities(TurnActivityContract):
                     return AppendResult(offset=len(on_file), events=[])  # landed earlier
                 derived = [completion_event(state, input.ts or self._d.clock())]
             events = derived or input.events
-            offset = await asyncio.to_thread(
-                self._d.repository.append, input.turn_id, events, known_offset=input.known_offset
+            outcome = await asyncio.to_thread(
+                self._d.repository.append_once,
+                input.turn_id,
+                events,
+                known_offset=input.known_offset,
             )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
-        return AppendResult(offset=offset, events=_elided(derived))
+        # An earlier attempt landed (a replayed workflow task stamped the batch
+        # anew): the workflow folds the lines as they are on file.
+        on_file = outcome.landed if outcome.landed is not None else derived
+        return AppendResult(offset=outcome.end, events=_elided(on_file))
 
     @activity.defn
     async def load_turn(self, input: LoadInput) -> LoadResult:

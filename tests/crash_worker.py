@@ -4,7 +4,9 @@ Usage: python -m tests.crash_worker ADDRESS TASK_QUEUE WORK_DIR [CRASH_AT]
 
 CRASH_AT is ``before-tool``: the process kills itself the moment a sync tool
 activity starts, i.e. after the invocation is durable and before the tool
-runs. Other kill points (while the model streams, while a tool runs) are hit
+runs. ``after-append:TYPE``: it kills itself right after the append activity
+wrote a batch holding a TYPE event, before the workflow task that ran it can
+complete (the local activity's result is lost; the line is on file). Other kill points (while the model streams, while a tool runs) are hit
 from the outside by the test. Each tool execution appends a line to
 ``WORK_DIR/executions`` so the test can count side effects across processes.
 """
@@ -31,7 +33,12 @@ from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
 from turncore.reducer import TurnReducer
 from turncore.repository import FileTurnRepository
 from turncore.tools import FunctionTool, ToolContext, ToolRegistry
-from turncore_temporal.activities.payloads import ToolCallInput, ToolCallResult
+from turncore_temporal.activities.payloads import (
+    AppendInput,
+    AppendResult,
+    ToolCallInput,
+    ToolCallResult,
+)
 from turncore_temporal.activities.turn_activities import TurnDependencies
 
 MODEL = ModelDescriptor(provider="scripted", model="crash")
@@ -39,6 +46,14 @@ SLOW = ToolDescriptor(
     tool_id="builtin:slow",
     name="slow",
     description="takes its time",
+    input_schema={"type": "object"},
+    execution="sync",
+    requires_human=False,
+)
+GUARDED = ToolDescriptor(
+    tool_id="builtin:guarded",
+    name="slow",
+    description="the slow tool, behind a permission",
     input_schema={"type": "object"},
     execution="sync",
     requires_human=False,
@@ -63,9 +78,12 @@ class Models:
 def resolver() -> StaticAgentResolver:
     return StaticAgentResolver(
         agents={
-            "crash": AgentDefinition(agent_id="crash", system_prompt="crash test", tools=["slow"])
+            "crash": AgentDefinition(agent_id="crash", system_prompt="crash test", tools=["slow"]),
+            "guarded": AgentDefinition(
+                agent_id="guarded", system_prompt="crash test", tools=["guarded"]
+            ),
         },
-        catalog={"slow": SLOW},
+        catalog={"slow": SLOW, "guarded": GUARDED},
         default_model=MODEL,
     )
 
@@ -85,7 +103,9 @@ def dependencies(work: Path, *, delay: float) -> TurnDependencies:
     return TurnDependencies(
         repository=repo,
         models=Models(delay),
-        tools=ToolRegistry({"builtin:slow": FunctionTool(slow)}),
+        tools=ToolRegistry(
+            {"builtin:slow": FunctionTool(slow), "builtin:guarded": FunctionTool(slow)}
+        ),
         checker=DeclaredPermissionChecker({"builtin:slow": "none"}),
         classifier=DeferAllClassifier(),
         contexts=ContextResolver(lambda tid: TurnReducer.of(repo.read(tid)).state),
@@ -107,7 +127,25 @@ async def main(address: str, task_queue: str, work: str, crash_at: str) -> None:
             os.kill(os.getpid(), signal.SIGKILL)  # the invocation is durable; the tool never starts
             return await super().run_tool(input)
 
-    acts = CrashBeforeTool(deps) if crash_at == "before-tool" else TurnActivities(deps)
+    kind = crash_at.removeprefix("after-append:")
+
+    class CrashAfterAppend(TurnActivities):
+        @activity.defn
+        async def append_events(self, input: AppendInput) -> AppendResult:
+            result = await super().append_events(input)
+            written = {e.type for e in input.events}
+            if input.derive == "completion":
+                written.add("turn_completed")
+            if kind in written:
+                os.kill(os.getpid(), signal.SIGKILL)  # on file; the workflow task never completes
+            return result
+
+    if crash_at == "before-tool":
+        acts: TurnActivities = CrashBeforeTool(deps)
+    elif crash_at.startswith("after-append:"):
+        acts = CrashAfterAppend(deps)
+    else:
+        acts = TurnActivities(deps)
     worker = build_worker(client, deps, task_queue=task_queue, activities=acts)
     Path(work, "worker.ready").write_text(str(os.getpid()))
     await worker.run()

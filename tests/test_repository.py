@@ -898,6 +898,35 @@ class TestKnownOffset:
         assert store.repo.append(TURN_ID, batch, known_offset=n) == before
         assert store.repo.line_count(TURN_ID) == before
 
+    def test_a_retry_with_a_fresh_timestamp_is_recognised(self, store: Store) -> None:
+        # A workflow task replayed after a crash stamps its batch anew
+        # (workflow.now() moved on); the earlier attempt must still count.
+        n = self._prefix(store)
+        first = [tool_progress(TURN_ID, "call_0", progress={"mine": 1}, at=1)]
+        assert store.repo.append(TURN_ID, first, known_offset=n) == n + 1
+        store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_1", progress={"theirs": 1})])
+        before = store.raw(TURN_ID)
+        retry = [tool_progress(TURN_ID, "call_0", progress={"mine": 1}, at=9)]
+        outcome = store.repo.append_once(TURN_ID, retry, known_offset=n)
+        assert store.raw(TURN_ID) == before
+        assert (outcome.lines, outcome.end) == (n + 2, n + 1)
+        assert outcome.landed == first  # as on file, with the first attempt's ts
+        assert store.repo.append(TURN_ID, retry, known_offset=n) == n + 2
+
+    def test_a_new_batch_reports_what_it_wrote(self, store: Store) -> None:
+        n = self._prefix(store)
+        batch = [tool_progress(TURN_ID, "call_0", progress={"mine": 1})]
+        outcome = store.repo.append_once(TURN_ID, batch, known_offset=n)
+        assert (outcome.lines, outcome.end, outcome.landed) == (n + 1, n + 1, None)
+
+    def test_an_equal_batch_before_the_known_offset_is_appended_again(self, store: Store) -> None:
+        # Progress may repeat: only lines after the offset can be an earlier attempt.
+        n = self._prefix(store)
+        batch = [tool_progress(TURN_ID, "call_0", progress={"same": 1})]
+        store.repo.append(TURN_ID, batch, known_offset=n)
+        again = [tool_progress(TURN_ID, "call_0", progress={"same": 1}, at=3)]
+        assert store.repo.append(TURN_ID, again, known_offset=n + 1) == n + 2
+
     def test_new_batch_after_other_writers_is_appended(self, store: Store) -> None:
         n = self._prefix(store)
         store.repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0", progress={"theirs": 1})])

@@ -37,10 +37,17 @@ successful append. One that saw a rejected batch is dropped, which is why the
 gate needs no ``copy()``.
 
 ``known_offset`` makes retries idempotent (DESIGN §3). The caller names the
-line count it knew before the batch. If the batch's exact lines already
-follow that offset (other writers, such as running tools, may have appended
-around them), the earlier attempt landed and nothing is written. A file
-shorter than the known offset raises ``AppendConflictError``.
+line count it last saw; a file shorter than that raises
+``AppendConflictError``. It is a lower bound, since running tools append
+concurrently. A retry is recognised if the batch already follows the
+offset anywhere, comparing every field *except* ``ts``: a workflow task that
+is replayed after a crash (its local activity wrote, the task never
+completed) stamps the same decision with a later ``workflow.now()``. The
+caller keeps the offset at the file length it last saw, so every line after it
+came from a concurrent tool or from an earlier attempt of this very batch;
+an equal event the workflow wrote before (a repeated progress) lies before
+the offset and is never mistaken for it. ``append_once`` returns the lines as
+they are on file, so the caller folds the first attempt's timestamps.
 
 POSIX only (``fcntl``).
 """
@@ -86,6 +93,7 @@ from .ids import is_turn_id, turn_path, validate_turn_id
 from .reducer import TurnReducer
 
 __all__ = [
+    "AppendOutcome",
     "FileTurnRepository",
     "InMemoryTurnRepository",
     "RepairRefusedError",
@@ -130,6 +138,12 @@ class TurnRepository(Protocol):
         """Append ``events`` as one whole batch or not at all; return the new line count."""
         ...
 
+    def append_once(
+        self, turn_id: str, events: Sequence[TurnEvent], *, known_offset: int
+    ) -> AppendOutcome:
+        """``append`` with ``known_offset``, saying whether an earlier attempt had landed."""
+        ...
+
     def with_lock(self, turn_id: str) -> AbstractContextManager[None]:
         """Exclude other threads of this process from the turn (re-entrant)."""
         ...
@@ -139,6 +153,20 @@ class TurnRepository(Protocol):
     def line_count(self, turn_id: str) -> int:
         """The number of complete lines in the turn's log (not validated)."""
         ...
+
+
+@dataclass(frozen=True, slots=True)
+class AppendOutcome:
+    """What ``append_once`` did."""
+
+    lines: int
+    """The file's line count afterwards."""
+    end: int
+    """The line the batch ends at. After a landed earlier attempt that may be
+    before the file's end: later lines are other writers' or later batches'."""
+    landed: list[TurnEvent] | None
+    """None if the batch was written now; else the batch as an earlier attempt
+    wrote it (equal but for ``ts``), and nothing was written."""
 
 
 # ---------------------------------------------------------------- lines
@@ -318,6 +346,13 @@ def _encode(event: TurnEvent, where: str, line: int) -> tuple[bytes, TurnEvent]:
     return raw + b"\n", back
 
 
+def _untimed(event: TurnEvent) -> dict[str, Any]:
+    """The event's wire form without its timestamp: what a retried decision keeps."""
+    wire = event.to_wire()
+    wire.pop("ts", None)
+    return wire
+
+
 # ---------------------------------------------------------------- locks and cache
 
 
@@ -486,11 +521,25 @@ class _JsonlRepository(ABC):
 
         ``known_offset`` makes a retry idempotent (DESIGN §3). It is a lower
         bound, for writers that share the file with concurrent appenders such
-        as running tools: if the batch's exact lines already follow that offset
-        anywhere, the earlier attempt landed and nothing is written; otherwise
-        the batch is appended. A file shorter than the known offset raises
-        ``AppendConflictError``.
+        as running tools: if the batch already follows that offset anywhere
+        (equal in every field but ``ts``), the earlier attempt landed and
+        nothing is written; otherwise the batch is appended. A file shorter
+        than the known offset raises ``AppendConflictError``.
         """
+        return self._append(turn_id, events, known_offset).lines
+
+    def append_once(
+        self, turn_id: str, events: Sequence[TurnEvent], *, known_offset: int
+    ) -> AppendOutcome:
+        """``append`` with ``known_offset``; the outcome names a batch that had landed."""
+        return self._append(turn_id, events, known_offset)
+
+    def _append(
+        self,
+        turn_id: str,
+        events: Sequence[TurnEvent],
+        known_offset: int | None,
+    ) -> AppendOutcome:
         validate_turn_id(turn_id)
         where = self._where(turn_id)
         batch = list(events)
@@ -505,12 +554,17 @@ class _JsonlRepository(ABC):
                     raise AppendConflictError(
                         f"{where}: the caller knew {known_offset} lines but the file has only {count}"
                     )
-                if count > known_offset and self._landed(writer, where, batch, known_offset):
+                landed = (
+                    self._landed(writer, where, batch, known_offset)
+                    if count > known_offset
+                    else None
+                )
+                if landed is not None:
                     self._put_tail(turn_id, tail)
-                    return count
+                    return AppendOutcome(count, landed[0], landed[1])
             if not batch:
                 self._put_tail(turn_id, tail)
-                return count
+                return AppendOutcome(count, count, None)
             lines: list[bytes] = []
             for i, event in enumerate(batch):
                 raw, parsed = _encode(event, where, count + 1 + i)
@@ -532,7 +586,7 @@ class _JsonlRepository(ABC):
             # ignores the lock could have slipped in, so then forget it all.
             if writer.size() == tail.size:
                 self._put_tail(turn_id, tail)
-            return tail.lines
+            return AppendOutcome(tail.lines, tail.lines, None)
 
     def with_lock(self, turn_id: str) -> AbstractContextManager[None]:
         """In-process exclusion per turn (spec §5.3).
@@ -586,12 +640,25 @@ class _JsonlRepository(ABC):
 
     def _landed(
         self, writer: _Writer, where: str, batch: list[TurnEvent], known_offset: int
-    ) -> bool:
-        """Whether the batch's exact lines already follow line ``known_offset``."""
-        ours = [_encode(e, where, known_offset + 1 + i)[0] for i, e in enumerate(batch)]
-        after = [line + b"\n" for line in writer.read_from(0).split(b"\n")[known_offset:-1]]
+    ) -> tuple[int, list[TurnEvent]] | None:
+        """Where the batch ends and how it reads on file, if it already follows line
+        ``known_offset`` (``ts`` aside); the first such place counts."""
+        ours = [_untimed(_encode(e, where, known_offset + 1 + i)[1]) for i, e in enumerate(batch)]
+        raw = writer.read_from(0).split(b"\n")[known_offset:-1]
         width = len(ours)
-        return any(after[i : i + width] == ours for i in range(len(after) - width + 1))
+        for i in range(len(raw) - width + 1):
+            # Cheap prefilter on the event type before decoding a window.
+            window = raw[i : i + width]
+            if all(
+                b'"%s"' % o["type"].encode() in line for o, line in zip(ours, window, strict=True)
+            ):
+                on_file = [
+                    _decode_line(line, where, known_offset + 1 + i + j)
+                    for j, line in enumerate(window)
+                ]
+                if [_untimed(e) for e in on_file] == ours:
+                    return known_offset + i + width, on_file
+        return None
 
 
 # ---------------------------------------------------------------- files

@@ -147,6 +147,10 @@ class TurnWorkflow:
         self._input = TurnWorkflowInput(turn_id="")
         self._idle = False
         """True only while the turn sits at a settle point (suspended or terminal)."""
+        self._seen_lines = 0
+        """The file's line count as last reported by a load or an append. Every
+        line after it was written by a running tool or by an append still in
+        flight, so a retried batch found there is that append's earlier attempt."""
 
     # ------------------------------------------------------------------ run
 
@@ -311,6 +315,7 @@ class TurnWorkflow:
             for e in result.events:
                 reducer.apply(e)
             start = result.next_start
+            self._saw(result.offset)
         self._reducer = reducer
         self._flags.reload = False
         self._allowed.clear()  # ask the checker again about anything not yet invoked
@@ -329,13 +334,20 @@ class TurnWorkflow:
         trial = self._reducer.copy()
         for e in events:
             trial.apply(e)  # an illegal decision must never reach the file
-        known = self._reducer.event_count
-        await self._local(
+        result = await self._local(
             Activities.append_events,
-            AppendInput(turn_id=self._turn_id, events=events, known_offset=known),
+            AppendInput(turn_id=self._turn_id, events=events, known_offset=self._seen_lines),
         )
+        self._saw(result.offset)
+        if result.events:
+            # An earlier attempt of this batch had landed (this workflow task
+            # was replayed after a crash): fold it with the file's timestamps.
+            events = result.events
         for e in events:
             self._reducer.apply(e)
+
+    def _saw(self, offset: int) -> None:
+        self._seen_lines = max(self._seen_lines, offset)
 
     async def _append_derived(self, kind: Derived) -> None:
         """Append an event the activity builds from the file (it copies values the
@@ -346,11 +358,12 @@ class TurnWorkflow:
             AppendInput(
                 turn_id=self._turn_id,
                 events=[],
-                known_offset=self._reducer.event_count,
+                known_offset=self._seen_lines,
                 derive=kind,
                 ts=_ts(),
             ),
         )
+        self._saw(result.offset)
         if not result.events and self._state.terminal is None:
             self._flags.reload = True  # it was already there: trust the file
         for event in result.events:
