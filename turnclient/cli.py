@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import logging
 import os
 import re
@@ -477,10 +478,16 @@ def _positive(text: str) -> int:
     return value
 
 
+def _reject_constant(name: str) -> Any:
+    raise ValueError(f"{name} is not JSON")
+
+
 def _json_value(text: str) -> Any:
+    # The stdlib parser keeps every integer exact (orjson would turn one past
+    # 64 bits into a float), so validation can refuse it with a clear reason.
     try:
-        return orjson.loads(text)
-    except orjson.JSONDecodeError:
+        return json.loads(text, parse_constant=_reject_constant)
+    except ValueError:
         raise argparse.ArgumentTypeError(
             f"{text!r} is not JSON (a string needs quotes: '\"text\"')"
         ) from None

@@ -2,7 +2,10 @@
 
 Every durable value must survive a JSON round trip unchanged: NaN and
 infinities, non-string keys, bytes, tuples-as-objects and arbitrary objects are
-rejected with the path of the offending element. Lines read from disk were
+rejected with the path of the offending element. So are integers outside
+JSON's safe range, ±(2**53 - 1) (RFC 7493, I-JSON): a JavaScript reader of
+the file would round them, and past 64 bits the writer cannot store them at
+all. A caller who needs such a number sends it as a string. Lines read from disk were
 parsed by a strict JSON parser already, so validation with the
 ``trusted_json`` context skips the walk (it is the hot path of every read).
 """
@@ -16,14 +19,27 @@ from pydantic import ValidationInfo, ValidatorFunctionWrapHandler, WrapValidator
 
 TRUSTED_JSON = {"trusted_json": True}
 
+MAX_SAFE_INTEGER = 2**53 - 1
+"""The largest integer every JSON reader holds exactly (JavaScript's Number.MAX_SAFE_INTEGER)."""
+
 
 def json_problem(value: Any, path: str = "$") -> str | None:
     """Describe the first non-JSON element of ``value``, or return None if it is pure JSON."""
     stack: list[tuple[Any, str]] = [(value, path)]
     while stack:
         item, where = stack.pop()
-        if item is None or isinstance(item, (str, bool, int)):
+        if item is None or isinstance(item, (str, bool)):
             continue
+        if isinstance(item, int):
+            if -MAX_SAFE_INTEGER <= item <= MAX_SAFE_INTEGER:
+                continue
+            shown = (
+                str(item) if item.bit_length() <= 80 else f"an integer of {item.bit_length()} bits"
+            )
+            return (
+                f"{where} is {shown}, outside JSON's safe integer range ±(2**53 - 1); "
+                "send it as a string"
+            )
         if isinstance(item, float):
             if not math.isfinite(item):
                 return f"{where} is {item!r}; JSON has no NaN or infinity"

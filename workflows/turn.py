@@ -28,12 +28,11 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from collections import deque
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, assert_never
 
-from pydantic import ValidationError
 from temporalio import workflow
 from temporalio.common import (
     RetryPolicy,
@@ -43,6 +42,7 @@ from temporalio.common import (
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 from turncore import advance
+from turncore.elision import elide_event
 from turncore.errors import RejectedInputError
 from turncore.events import (
     CancelInput,
@@ -51,8 +51,8 @@ from turncore.events import (
     TurnEvent,
     TurnExternalInput,
     outcome_adapter,
-    parse_input,
 )
+from turncore.inputs import MAX_REJECTED_INPUTS, accept_input, rejection_record
 from turncore.reducer import ToolCallState, TurnReducer, TurnState
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
 from turncore.timestamps import format_ts
@@ -281,7 +281,7 @@ class TurnWorkflow:
             if workflow.all_handlers_finished():
                 break
         carried = dataclasses.replace(
-            self._input, cancel=None, rejected_inputs=self._flags.rejected[-50:]
+            self._input, cancel=None, rejected_inputs=self._flags.rejected[-MAX_REJECTED_INPUTS:]
         )
         workflow.continue_as_new(carried)
 
@@ -344,7 +344,10 @@ class TurnWorkflow:
             # was replayed after a crash): fold it with the file's timestamps.
             events = result.events
         for e in events:
-            self._reducer.apply(e)
+            # Large values stay in the file; the workflow keeps the elided copy a
+            # reload would give (DESIGN §5), so state queries and continue-as-new
+            # stay small.
+            self._reducer.apply(elide_event(e))
 
     def _saw(self, offset: int) -> None:
         self._seen_lines = max(self._seen_lines, offset)
@@ -541,8 +544,9 @@ class TurnWorkflow:
 
     # ---------------------------------------------------------------- inputs
 
-    def _enqueue(self, raw: Any, waiter: asyncio.Future[dict[str, Any]] | None) -> None:
-        parsed = parse_input(raw)
+    def _enqueue(
+        self, parsed: TurnExternalInput, waiter: asyncio.Future[dict[str, Any]] | None
+    ) -> None:
         if isinstance(parsed, CancelInput):
             if self._cancel is None:
                 self._cancel = parsed
@@ -553,33 +557,37 @@ class TurnWorkflow:
         self._queue.append(_Queued(parsed, waiter))
         self._wake()
 
-    def _signal(self, raw: Any) -> None:
+    def _signal(self, name: str, args: Sequence[Any]) -> None:
+        """A signal never raises: whatever it carries is applied or listed as rejected."""
         try:
-            parsed = parse_input(raw)
+            parsed = accept_input(name, args)
             if self._reducer is not None:
                 advance.check_input(self._state, parsed)
-        except (ValidationError, RejectedInputError) as exc:
-            self._reject(raw, exc)
+        except RejectedInputError as exc:
+            self._reject(name, args, str(exc))
             return
-        self._enqueue(raw, None)
+        self._enqueue(parsed, None)
 
-    def _reject(self, raw: Any, exc: Exception) -> None:
-        reason = _reason(exc)
-        workflow.logger.warning("rejected input %r: %s", raw, reason)
-        self._flags.rejected.append({"input": raw, "reason": reason, "at": _ts()})
+    def _reject(self, name: str, args: Sequence[Any], reason: str) -> None:
+        record = rejection_record(name, args, reason, _ts())
+        workflow.logger.warning("rejected input %s", record)
+        self._flags.rejected.append(record)
+        del self._flags.rejected[:-MAX_REJECTED_INPUTS]
 
-    def _validate(self, raw: Any) -> None:
-        try:
-            parsed = parse_input(raw)
-        except ValidationError as exc:
-            raise ValueError(_reason(exc)) from None
+    def _validate(self, name: str, args: Sequence[Any]) -> None:
+        parsed = accept_input(name, args)
         if self._reducer is not None:
             # Before the first load the input is checked when it is applied.
             advance.check_input(self._state, parsed)
 
-    async def _update(self, raw: Any) -> dict[str, Any]:
+    async def _update(self, name: str, args: Sequence[Any]) -> dict[str, Any]:
+        try:
+            # The validator accepted it; a replay (which skips validators) sees the same.
+            parsed = accept_input(name, args)
+        except RejectedInputError as exc:
+            raise rejection(str(exc)) from None
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
-        self._enqueue(raw, waiter)
+        self._enqueue(parsed, waiter)
         return await waiter
 
     async def _apply_input(self, queued: _Queued) -> None:
@@ -594,7 +602,7 @@ class TurnWorkflow:
             )
         except RejectedInputError as exc:
             # Valid when it arrived, stale (or unserviceable) by its turn in the queue.
-            self._reject(queued.input.to_wire(), exc)
+            self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
             if queued.waiter is not None and not queued.waiter.done():
                 queued.waiter.set_exception(rejection(str(exc)))
             return
@@ -611,24 +619,28 @@ class TurnWorkflow:
             # The turn left its settle point: Temporal Web shows it working again.
             workflow.upsert_search_attributes([TURN_STATUS.value_set("running")])
 
+    # Every handler takes *args: Temporal delivers whatever the sender passed
+    # (no payload, two, anything), and a handler that cannot bind its
+    # arguments would fail every workflow task of the turn.
+
     @workflow.signal(name="permission_decision")
-    def permission_decision_signal(self, input: Any) -> None:
-        self._signal(input)
+    def permission_decision_signal(self, *args: Any) -> None:
+        self._signal("permission_decision", args)
 
     @workflow.signal(name="async_tool_progress")
-    def async_tool_progress_signal(self, input: Any) -> None:
-        self._signal(input)
+    def async_tool_progress_signal(self, *args: Any) -> None:
+        self._signal("async_tool_progress", args)
 
     @workflow.signal(name="async_tool_result")
-    def async_tool_result_signal(self, input: Any) -> None:
-        self._signal(input)
+    def async_tool_result_signal(self, *args: Any) -> None:
+        self._signal("async_tool_result", args)
 
     @workflow.signal(name="cancel")
-    def cancel_signal(self, input: Any = None) -> None:
-        self._signal(input if input is not None else {"type": "cancel"})
+    def cancel_signal(self, *args: Any) -> None:
+        self._signal("cancel", args)
 
     @workflow.update(name="settle")
-    async def settle_update(self, input: Any = None) -> dict[str, Any]:
+    async def settle_update(self, *args: Any) -> dict[str, Any]:
         """The next settled outcome (now, if the turn is settled): advanceTurn with no input."""
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         outcome = self._outcome() if self._idle else None
@@ -638,36 +650,36 @@ class TurnWorkflow:
         return await waiter
 
     @workflow.update(name="permission_decision")
-    async def permission_decision_update(self, input: Any) -> dict[str, Any]:
-        return await self._update(input)
+    async def permission_decision_update(self, *args: Any) -> dict[str, Any]:
+        return await self._update("permission_decision", args)
 
     @permission_decision_update.validator
-    def _v_permission(self, input: Any) -> None:
-        self._validate(input)
+    def _v_permission(self, *args: Any) -> None:
+        self._validate("permission_decision", args)
 
     @workflow.update(name="async_tool_progress")
-    async def async_tool_progress_update(self, input: Any) -> dict[str, Any]:
-        return await self._update(input)
+    async def async_tool_progress_update(self, *args: Any) -> dict[str, Any]:
+        return await self._update("async_tool_progress", args)
 
     @async_tool_progress_update.validator
-    def _v_progress(self, input: Any) -> None:
-        self._validate(input)
+    def _v_progress(self, *args: Any) -> None:
+        self._validate("async_tool_progress", args)
 
     @workflow.update(name="async_tool_result")
-    async def async_tool_result_update(self, input: Any) -> dict[str, Any]:
-        return await self._update(input)
+    async def async_tool_result_update(self, *args: Any) -> dict[str, Any]:
+        return await self._update("async_tool_result", args)
 
     @async_tool_result_update.validator
-    def _v_result(self, input: Any) -> None:
-        self._validate(input)
+    def _v_result(self, *args: Any) -> None:
+        self._validate("async_tool_result", args)
 
     @workflow.update(name="cancel")
-    async def cancel_update(self, input: Any) -> dict[str, Any]:
-        return await self._update(input if input is not None else {"type": "cancel"})
+    async def cancel_update(self, *args: Any) -> dict[str, Any]:
+        return await self._update("cancel", args)
 
     @cancel_update.validator
-    def _v_cancel(self, input: Any) -> None:
-        self._validate(input if input is not None else {"type": "cancel"})
+    def _v_cancel(self, *args: Any) -> None:
+        self._validate("cancel", args)
 
     # --------------------------------------------------------------- queries
 
@@ -792,14 +804,6 @@ def _details(state: TurnState) -> str:
         f"awaiting result: {p.tool_name} ({p.tool_call_id})" for p in state.pending_async_tools()
     ]
     return "\n".join(lines)
-
-
-def _reason(exc: Exception) -> str:
-    if isinstance(exc, ValidationError):
-        first = exc.errors()[0]
-        loc = ".".join(str(p) for p in first["loc"])
-        return f"invalid input at {loc or '$'}: {first['msg']}"
-    return str(exc)
 
 
 __all__ = ["SEARCH_ATTRIBUTES", "TurnWorkflow", "TurnWorkflowInput"]
