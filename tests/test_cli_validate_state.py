@@ -90,6 +90,18 @@ def test_validate_a_missing_file(tmp_path: Path) -> None:
     assert r.stdout == f"{missing}: no such file\n"
 
 
+def test_validate_reports_a_fifo_instead_of_hanging_on_it(tmp_path: Path) -> None:
+    # Opening a FIFO for reading blocks until a writer comes; only regular files are read.
+    good = tmp_path / "good.jsonl"
+    good.write_bytes((ROOT / GOOD[0]).read_bytes())
+    fifo = tmp_path / "2025-11-11T04-36-29Z-0001234-000.jsonl"
+    os.mkfifo(fifo)
+    for given in (str(tmp_path), str(fifo)):
+        r = turns("validate", given)
+        assert r.returncode == 1
+        assert f"{fifo}: cannot be read: " in r.stdout and "not a regular file" in r.stdout
+
+
 def test_validate_files_written_by_hand(tmp_path: Path) -> None:
     h = History()
     h.request()

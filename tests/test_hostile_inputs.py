@@ -214,3 +214,30 @@ def test_turns_progress_data_keeps_a_huge_integer_exact_and_refuses_it() -> None
         AsyncToolProgressInput(tool_call_id="call_0_0", progress=value)
     with pytest.raises(argparse.ArgumentTypeError):
         _json_value("NaN")
+
+
+async def test_a_workflow_whose_id_is_not_its_turn_id_is_refused(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    from temporalio.client import WorkflowFailureError
+
+    from turncore_temporal.workflows import TurnWorkflow, TurnWorkflowInput
+
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        _script(),
+        tools=[async_tool("a")],
+        permissions={"external:a": "none"},
+    ) as h:
+        turn_id = await h.create("go")
+        before = h.repo.path_for(turn_id).read_bytes()
+        with pytest.raises(WorkflowFailureError) as info:
+            await h.client.execute_workflow(
+                TurnWorkflow.run,
+                TurnWorkflowInput(turn_id=turn_id),
+                id=f"not-{turn_id}",
+                task_queue=h.task_queue,
+            )
+        assert "must equal its turn id" in str(info.value.cause)
+        assert h.repo.path_for(turn_id).read_bytes() == before  # nothing was written

@@ -60,6 +60,7 @@ import gc
 import itertools
 import os
 import secrets
+import stat
 import threading
 import weakref
 from abc import ABC, abstractmethod
@@ -68,7 +69,7 @@ from collections.abc import Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol, get_args
+from typing import Any, BinaryIO, Protocol, get_args
 
 import orjson
 from pydantic import ValidationError
@@ -664,9 +665,26 @@ class _JsonlRepository(ABC):
 # ---------------------------------------------------------------- files
 
 
+def _open_regular(path: Path) -> BinaryIO:
+    """``path`` opened for reading, refusing anything but a regular file.
+
+    Opening a FIFO for reading would block until a writer came (``turns
+    validate DIR`` would hang on one named ``*.jsonl``), and a device could
+    stream forever; so open without blocking and check what was opened.
+    """
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        kind = "a FIFO" if stat.S_ISFIFO(st.st_mode) else "a directory or device"
+        raise OSError(errno.EINVAL, f"not a regular file ({kind})", str(path))
+    os.set_blocking(fd, True)
+    return os.fdopen(fd, "rb")
+
+
 def _read_shared(path: Path) -> tuple[Hashable, bytes]:
     """The file's identity and contents, read under a shared flock (never half a batch)."""
-    with open(path, "rb") as f:
+    with _open_regular(path) as f:
         fcntl.flock(f.fileno(), fcntl.LOCK_SH)
         st = os.fstat(f.fileno())
         return (st.st_dev, st.st_ino), f.read()
@@ -779,7 +797,7 @@ class FileTurnRepository(_JsonlRepository):
     def _load_from(self, turn_id: str, start: int) -> tuple[Hashable, bytes]:
         path = self.path_for(turn_id)
         try:
-            with open(path, "rb") as f:
+            with _open_regular(path) as f:
                 fcntl.flock(f.fileno(), fcntl.LOCK_SH)
                 st = os.fstat(f.fileno())
                 f.seek(start)

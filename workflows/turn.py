@@ -158,6 +158,15 @@ class TurnWorkflow:
     async def run(self, input: TurnWorkflowInput) -> dict[str, Any]:
         self._input = input
         self._turn_id = input.turn_id
+        workflow_id = workflow.info().workflow_id
+        if workflow_id != input.turn_id:
+            # One workflow per turn is what makes its appends serial: a second
+            # workflow under another id would race the first on the same file.
+            raise ApplicationError(
+                f"workflow id {workflow_id!r} must equal its turn id {input.turn_id!r}",
+                type="InvalidInputError",
+                non_retryable=True,
+            )
         if input.cancel is not None:
             self._cancel = CancelInput.model_validate(input.cancel)
         self._flags.rejected.extend(input.rejected_inputs)
