@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import asyncio
 import os
+import shutil
+import threading
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
@@ -236,3 +238,106 @@ def test_the_demo_answers_from_the_real_tool_result() -> None:
     assert demo_model(_request(user, assistant, denied)) == {
         "text": "The clock call did not succeed: Permission was denied."
     }
+
+
+# ---------------------------------------------------------------- symlink races
+
+
+class _Flipper:
+    """Flips ``path`` between a regular file (or directory) and a symlink to ``outside``,
+    atomically (rename over it), as fast as it can, in a thread."""
+
+    def __init__(self, path: Path, outside: Path, *, directory: bool = False) -> None:
+        self.path, self.outside, self.directory = path, outside, directory
+        self.stop = threading.Event()
+        self.flips = 0
+        self.thread = threading.Thread(target=self._run, daemon=True)
+
+    def _run(self) -> None:
+        spare = self.path.with_name(self.path.name + ".spare")
+        while not self.stop.is_set():
+            for make in (self._real, self._link):
+                make(spare)
+                os.replace(spare, self.path) if not self.directory else self._swap(spare)
+                self.flips += 1
+
+    def _real(self, spare: Path) -> None:
+        if self.directory:
+            spare.mkdir()
+            (spare / "inside.txt").write_text("inside")
+        else:
+            spare.write_text("inside")
+
+    def _link(self, spare: Path) -> None:
+        os.symlink(self.outside, spare)
+
+    def _swap(self, spare: Path) -> None:
+        # A directory cannot be renamed over a non-empty one: move the old away first.
+        old = self.path.with_name(self.path.name + ".old")
+        if self.path.is_symlink() or self.path.exists():
+            os.rename(self.path, old)
+        os.rename(spare, self.path)
+        if old.is_symlink():
+            old.unlink()
+        elif old.exists():
+            shutil.rmtree(old)
+
+    def __enter__(self) -> _Flipper:
+        self._real(self.path.with_name(self.path.name + ".spare"))
+        os.replace(self.path.with_name(self.path.name + ".spare"), self.path)
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop.set()
+        self.thread.join()
+
+
+def test_read_file_never_follows_a_link_swapped_in_meanwhile(
+    tools: dict[str, ToolFunction], tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.txt"
+    with _Flipper(tmp_path / "ws" / "race.txt", secret) as flipper:
+        outputs = [call(tools["read_file"], {"path": "race.txt"}).output for _ in range(300)]
+    assert flipper.flips > 50
+    leaked = [o for o in outputs if isinstance(o, dict) and o["content"] == secret.read_text()]
+    assert leaked == []
+    assert any(isinstance(o, dict) and o["content"] == "inside" for o in outputs)
+
+
+def test_write_file_never_follows_a_link_swapped_in_meanwhile(
+    tools: dict[str, ToolFunction], tmp_path: Path
+) -> None:
+    secret = tmp_path / "secret.txt"
+    before = secret.read_text()
+    with _Flipper(tmp_path / "ws" / "race.txt", secret) as flipper:
+        for _ in range(300):
+            call(tools["write_file"], {"path": "race.txt", "content": "overwritten"})
+    assert flipper.flips > 50
+    assert secret.read_text() == before
+
+
+def test_list_dir_never_follows_a_link_swapped_in_meanwhile(
+    tools: dict[str, ToolFunction], tmp_path: Path
+) -> None:
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "private.key").write_text("k")
+    with _Flipper(tmp_path / "ws" / "d", outside, directory=True) as flipper:
+        listed = [call(tools["list_dir"], {"path": "d"}).output for _ in range(300)]
+        # The same through an intermediate component.
+        read = [call(tools["read_file"], {"path": "d/private.key"}).output for _ in range(300)]
+    assert flipper.flips > 50
+    names = {e["name"] for o in listed if isinstance(o, dict) for e in o["entries"]}
+    assert "private.key" not in names and "inside.txt" in names
+    assert [o for o in read if isinstance(o, dict)] == []  # never found through the link
+
+
+def test_a_link_inside_the_workspace_is_not_followed_either(
+    tools: dict[str, ToolFunction], tmp_path: Path
+) -> None:
+    os.symlink(tmp_path / "ws" / "a.txt", tmp_path / "ws" / "alias")
+    r = call(tools["read_file"], {"path": "alias"})
+    assert r.is_error and "symbolic link" in str(r.output)
+    entries = call(tools["list_dir"], {}).output["entries"]  # type: ignore[index]
+    assert {"name": "alias", "type": "link"} in entries

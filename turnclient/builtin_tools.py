@@ -3,8 +3,11 @@
 Each is a plain function ``fn(input, context)`` wrapped in a ``FunctionTool``
 (``ask_human`` is async: it has no implementation, a human answers it with
 ``turns complete``). File tools are confined to one directory, the
-workspace: a path that resolves outside it — through ``..``, an absolute
-path or a symlink — is refused with an error result, never followed.
+workspace: a path that leads outside it through ``..`` or an absolute path
+is refused with an error result, and symbolic links are never followed at
+all. Every component is opened relative to its directory with
+``O_NOFOLLOW``, so a link swapped in while a tool runs (a race against a
+concurrent writer) fails the call instead of leading elsewhere.
 
 A tool's problem (a bad argument, a refused path, an unreachable URL) is an
 error *result* the model can read and correct (§21.2), not an exception.
@@ -13,10 +16,12 @@ error *result* the model can read and correct (§21.2), not an exception.
 from __future__ import annotations
 
 import ast
+import errno
 import inspect
 import math
 import operator
 import os
+import stat
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -288,17 +293,23 @@ def calculator_tool() -> ToolFunction:
 
 
 def confine(root: Path, given: Any) -> Path:
-    """``given`` resolved inside ``root`` (following symlinks), or a ToolProblem."""
+    """``given`` as a path inside ``root``, normalised without touching the disk.
+
+    ``..`` is resolved by name; a path that leaves the workspace that way, or
+    an absolute path elsewhere, is a ToolProblem. Symlinks are not looked at
+    here: the tools open every component with ``O_NOFOLLOW`` (``_open_in``),
+    so a link is refused when it is met, even one swapped in after this check.
+    """
     if not isinstance(given, str) or not given.strip():
         raise ToolProblem("'path' must be a non-empty string")
     if "\0" in given:
         raise ToolProblem("'path' must not contain NUL")
     base = root.resolve()
     candidate = Path(given)
-    resolved = (candidate if candidate.is_absolute() else base / candidate).resolve()
-    if resolved != base and base not in resolved.parents:
+    full = Path(os.path.normpath(candidate if candidate.is_absolute() else base / candidate))
+    if full != base and base not in full.parents:
         raise ToolProblem(f"{given!r} is outside the workspace; only paths inside it are allowed")
-    return resolved
+    return full
 
 
 def _relative(root: Path, path: Path) -> str:
@@ -306,14 +317,89 @@ def _relative(root: Path, path: Path) -> str:
     return str(rel) if str(rel) != "." else "."
 
 
+_DIR = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+
+
+def _link_problem(root: Path, path: Path) -> ToolProblem:
+    return ToolProblem(
+        f"{_relative(root, path)} is a symbolic link; links are never followed "
+        "(one could lead outside the workspace)"
+    )
+
+
+def _open_in(
+    root: Path, path: Path, flags: int, *, mode: int = 0o644, make_parents: bool = False
+) -> int:
+    """Open ``path`` (from ``confine``) one component at a time, following no symlink.
+
+    Each directory is opened relative to the one before with ``O_NOFOLLOW``,
+    so a component that is (or becomes, while we walk) a symlink fails
+    instead of leading out of the workspace. The final component is opened
+    with ``flags | O_NOFOLLOW`` and the caller checks what it got with
+    ``fstat``. Returns the descriptor; the caller closes it.
+    """
+    base = root.resolve()
+    parts = path.relative_to(base).parts
+    fd = os.open(base, _DIR)
+    try:
+        walked = base
+        for i, part in enumerate(parts):
+            walked = walked / part
+            last = i == len(parts) - 1
+            try:
+                if last:
+                    new = os.open(part, flags | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=fd)
+                else:
+                    try:
+                        new = os.open(part, _DIR, dir_fd=fd)
+                    except FileNotFoundError:
+                        if not make_parents:
+                            raise
+                        os.mkdir(part, 0o755, dir_fd=fd)
+                        new = os.open(part, _DIR, dir_fd=fd)
+            except FileExistsError:
+                raise  # O_EXCL: the caller decides
+            except OSError as exc:
+                if exc.errno == errno.ELOOP or _is_link(part, fd):
+                    raise _link_problem(root, walked) from None
+                if isinstance(exc, FileNotFoundError):
+                    raise ToolProblem(f"{_relative(root, walked)} does not exist") from None
+                if exc.errno == errno.ENOTDIR:
+                    raise ToolProblem(f"{_relative(root, walked)} is not a directory") from None
+                if isinstance(exc, IsADirectoryError):
+                    raise ToolProblem(f"{_relative(root, walked)} is a directory") from None
+                raise ToolProblem(f"{_relative(root, walked)}: {exc.strerror}") from None
+            os.close(fd)
+            fd = new
+        if not parts:
+            # The workspace itself: open it the same way callers expect.
+            new = os.open(base, flags | os.O_CLOEXEC)
+            os.close(fd)
+            fd = new
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _is_link(name: str, dir_fd: int) -> bool:
+    try:
+        return stat.S_ISLNK(os.stat(name, dir_fd=dir_fd, follow_symlinks=False).st_mode)
+    except OSError:
+        return False
+
+
 def read_file_tool(root: Path) -> ToolFunction:
     def read_file(input: Any, context: ToolContext) -> Any:
         path = confine(root, _field(input, "path", str))
-        if not path.exists():
-            raise ToolProblem(f"{_relative(root, path)} does not exist")
-        if not path.is_file():
+        # O_NONBLOCK: a FIFO must not hang the tool; only regular files are read.
+        fd = _open_in(root, path, os.O_RDONLY | os.O_NONBLOCK)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode):
+            os.close(fd)
             raise ToolProblem(f"{_relative(root, path)} is not a file")
-        with open(path, "rb") as f:
+        os.set_blocking(fd, True)
+        with os.fdopen(fd, "rb") as f:
             data = f.read(MAX_READ_BYTES + 1)
         truncated = len(data) > MAX_READ_BYTES
         data = data[:MAX_READ_BYTES]
@@ -321,7 +407,7 @@ def read_file_tool(root: Path) -> ToolFunction:
             raise ToolProblem(f"{_relative(root, path)} is a binary file")
         return {
             "path": _relative(root, path),
-            "size": path.stat().st_size,
+            "size": st.st_size,
             "content": data.decode("utf-8", errors="replace"),
             "truncated": truncated,
         }
@@ -332,24 +418,36 @@ def read_file_tool(root: Path) -> ToolFunction:
 def list_dir_tool(root: Path) -> ToolFunction:
     def list_dir(input: Any, context: ToolContext) -> Any:
         path = confine(root, _field(input, "path", str, ".", required=False))
-        if not path.is_dir():
-            raise ToolProblem(f"{_relative(root, path)} is not a directory")
-        entries: list[dict[str, Any]] = []
-        names = sorted(os.listdir(path))
-        for name in names[:MAX_LIST_ENTRIES]:
-            full = path / name
-            if full.is_symlink():
-                kind = "link"
-            elif full.is_dir():
-                kind = "dir"
-            elif full.is_file():
-                kind = "file"
-            else:
-                kind = "other"
-            entry: dict[str, Any] = {"name": name, "type": kind}
-            if kind == "file":
-                entry["size"] = full.stat().st_size
-            entries.append(entry)
+        try:
+            fd = _open_in(root, path, os.O_RDONLY | os.O_DIRECTORY)
+        except ToolProblem as problem:
+            if "does not exist" in str(problem) or "symbolic link" in str(problem):
+                raise
+            raise ToolProblem(f"{_relative(root, path)} is not a directory") from None
+        try:
+            entries: list[dict[str, Any]] = []
+            names = sorted(os.listdir(fd))
+            for name in names[:MAX_LIST_ENTRIES]:
+                # Entries are examined relative to the opened directory, without
+                # following links, so a swapped-in link is shown as a link.
+                try:
+                    st = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                except FileNotFoundError:
+                    continue  # removed since listdir: it is no longer there to list
+                if stat.S_ISLNK(st.st_mode):
+                    kind = "link"
+                elif stat.S_ISDIR(st.st_mode):
+                    kind = "dir"
+                elif stat.S_ISREG(st.st_mode):
+                    kind = "file"
+                else:
+                    kind = "other"
+                entry: dict[str, Any] = {"name": name, "type": kind}
+                if kind == "file":
+                    entry["size"] = st.st_size
+                entries.append(entry)
+        finally:
+            os.close(fd)
         return {
             "path": _relative(root, path),
             "entries": entries,
@@ -364,16 +462,28 @@ def write_file_tool(root: Path) -> ToolFunction:
         path = confine(root, _field(input, "path", str))
         content = _field(input, "content", str)
         append = _field(input, "append", bool, False, required=False)
-        if path == root.resolve() or path.is_dir():
+        if path == root.resolve():
             raise ToolProblem(f"{_relative(root, path)} is a directory")
-        existed = path.exists()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a" if append else "w", encoding="utf-8") as f:
-            f.write(content)
+        # O_NONBLOCK: opening a FIFO for writing fails at once instead of waiting.
+        flags = os.O_WRONLY | os.O_NONBLOCK
+        try:
+            fd = _open_in(root, path, flags | os.O_CREAT | os.O_EXCL, make_parents=True)
+            created = True
+        except FileExistsError:
+            fd = _open_in(root, path, flags | (os.O_APPEND if append else 0))
+            created = False
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            os.close(fd)
+            raise ToolProblem(f"{_relative(root, path)} is not a regular file")
+        os.set_blocking(fd, True)
+        if not append:
+            os.ftruncate(fd, 0)  # only now that it is known to be a regular file
+        with os.fdopen(fd, "wb") as f:
+            f.write(content.encode("utf-8"))
         return {
             "path": _relative(root, path),
             "bytes": len(content.encode("utf-8")),
-            "created": not existed,
+            "created": created,
             "appended": append,
         }
 
