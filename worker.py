@@ -15,6 +15,7 @@ import contextlib
 import logging
 import os
 import signal
+import sys
 from collections.abc import AsyncIterator, Callable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
@@ -23,6 +24,7 @@ from temporalio.client import Client
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from turnclient.embedded import is_server_process
 from turnclient.runtime import Runtime, Temporal, temporal
 from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
@@ -135,27 +137,71 @@ async def run_worker(
     worker: bool = True,
     graceful_shutdown: timedelta = timedelta(seconds=30),
 ) -> None:
-    """Serve turns until SIGINT or SIGTERM (``turns worker``, ``turns dev``, ``worker.py``)."""
+    """Serve turns until SIGINT or SIGTERM (``turns worker``, ``turns dev``, ``worker.py``).
+
+    On the embedded server, a server that dies (killed, crashed) is noticed
+    within a second: the worker is stopped, the command leaves the dead
+    server and joins again, which starts a new server on the same database
+    under the embedded lock (never two), and serves that. ``on_ready`` is
+    called again each time. Without this the worker would poll a dead port
+    while the next command started a second server nobody served.
+    """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
     try:
-        async with temporal(runtime.work_dir, env=env, ui=ui, ui_port=ui_port, port=port) as conn:
-            if worker:
-                async with serving(runtime, conn.client, graceful_shutdown=graceful_shutdown):
-                    if on_ready is not None:
-                        on_ready(conn)
-                    await stop.wait()
-            else:
-                if on_ready is not None:
-                    on_ready(conn)
-                await stop.wait()
+        while not stop.is_set():
+            lost: str | None = None
+            try:
+                async with temporal(
+                    runtime.work_dir, env=env, ui=ui, ui_port=ui_port, port=port
+                ) as conn:
+                    async with (
+                        serving(runtime, conn.client, graceful_shutdown=graceful_shutdown)
+                        if worker
+                        else contextlib.nullcontext()
+                    ):
+                        if on_ready is not None:
+                            on_ready(conn)
+                        lost = await _until_stopped_or_lost(conn, stop)
+            except RuntimeError as exc:
+                # A worker that lost its server as it started fails its start-up
+                # check; that is the loss we handle, anything else is raised.
+                if lost is None:
+                    raise
+                log.info("the worker ended with its server: %s", exc)
+            if lost is None:
+                return
+            message = f"{lost}; starting a new one on the same database"
+            log.warning("%s", message)
+            print(message, file=sys.stderr, flush=True)
+            await asyncio.sleep(_RESTART_PAUSE)
     finally:
         for sig in (signal.SIGINT, signal.SIGTERM):
             with contextlib.suppress(NotImplementedError, RuntimeError):
                 loop.remove_signal_handler(sig)
+
+
+_RESTART_PAUSE = 0.5
+"""Between losing the embedded server and starting another (a server that dies at
+once again is not restarted in a tight loop)."""
+
+
+async def _until_stopped_or_lost(conn: Temporal, stop: asyncio.Event) -> str | None:
+    """Wait for ``stop``; None then. On the embedded server, return why it was lost if it died."""
+    server = conn.server
+    info = server.info if server is not None else None
+    while not stop.is_set():
+        if info is not None and not is_server_process(info.pid, info.db):
+            return f"the embedded Temporal server (pid {info.pid}) died"
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(stop.wait(), timeout=_WATCH_INTERVAL)
+    return None
+
+
+_WATCH_INTERVAL = 0.5
 
 
 async def run_worker_from_env() -> None:

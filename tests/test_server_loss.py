@@ -1,0 +1,90 @@
+"""`turns dev` and `turns worker` notice their embedded server dying (issue 9 §6).
+
+The server is SIGKILLed under a running `turns worker`: the command starts a
+new one on the same database (under the lock, so never two), serves it, and
+a `turns run --no-worker` afterwards is served by that worker instead of
+hanging.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import IO
+
+import pytest
+
+from tests.test_cli_turns import environment, home, kill_stragglers  # noqa: F401
+from turnclient.embedded import is_server_process, servers_on
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def _next_json(stream: IO[str]) -> dict[str, object]:
+    text = ""
+    for line in stream:
+        if not text and line != "{\n":
+            continue  # the SDK core's own log lines (retries against the dead port)
+        text += line
+        if line.startswith("}"):
+            try:
+                return json.loads(text)  # type: ignore[no-any-return]
+            except ValueError:
+                raise AssertionError(f"not JSON: {text!r}") from None
+    raise AssertionError(f"the command ended before printing JSON: {text!r}")
+
+
+@pytest.mark.parametrize("command", [["worker"], ["dev", "--ui-port", "0"]])
+def test_a_killed_embedded_server_is_replaced_on_the_same_database(
+    home: Path,  # noqa: F811
+    command: list[str],
+) -> None:
+    home.mkdir(parents=True)
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turnclient.cli", *command, "--json"],
+        cwd=home.parent,
+        env=environment(home),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdout is not None and proc.stderr is not None
+    try:
+        first = _next_json(proc.stdout)
+        state = json.loads((home / "temporal" / "server.json").read_text())
+        db = state["db"]
+        os.kill(state["pid"], signal.SIGKILL)
+        second = _next_json(proc.stdout)  # ready again, on a new server
+        assert second["address"] != first["address"]
+        assert servers_on(db) and len(servers_on(db)) == 1  # one server per database
+        new = json.loads((home / "temporal" / "server.json").read_text())
+        assert new["pid"] != state["pid"] and is_server_process(new["pid"], db)
+        r = subprocess.run(
+            [sys.executable, "-m", "turnclient.cli", "run", "--no-worker", "What time is it?"],
+            cwd=home.parent,
+            env=environment(home),
+            capture_output=True,
+            text=True,
+            timeout=120,
+        )
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert "✔ completed" in r.stdout
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=60)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    err = proc.stderr.read()
+    assert proc.returncode == 0, err
+    assert "embedded Temporal server" in err and "died" in err
+    deadline = time.monotonic() + 30
+    while servers_on(db) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert servers_on(db) == []
