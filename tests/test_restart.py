@@ -119,3 +119,72 @@ async def test_terminated_workflow_resumes_from_the_file(
         )
         assert done.status == "completed"
         await h.assert_file_matches_query(turn_id)
+
+
+async def test_the_client_rides_out_a_server_restart(tmp_path: Path) -> None:
+    # issue 9 §7: transport errors and update-poll timeouts are retried inside
+    # the client (the update is idempotent by its id) until a deadline.
+    import asyncio
+
+    from turnclient.embedded import free_port
+
+    db = tmp_path / "temporal.db"
+    port = free_port()
+
+    async def server() -> WorkflowEnvironment:
+        return await WorkflowEnvironment.start_local(
+            dev_server_existing_path=find_temporal_cli(),
+            dev_server_database_filename=str(db),
+            search_attributes=SEARCH_ATTRIBUTES,
+            dev_server_log_level="error",
+            port=port,
+        )
+
+    env = await server()
+    h = harness(env, tmp_path)
+    try:
+        async with h:
+            turn_id, outcome = await h.run("write it")
+            assert outcome.status == "suspended"
+            await env.shutdown()  # the server goes away under a live client and worker
+            sending = asyncio.ensure_future(
+                h.send(
+                    turn_id,
+                    {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"},
+                )
+            )
+            # Longer than the SDK's own few retries: the client meets "connection
+            # refused" again and again meanwhile.
+            await asyncio.sleep(20.0)
+            assert not sending.done(), sending
+            env = await server()  # back, on the same port and database
+            done = await asyncio.wait_for(sending, 120)
+            assert done.status == "completed"
+            assert h.types(turn_id).count("tool_permission_resolved") == 1
+            await h.assert_file_matches_query(turn_id)
+    finally:
+        await env.shutdown()
+
+
+async def test_a_server_that_stays_away_gives_a_typed_error_after_the_deadline(
+    tmp_path: Path,
+) -> None:
+    from turnclient.api import TurnClient
+    from turncore.errors import InfrastructureError
+
+    env = await _server(tmp_path / "temporal.db")
+    try:
+        async with harness(env, tmp_path) as h:
+            turn_id, _ = await h.run("write it")
+            await env.shutdown()
+            client = TurnClient(
+                env.client, h.repo, h.resolver, task_queue=h.task_queue, rpc_deadline_seconds=3.0
+            )
+            try:
+                await client.recover(turn_id)
+            except InfrastructureError as exc:
+                assert "did not answer" in str(exc)
+            else:
+                raise AssertionError("recover succeeded without a server")
+    finally:
+        await env.shutdown()

@@ -10,10 +10,12 @@ events for the turn to progress. ``get_turn`` only reads.
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Callable
+import functools
+import uuid
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, TypeVar
 
 from temporalio.client import (
     Client,
@@ -21,6 +23,7 @@ from temporalio.client import (
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateRPCTimeoutOrCancelledError,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -62,6 +65,27 @@ from .summary import message_preview
 
 INPUT_PREVIEW = 200
 """Longest input preview in a turn's memo, in characters."""
+
+
+_T = TypeVar("_T")
+
+_TRANSIENT = {
+    RPCStatusCode.UNAVAILABLE,  # "tcp connect error": the server restarts or is not up yet
+    RPCStatusCode.DEADLINE_EXCEEDED,  # "Timeout expired" on a busy host
+    RPCStatusCode.CANCELLED,
+    RPCStatusCode.RESOURCE_EXHAUSTED,
+    RPCStatusCode.UNKNOWN,
+}
+"""RPC failures that say nothing about the request, only that Temporal did not answer it."""
+
+RPC_DEADLINE_SECONDS = 300.0
+"""How long a run of transient RPC failures is retried before the caller gets an error."""
+
+
+def _transient(exc: BaseException) -> bool:
+    if isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError):
+        return True  # the update's poll ended, not the update: poll again (same id)
+    return isinstance(exc, RPCError) and exc.status in _TRANSIENT
 
 
 def iso_now() -> str:
@@ -132,6 +156,7 @@ class TurnClient:
         hub: LiveHub | None = None,
         tail_interval: float = 0.05,
         workflow_options: dict[str, Any] | None = None,
+        rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
     ) -> None:
         self._client = client
         self._repo = repository
@@ -143,6 +168,31 @@ class TurnClient:
         self._tail_interval = tail_interval
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
+        self._rpc_deadline = rpc_deadline_seconds
+
+    async def _retrying(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
+        """``call()``, retried with backoff while Temporal fails transiently.
+
+        Every request made here is safe to repeat: starts use the turn id
+        with USE_EXISTING, updates carry an id the server deduplicates, and
+        the rest only read. After ``rpc_deadline_seconds`` of failures in a
+        row the caller gets an ``InfrastructureError``, never a raw RPCError.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._rpc_deadline
+        delay = 0.1
+        while True:
+            try:
+                return await call()
+            except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
+                if not _transient(exc):
+                    raise
+                if loop.time() + delay > deadline:
+                    raise InfrastructureError(
+                        f"{what}: Temporal did not answer within {self._rpc_deadline:g} s ({exc})"
+                    ) from None
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 2.0)
 
     @property
     def repository(self) -> TurnRepository:
@@ -258,13 +308,21 @@ class TurnClient:
         deadline = asyncio.get_running_loop().time() + 60.0
         while True:
             handle = self._client.get_workflow_handle(turn_id)
+            # One id per delivery: a retry after a lost answer attaches to the
+            # same update instead of applying the input twice.
+            update_id = f"{name}-{uuid.uuid4()}"
             try:
-                raw: dict[str, Any] = await handle.execute_update(name, arg)
+                raw: dict[str, Any] = await self._retrying(
+                    f"{name} for turn {turn_id}",
+                    functools.partial(handle.execute_update, name, arg, id=update_id),
+                )
             except WorkflowUpdateFailedError as exc:
                 raise update_refusal(exc.cause, str(exc)) from None
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND and "aborted" not in exc.message:
-                    raise
+                    raise InfrastructureError(
+                        f"{name} for turn {turn_id}: Temporal refused it: {exc}"
+                    ) from exc
                 closed = await self._closed_outcome(turn_id)
                 if closed is not None:
                     if name != "settle":
@@ -286,14 +344,16 @@ class TurnClient:
     async def _closed_outcome(self, turn_id: str) -> dict[str, Any] | None:
         """The outcome of the turn's closed latest run; None if a run is running."""
         handle = self._client.get_workflow_handle(turn_id)
-        desc = await handle.describe()
+        desc = await self._retrying(f"describing turn {turn_id}", handle.describe)
         if desc.status in (
             WorkflowExecutionStatus.RUNNING,
             WorkflowExecutionStatus.CONTINUED_AS_NEW,
         ):
             return None
         try:
-            result: dict[str, Any] = await handle.result(follow_runs=False)
+            result: dict[str, Any] = await self._retrying(
+                f"the outcome of turn {turn_id}", lambda: handle.result(follow_runs=False)
+            )
         except WorkflowFailureError as failure:
             cause = failure.cause
             raise run_failure(
@@ -313,21 +373,27 @@ class TurnClient:
         """
         if cancel is not None:
             try:
-                desc = await self._client.get_workflow_handle(turn_id).describe()
+                desc = await self._retrying(
+                    f"describing turn {turn_id}",
+                    self._client.get_workflow_handle(turn_id).describe,
+                )
                 if desc.status == WorkflowExecutionStatus.RUNNING:
                     return False
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND:
                     raise
-        await self._client.start_workflow(
-            TurnWorkflow.run,
-            TurnWorkflowInput(turn_id=turn_id, cancel=cancel, **self._workflow_options),
-            id=turn_id,
-            task_queue=self._task_queue,
-            id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-            id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
-            request_eager_start=True,
-            **start_details(definition),
+        await self._retrying(
+            f"starting the workflow of turn {turn_id}",
+            lambda: self._client.start_workflow(
+                TurnWorkflow.run,
+                TurnWorkflowInput(turn_id=turn_id, cancel=cancel, **self._workflow_options),
+                id=turn_id,
+                task_queue=self._task_queue,
+                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                request_eager_start=True,
+                **start_details(definition),
+            ),
         )
         return cancel is not None
 
