@@ -94,7 +94,7 @@ def dependencies(work: Path, *, delay: float) -> TurnDependencies:
 
     async def slow(value: Any, ctx: ToolContext) -> Any:
         with executions.open("a") as f:
-            f.write(f"{ctx.tool_call_id} {os.getpid()}\n")
+            f.write(f"{ctx.tool_call_id} {os.getpid()} {ctx.turn_id}\n")
         await asyncio.sleep(
             float(value.get("seconds", 0)) + float(os.environ.get("SLOW_TOOL_SECONDS", "0"))
         )
