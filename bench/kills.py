@@ -9,7 +9,7 @@ run on their own (model → sync tool → model), half need a permission that
 the driver grants once the turn is suspended. Meanwhile it SIGKILLs a worker
 (and starts a fresh one) ``--worker-kills`` times and the server (and starts
 it again on the same database and port) ``--server-kills`` times, spread
-over the run.
+over the run by progress: the i-th kill when i/(kills+1) of the turns are done.
 
 At the end every turn file must validate and be completed, and it prints
 one JSON object: the counts, the kills, wall time, and the three numbers
@@ -152,9 +152,15 @@ async def _drive(client: TurnClient, turn_id: str, guarded: bool, errors: Counte
         except TurnError as exc:
             # A typed error (the turn's run failed, or a decision met a workflow
             # still replaying after a kill): counted, and the turn is asked again.
-            errors[type(exc).__name__] += 1
+            errors[f"{type(exc).__name__}: {_gist(str(exc))}"] += 1
         await asyncio.sleep(0.5)
     return "timeout"
+
+
+def _gist(message: str) -> str:
+    """The message without the turn id and call details, so equal causes count together."""
+    words = [w for w in message.split() if not w[:4].isdigit()]
+    return " ".join(words)[:120]
 
 
 def _check_files(repo: FileTurnRepository, turn_ids: list[str]) -> dict[str, int]:
@@ -229,18 +235,34 @@ async def run_kills(
     errors: Counter[str] = Counter()
     gate = asyncio.Semaphore(concurrency)
 
+    finished = 0
+    progressed = asyncio.Event()
+
     async def one(turn_id: str, guarded: bool) -> str:
+        nonlocal finished
         async with gate:
-            return await _drive(client, turn_id, guarded, errors)
+            status = await _drive(client, turn_id, guarded, errors)
+        finished += 1
+        progressed.set()
+        return status
 
     driving = asyncio.gather(*(one(t, g) for t, g in zip(turn_ids, kinds, strict=True)))
     plan = ["worker"] * worker_kills + ["server"] * server_kills
     rng.shuffle(plan)
     done_kills: list[dict[str, Any]] = []
-    for kind in plan:
-        await asyncio.wait([driving], timeout=rng.uniform(2.0, 5.0))
+    for i, kind in enumerate(plan):
+        # Kills are spread over the run by progress (not by the clock, which
+        # differs from machine to machine): the i-th when i/(kills+1) of the
+        # turns have finished, so every kill lands while turns are in flight.
+        threshold = (i + 1) * turns // (len(plan) + 1)
+        while finished < threshold and not driving.done():
+            progressed.clear()
+            waiting = asyncio.ensure_future(progressed.wait())
+            await asyncio.wait([driving, waiting], return_when=asyncio.FIRST_COMPLETED)
+            waiting.cancel()
         if driving.done():
             break
+        await asyncio.sleep(rng.uniform(0.0, 0.5))
         at = round(time.monotonic() - started, 1)
         if kind == "worker":
             pool.kill_one(rng)
