@@ -188,3 +188,27 @@ async def test_a_server_that_stays_away_gives_a_typed_error_after_the_deadline(
                 raise AssertionError("recover succeeded without a server")
     finally:
         await env.shutdown()
+
+
+def test_which_rpc_failures_the_client_retries() -> None:
+    from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
+    from temporalio.service import RPCError, RPCStatusCode
+
+    from turnclient.api import _transient
+
+    def rpc(status: RPCStatusCode, message: str) -> RPCError:
+        return RPCError(message, status, b"")
+
+    assert _transient(rpc(RPCStatusCode.UNAVAILABLE, "tcp connect error"))
+    assert _transient(rpc(RPCStatusCode.DEADLINE_EXCEEDED, "Timeout expired"))
+    assert _transient(WorkflowUpdateRPCTimeoutOrCancelledError())
+    # Seen under load with kills: a workflow task being retried after its worker died.
+    assert _transient(
+        rpc(
+            RPCStatusCode.FAILED_PRECONDITION,
+            "Unable to perform workflow execution update due to Workflow Task in failed state.",
+        )
+    )
+    assert not _transient(rpc(RPCStatusCode.FAILED_PRECONDITION, "something else"))
+    assert not _transient(rpc(RPCStatusCode.INVALID_ARGUMENT, "bad request"))
+    assert not _transient(rpc(RPCStatusCode.NOT_FOUND, "workflow not found"))

@@ -82,10 +82,19 @@ RPC_DEADLINE_SECONDS = 300.0
 """How long a run of transient RPC failures is retried before the caller gets an error."""
 
 
+_WFT_RETRYING = "Workflow Task in failed state"
+"""Temporal refuses updates while a workflow task is being retried, as after a worker
+died holding it; the next worker's attempt clears it."""
+
+
 def _transient(exc: BaseException) -> bool:
     if isinstance(exc, WorkflowUpdateRPCTimeoutOrCancelledError):
         return True  # the update's poll ended, not the update: poll again (same id)
-    return isinstance(exc, RPCError) and exc.status in _TRANSIENT
+    if not isinstance(exc, RPCError):
+        return False
+    return exc.status in _TRANSIENT or (
+        exc.status == RPCStatusCode.FAILED_PRECONDITION and _WFT_RETRYING in exc.message
+    )
 
 
 def iso_now() -> str:
