@@ -70,7 +70,7 @@ INTERRUPTED = "Tool execution was interrupted; its outcome is unknown and it was
 _scalars = (
     st.none()
     | st.booleans()
-    | st.integers(min_value=-(2**53), max_value=2**53)
+    | st.integers(min_value=-(2**53 - 1), max_value=2**53 - 1)  # JSON's safe range
     | st.floats(allow_nan=False, allow_infinity=False)
     | st.text(st.characters(blacklist_categories=("Cs",)), max_size=12)
 )

@@ -4,6 +4,8 @@ deliberate behaviour changes, then re-record with `python -m tests.replay.record
 
 from __future__ import annotations
 
+import base64
+import json
 from pathlib import Path
 
 import pytest
@@ -35,9 +37,16 @@ def test_histories_are_committed() -> None:
     } <= stems
 
 
+def _turn_id(text: str) -> str:
+    """The recorded run's turn id (its workflow id too: a Turn workflow runs under its turn id)."""
+    started = json.loads(text)["events"][0]["workflowExecutionStartedEventAttributes"]
+    return str(json.loads(base64.b64decode(started["input"]["payloads"][0]["data"]))["turn_id"])
+
+
 @pytest.mark.parametrize("path", HISTORIES, ids=[p.stem for p in HISTORIES])
 async def test_history_replays(path: Path) -> None:
-    history = WorkflowHistory.from_json(path.stem, path.read_text())
+    text = path.read_text()
+    history = WorkflowHistory.from_json(_turn_id(text), text)
     replayer = Replayer(
         workflows=[TurnWorkflow], workflow_runner=workflow_runner(), data_converter=DATA_CONVERTER
     )
