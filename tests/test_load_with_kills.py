@@ -5,7 +5,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import pytest
+
 from bench.kills import run_kills
+
+pytestmark = pytest.mark.temporal  # starts its own dev server
 
 
 async def test_turns_survive_worker_and_server_kills(tmp_path: Path) -> None:
