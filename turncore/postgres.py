@@ -1,0 +1,547 @@
+"""Turn logs in PostgreSQL, with the file repository's exact contract (DESIGN §3).
+
+Theory of operation
+-------------------
+A turn is a row of ``turns`` (its id, and a ``generation`` number fixed when
+the row is created) plus one row of ``turn_events`` per line of its JSONL
+log: the line's exact text without its newline, its 1-based ``seq`` and its
+byte position ``pos`` in the JSONL form. Concatenating the lines in ``seq``
+order, each followed by a newline, gives byte for byte the file the file
+repository would hold. Everything above the bytes (strict parsing with
+``line N`` errors, the reducer gate, idempotent retries, the prefix cache,
+follower offsets) is the shared ``_JsonlRepository``; this module only
+stores and loads bytes, as the file and memory repositories do.
+
+Serialization across hosts: an append locks the turn's ``turns`` row
+(``SELECT … FOR UPDATE``) in its transaction, reads what it has not seen,
+folds the batch through the reducer, inserts the lines and commits. Another
+appender to the same turn, on any host, waits on the row lock and then
+re-reduces what the first one wrote before applying its own batch, so its
+batch either applies after the other or is rejected exactly as a stale
+input would be; lines are never interleaved or lost. The in-process lock
+(``with_lock``) still excludes this process's threads first, so they queue
+in Python rather than holding pool connections while they wait.
+
+A read is one statement, hence one snapshot: it sees whole batches only.
+A connection that dies in the middle of an append rolls its transaction
+back, so nothing of the batch is stored; if it dies after the commit was
+sent, the batch may have landed, and a retry with ``expected_offset`` or
+``known_offset`` recognises it like a retry against a file.
+
+Why synchronous psycopg: the repository port (``TurnRepository``) is
+synchronous. Activities and the client call it through
+``asyncio.to_thread``, and the CLI calls it directly. A thread-safe
+``psycopg_pool.ConnectionPool`` serves those threads without bridging an
+event loop into every call. The pool checks a connection before handing it
+out, so connections the server dropped are replaced.
+
+Failures: any database error becomes ``InfrastructureError`` naming the
+server as ``host:port/database``. The URL, and with it any password, never
+appears in a message. Rows PostgreSQL cannot hold (invalid UTF-8, a NUL,
+a newline inside a line) cannot exist, and there are no torn writes;
+everything else a row can hold is validated on every read like a file line.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Hashable, Iterator
+from contextlib import AbstractContextManager, contextmanager
+from dataclasses import dataclass
+from typing import Any
+
+import orjson
+import psycopg
+from psycopg.conninfo import conninfo_to_dict
+from psycopg_pool import ConnectionPool, PoolTimeout
+from pydantic import ValidationError
+
+from .errors import (
+    CorruptTurnError,
+    InfrastructureError,
+    TurnExistsError,
+    TurnNotFoundError,
+)
+from .events import parse_event
+from .ids import validate_turn_id
+from .repository import _decode, _JsonlRepository, _LockTable, _Writer
+
+__all__ = [
+    "PG_SCHEMA_VERSION",
+    "DatabaseUnavailableError",
+    "PostgresRepairReport",
+    "PostgresTurnRepository",
+    "SchemaMismatchError",
+    "database_label",
+    "migrate",
+]
+
+log = logging.getLogger("turncore.postgres")
+
+PG_SCHEMA_VERSION = 1
+"""The schema version this runtime reads and writes (``turncore_schema.version``)."""
+
+# Each entry migrates from version i to i + 1; they only ever get appended.
+_MIGRATIONS: tuple[tuple[str, ...], ...] = (
+    (
+        """CREATE TABLE turns (
+            turn_id    text PRIMARY KEY,
+            generation bigint GENERATED ALWAYS AS IDENTITY UNIQUE,
+            created_at timestamptz NOT NULL DEFAULT now()
+        )""",
+        """CREATE TABLE turn_events (
+            turn_id text   NOT NULL REFERENCES turns (turn_id) ON DELETE CASCADE,
+            seq     bigint NOT NULL CHECK (seq >= 1),
+            pos     bigint NOT NULL CHECK (pos >= 0),
+            line    text   NOT NULL CHECK (strpos(line, E'\\n') = 0),
+            PRIMARY KEY (turn_id, seq)
+        )""",
+        """CREATE TABLE turn_events_broken (
+            turn_id  text        NOT NULL,
+            seq      bigint      NOT NULL,
+            line     text        NOT NULL,
+            moved_at timestamptz NOT NULL DEFAULT now()
+        )""",
+    ),
+)
+
+# Serializes concurrent migrations (two workers starting with migrate on).
+_MIGRATION_LOCK = 0x7475726E73  # "turns"
+
+
+class DatabaseUnavailableError(InfrastructureError):
+    """The database cannot be reached (at start, or in the middle of a call)."""
+
+
+class SchemaMismatchError(InfrastructureError):
+    """The database has no turncore schema, or another version of it."""
+
+
+def database_label(url: str) -> str:
+    """``host:port/database`` of a libpq URL or conninfo: how errors name the server.
+
+    Never the user or password. A URL libpq cannot parse is named as such,
+    without repeating it (it may hold a password).
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "(an unparseable database URL)"
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = str(params.get("port") or "5432")
+    db = str(params.get("dbname") or params.get("user") or "")
+    return f"{host}:{port}/{db}"
+
+
+def _secrets_of(url: str) -> list[str]:
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return [url]
+    password = params.get("password")
+    return [url, *([str(password)] if password else [])]
+
+
+def _scrub(text: str, secrets: list[str]) -> str:
+    for secret in secrets:
+        if secret:
+            text = text.replace(secret, "***")
+    return " ".join(text.split())
+
+
+# ---------------------------------------------------------------- migration
+
+
+def _current_version(conn: psycopg.Connection[Any]) -> int | None:
+    """The schema version, or None when turncore's tables are not there at all."""
+    row = conn.execute("SELECT to_regclass('turncore_schema') IS NOT NULL").fetchone()
+    if row is None or not row[0]:
+        return None
+    found = conn.execute("SELECT version FROM turncore_schema").fetchone()
+    return int(found[0]) if found is not None else 0
+
+
+def migrate(url: str, *, variable: str = "the database URL") -> tuple[int, int]:
+    """Create or upgrade the schema; return (version before, version after).
+
+    Idempotent and safe to run from several processes at once (an advisory
+    lock serializes them); a database newer than this runtime is refused.
+    """
+    label = database_label(url)
+    with _connect(url, variable) as conn, _translated(label, _secrets_of(url)):
+        with conn.transaction():
+            conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
+            conn.execute(
+                """CREATE TABLE IF NOT EXISTS turncore_schema (
+                    singleton boolean PRIMARY KEY DEFAULT true CHECK (singleton),
+                    version   integer NOT NULL
+                )"""
+            )
+            before = _current_version(conn) or 0
+            if before > PG_SCHEMA_VERSION:
+                raise SchemaMismatchError(
+                    f"PostgreSQL {label}: the turn schema is version {before}, newer than "
+                    f"this runtime's {PG_SCHEMA_VERSION}; upgrade turncore"
+                )
+            for statements in _MIGRATIONS[before:]:
+                for statement in statements:
+                    conn.execute(statement)  # type: ignore[arg-type]
+            conn.execute(
+                """INSERT INTO turncore_schema (version) VALUES (%s)
+                   ON CONFLICT (singleton) DO UPDATE SET version = excluded.version""",
+                (PG_SCHEMA_VERSION,),
+            )
+    if before != PG_SCHEMA_VERSION:
+        log.info("migrated the turn schema of %s from %d to %d", label, before, PG_SCHEMA_VERSION)
+    return before, PG_SCHEMA_VERSION
+
+
+@contextmanager
+def _translated(label: str, secrets: list[str]) -> Iterator[None]:
+    """Database errors as ``InfrastructureError`` naming ``label``, never the URL."""
+    try:
+        yield
+    except PoolTimeout as exc:
+        raise DatabaseUnavailableError(
+            f"PostgreSQL {label}: no database connection became available ({_scrub(str(exc), secrets)})"
+        ) from None
+    except psycopg.OperationalError as exc:
+        raise DatabaseUnavailableError(
+            f"PostgreSQL {label}: {_scrub(str(exc), secrets) or type(exc).__name__}"
+        ) from None
+    except psycopg.Error as exc:
+        raise InfrastructureError(
+            f"PostgreSQL {label}: {type(exc).__name__}: {_scrub(str(exc), secrets)}"
+        ) from None
+
+
+@contextmanager
+def _connect(url: str, variable: str, timeout: float = 10.0) -> Iterator[psycopg.Connection[Any]]:
+    """One direct connection, or a one-line error naming ``variable`` and the server."""
+    label = database_label(url)
+    secrets = _secrets_of(url)
+    try:
+        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)))
+    except psycopg.Error as exc:
+        raise DatabaseUnavailableError(
+            f"cannot connect to PostgreSQL at {label} (from {variable}): "
+            f"{_scrub(str(exc), secrets) or type(exc).__name__}"
+        ) from None
+    with conn:
+        yield conn
+
+
+# ---------------------------------------------------------------- the repository
+
+
+@dataclass(frozen=True)
+class PostgresRepairReport:
+    """What ``PostgresTurnRepository.repair_tail`` moved into ``turn_events_broken``."""
+
+    turn_id: str
+    where: str
+    line: int
+    removed: bytes
+    kept_lines: int
+
+    @property
+    def removed_bytes(self) -> int:
+        return len(self.removed)
+
+    def preview(self, limit: int = 80) -> str:
+        text = self.removed.decode("utf-8", errors="backslashreplace").replace("\n", "\\n")
+        return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+class _PgWriter(_Writer):
+    """The turn's rows under its row lock, in one transaction that ``write`` commits."""
+
+    def __init__(
+        self,
+        conn: psycopg.Connection[Any],
+        turn_id: str,
+        generation: int,
+        lines: int,
+        size: int,
+    ) -> None:
+        self._conn = conn
+        self._turn_id = turn_id
+        self.identity = generation
+        self._lines = lines
+        self._size = size
+
+    def size(self) -> int:
+        # Exact: nobody else writes this turn while we hold its row lock, and
+        # after ``write`` it is the size our commit left.
+        return self._size
+
+    def read_from(self, start: int) -> bytes:
+        rows = self._conn.execute(
+            "SELECT line FROM turn_events WHERE turn_id = %s AND pos >= %s ORDER BY seq",
+            (self._turn_id, start),
+        ).fetchall()
+        return "".join(line + "\n" for (line,) in rows).encode()
+
+    def write(self, data: bytes) -> None:
+        rows = _rows(self._turn_id, data, first_seq=self._lines + 1, first_pos=self._size)
+        with self._conn.cursor() as cur:
+            cur.executemany(
+                "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, %s, %s)", rows
+            )
+        # Commit here, inside the append: the caller caches the reducer only
+        # after ``write`` returns, so it never caches a batch that was not stored.
+        self._conn.commit()
+        self._lines += len(rows)
+        self._size += len(data)
+
+
+def _rows(
+    turn_id: str, data: bytes, *, first_seq: int, first_pos: int
+) -> list[tuple[str, int, int, str]]:
+    """``data`` (whole lines, each ending in a newline) as ``turn_events`` rows."""
+    if data and not data.endswith(b"\n"):
+        raise AssertionError("only whole lines are stored")
+    rows: list[tuple[str, int, int, str]] = []
+    pos = first_pos
+    for i, raw in enumerate(data.split(b"\n")[:-1]):
+        rows.append((turn_id, first_seq + i, pos, raw.decode("utf-8")))
+        pos += len(raw) + 1
+    return rows
+
+
+class PostgresTurnRepository(_JsonlRepository):
+    """Turn logs in a PostgreSQL database (see the module docstring).
+
+    ``connect`` opens it from a URL; ``close`` releases its connections.
+    """
+
+    def __init__(
+        self,
+        pool: ConnectionPool[psycopg.Connection[Any]],
+        *,
+        label: str,
+        secrets: list[str] | None = None,
+        timeout: float = 15.0,
+    ) -> None:
+        super().__init__()
+        self._pool = pool
+        self.label = label
+        self._secrets = secrets or []
+        self._timeout = timeout
+        self._locks = _LockTable()
+
+    @classmethod
+    def connect(
+        cls,
+        url: str,
+        *,
+        variable: str = "the database URL",
+        pool_size: int = 16,
+        migrate_schema: bool = False,
+        timeout: float = 15.0,
+    ) -> PostgresTurnRepository:
+        """Open the database at ``url``; a clear one-line error if it cannot be used.
+
+        Connects once directly first, so an unreachable server, a refused
+        login or a missing schema is reported at once, naming ``variable``
+        and the server, instead of surfacing later from a pool thread.
+        """
+        label = database_label(url)
+        if migrate_schema:
+            migrate(url, variable=variable)
+        with _connect(url, variable) as conn, _translated(label, _secrets_of(url)):
+            version = _current_version(conn)
+        if version != PG_SCHEMA_VERSION:
+            found = "no turn schema" if version is None else f"turn schema version {version}"
+            raise SchemaMismatchError(
+                f"PostgreSQL {label} (from {variable}) has {found}; this runtime needs "
+                f"version {PG_SCHEMA_VERSION}: run `turns db migrate`"
+            )
+        pool: ConnectionPool[psycopg.Connection[Any]] = ConnectionPool(
+            url,
+            min_size=1,
+            max_size=max(1, pool_size),
+            open=False,
+            check=ConnectionPool.check_connection,
+            name="turncore",
+            timeout=timeout,
+        )
+        pool.open(wait=False)
+        return cls(pool, label=label, secrets=_secrets_of(url), timeout=timeout)
+
+    def close(self) -> None:
+        self._pool.close()
+
+    # -- storage hooks -------------------------------------------------------
+
+    @contextmanager
+    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+        with _translated(self.label, self._secrets):
+            with self._pool.connection(timeout=self._timeout) as conn:
+                yield conn
+
+    def _where(self, turn_id: str) -> str:
+        return f"postgres:{turn_id}"
+
+    def _lock(self, turn_id: str) -> AbstractContextManager[None]:
+        return self._locks.hold(turn_id)
+
+    def _missing(self, turn_id: str) -> TurnNotFoundError:
+        return TurnNotFoundError(f"turn {turn_id} does not exist (in PostgreSQL {self.label})")
+
+    def _store_new(self, turn_id: str, data: bytes) -> None:
+        with self._connection() as conn:
+            row = conn.execute(
+                "INSERT INTO turns (turn_id) VALUES (%s) ON CONFLICT DO NOTHING RETURNING 1",
+                (turn_id,),
+            ).fetchone()
+            if row is None:
+                raise TurnExistsError(f"turn {turn_id} already exists (in PostgreSQL {self.label})")
+            with conn.cursor() as cur:
+                cur.executemany(
+                    "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, %s, %s)",
+                    _rows(turn_id, data, first_seq=1, first_pos=0),
+                )
+
+    def _load(self, turn_id: str) -> tuple[Hashable, bytes]:
+        return self._load_from(turn_id, 0)
+
+    def _load_from(self, turn_id: str, start: int) -> tuple[Hashable, bytes]:
+        # One statement: one snapshot, so never half of a batch.
+        with self._connection() as conn:
+            rows = conn.execute(
+                """SELECT t.generation, e.seq, e.line
+                     FROM turns t
+                     LEFT JOIN turn_events e ON e.turn_id = t.turn_id AND e.pos >= %s
+                    WHERE t.turn_id = %s
+                    ORDER BY e.seq""",
+                (start, turn_id),
+            ).fetchall()
+        if not rows:
+            raise self._missing(turn_id)
+        generation = rows[0][0]
+        if rows[0][1] is None:
+            return generation, b""
+        if start == 0:
+            self._check_sequence(turn_id, [seq for _, seq, _ in rows])
+        return generation, "".join(line + "\n" for _, _, line in rows).encode()
+
+    def _check_sequence(self, turn_id: str, seqs: list[int]) -> None:
+        """Rows numbered 1, 2, 3…: a gap is a missing line, reported at its number."""
+        for expected, seq in enumerate(seqs, start=1):
+            if seq != expected:
+                raise CorruptTurnError(
+                    f"line {expected} is missing (the next stored line is number {seq})",
+                    path=self._where(turn_id),
+                    line=expected,
+                )
+
+    @contextmanager
+    def _writer(self, turn_id: str) -> Iterator[_Writer]:
+        with self._connection() as conn:
+            row = conn.execute(
+                """SELECT t.generation, e.seq, e.pos + octet_length(e.line) + 1
+                     FROM turns t
+                     LEFT JOIN LATERAL (
+                         SELECT seq, pos, line FROM turn_events
+                          WHERE turn_id = t.turn_id ORDER BY seq DESC LIMIT 1
+                     ) e ON true
+                    WHERE t.turn_id = %s
+                      FOR UPDATE OF t""",
+                (turn_id,),
+            ).fetchone()
+            if row is None:
+                raise self._missing(turn_id)
+            generation, lines, size = row
+            yield _PgWriter(conn, turn_id, generation, lines or 0, size or 0)
+
+    def _has(self, turn_id: str) -> bool:
+        with self._connection() as conn:
+            return (
+                conn.execute("SELECT 1 FROM turns WHERE turn_id = %s", (turn_id,)).fetchone()
+                is not None
+            )
+
+    def _ids(self) -> list[str]:
+        with self._connection() as conn:
+            return [r[0] for r in conn.execute("SELECT turn_id FROM turns").fetchall()]
+
+    def line_count(self, turn_id: str) -> int:
+        """The number of stored lines; not validated."""
+        validate_turn_id(turn_id)
+        with self._connection() as conn:
+            row = conn.execute(
+                """SELECT count(e.seq) FROM turns t
+                     LEFT JOIN turn_events e ON e.turn_id = t.turn_id
+                    WHERE t.turn_id = %s GROUP BY t.turn_id""",
+                (turn_id,),
+            ).fetchone()
+        if row is None:
+            raise self._missing(turn_id)
+        return int(row[0])
+
+    # -- repair --------------------------------------------------------------
+
+    def repair_tail(self, turn_id: str) -> PostgresRepairReport:
+        """Move an unparseable final line into ``turn_events_broken`` (``turns repair``).
+
+        The same rule as ``repair_torn_tail`` for files: only a final line
+        that is not JSON or not a valid event is moved, and only if every line
+        before it is a valid turn log; anything else raises
+        ``RepairRefusedError`` and changes nothing. (A row is never torn: each
+        append is one transaction.)
+        """
+        from .repository import RepairRefusedError
+
+        validate_turn_id(turn_id)
+        where = self._where(turn_id)
+        with self._lock(turn_id), self._writer(turn_id) as writer:
+            assert isinstance(writer, _PgWriter)
+            data = writer.read_from(0)
+            if not data:
+                raise RepairRefusedError(
+                    f"{where}: the turn has no lines; there is no turn to keep"
+                )
+            body = data[:-1]
+            start = body.rfind(b"\n") + 1
+            prefix, tail = data[:start], data[start:]
+            line = prefix.count(b"\n") + 1
+            try:
+                parse_event(orjson.loads(tail), trusted_json=True)
+            except (orjson.JSONDecodeError, ValidationError):
+                pass
+            else:
+                try:
+                    _decode(data, where, turn_id)
+                except CorruptTurnError as exc:
+                    raise RepairRefusedError(
+                        f"{exc}; only an unreadable final line is repaired, so nothing changed"
+                    ) from None
+                raise RepairRefusedError(f"{where}: the final line is valid; nothing to repair")
+            if not prefix:
+                raise RepairRefusedError(
+                    f"{where}:1: the only line is unreadable; no valid turn would remain"
+                )
+            try:
+                _decode(prefix, where, turn_id)
+            except CorruptTurnError as exc:
+                raise RepairRefusedError(
+                    f"{exc}; only an unreadable final line is repaired, so nothing changed"
+                ) from None
+            conn = writer._conn
+            with _translated(self.label, self._secrets):
+                conn.execute(
+                    """WITH moved AS (
+                           DELETE FROM turn_events WHERE turn_id = %s AND seq = %s
+                           RETURNING turn_id, seq, line)
+                       INSERT INTO turn_events_broken (turn_id, seq, line)
+                       SELECT turn_id, seq, line FROM moved""",
+                    (turn_id, line),
+                )
+                conn.commit()
+        with self._tails_guard:
+            self._tails.pop(turn_id, None)
+            self._follow.pop(turn_id, None)
+        return PostgresRepairReport(
+            turn_id=turn_id, where=where, line=line, removed=tail, kept_lines=line - 1
+        )
