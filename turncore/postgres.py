@@ -13,7 +13,8 @@ follower offsets) is the shared ``_JsonlRepository``; this module only
 stores and loads bytes, as the file and memory repositories do.
 
 Serialization across hosts: an append locks the turn's ``turns`` row
-(``SELECT … FOR UPDATE``) in its transaction, reads what it has not seen,
+(``SELECT … FOR NO KEY UPDATE``: exclusive among appenders, yet it does not
+wait for the key-share locks foreign keys take) in its transaction, reads what it has not seen,
 folds the batch through the reducer, inserts the lines and commits. Another
 appender to the same turn, on any host, waits on the row lock and then
 re-reduces what the first one wrote before applying its own batch, so its
@@ -185,7 +186,7 @@ def migrate(url: str, *, variable: str = "the database URL") -> tuple[int, int]:
                 )
             for statements in _MIGRATIONS[before:]:
                 for statement in statements:
-                    conn.execute(statement)  # type: ignore[arg-type]
+                    conn.execute(statement)
             conn.execute(
                 """INSERT INTO turncore_schema (version) VALUES (%s)
                    ON CONFLICT (singleton) DO UPDATE SET version = excluded.version""",
@@ -440,20 +441,21 @@ class PostgresTurnRepository(_JsonlRepository):
     def _writer(self, turn_id: str) -> Iterator[_Writer]:
         with self._connection() as conn:
             row = conn.execute(
-                """SELECT t.generation, e.seq, e.pos + octet_length(e.line) + 1
-                     FROM turns t
-                     LEFT JOIN LATERAL (
-                         SELECT seq, pos, line FROM turn_events
-                          WHERE turn_id = t.turn_id ORDER BY seq DESC LIMIT 1
-                     ) e ON true
-                    WHERE t.turn_id = %s
-                      FOR UPDATE OF t""",
-                (turn_id,),
+                "SELECT generation FROM turns WHERE turn_id = %s FOR NO KEY UPDATE", (turn_id,)
             ).fetchone()
             if row is None:
                 raise self._missing(turn_id)
-            generation, lines, size = row
-            yield _PgWriter(conn, turn_id, generation, lines or 0, size or 0)
+            # A separate statement: under READ COMMITTED it takes a fresh
+            # snapshot, so it sees every line committed before we got the lock.
+            # (Asked in the locking statement, it would see the snapshot from
+            # before the wait.)
+            last = conn.execute(
+                """SELECT seq, pos + octet_length(line) + 1 FROM turn_events
+                    WHERE turn_id = %s ORDER BY seq DESC LIMIT 1""",
+                (turn_id,),
+            ).fetchone()
+            lines, size = last if last is not None else (0, 0)
+            yield _PgWriter(conn, turn_id, row[0], lines, size)
 
     def _has(self, turn_id: str) -> bool:
         with self._connection() as conn:

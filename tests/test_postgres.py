@@ -1,0 +1,480 @@
+"""The PostgreSQL repository beyond the shared contract (tests/test_repository.py).
+
+Against a real server: appenders in other processes (as on other hosts),
+a connection killed in the middle of an append, the rows the database
+refuses, rows that fail validation, the schema and its migration, an
+unreachable server, and credentials kept out of every message.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+
+from tests.builders import TURN_ID, completed_turn, open_sync_calls, tool_progress, tool_result
+from tests.postgres import PASSWORD, PostgresServer, free_port
+from turncore.errors import CorruptTurnError, InfrastructureError, TurnExistsError
+from turncore.events import ToolProgress, TurnEvent
+from turncore.postgres import (
+    PG_SCHEMA_VERSION,
+    DatabaseUnavailableError,
+    PostgresTurnRepository,
+    SchemaMismatchError,
+    migrate,
+)
+from turncore.reducer import reduce_turn
+from turncore.repository import FileTurnRepository, RepairRefusedError
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def lines(events: list[TurnEvent]) -> bytes:
+    import orjson
+
+    return b"".join(orjson.dumps(e.to_wire()) + b"\n" for e in events)
+
+
+@pytest.fixture
+def url(postgres_url: str) -> str:
+    migrate(postgres_url)
+    return postgres_url
+
+
+@pytest.fixture
+def repo(url: str) -> Iterator[PostgresTurnRepository]:
+    r = PostgresTurnRepository.connect(url, variable="TURNS_DATABASE_URL")
+    try:
+        yield r
+    finally:
+        r.close()
+
+
+def admin(server: PostgresServer, url: str) -> psycopg.Connection[Any]:
+    """A plain connection to the test's database, outside the repository."""
+    return psycopg.connect(url, autocommit=True)
+
+
+def seed(repo: PostgresTurnRepository, events: list[TurnEvent]) -> None:
+    repo.create(events[0])  # type: ignore[arg-type]
+    if len(events) > 1:
+        repo.append(TURN_ID, events[1:])
+
+
+# ================================================================ hosts
+
+
+CHILD = """
+import sys, time
+from pathlib import Path
+from tests.builders import TURN_ID, tool_progress, tool_result
+from turncore.errors import CorruptTurnError
+from turncore.postgres import PostgresTurnRepository
+
+url, mode, who, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
+repo = PostgresTurnRepository.connect(url)
+Path(f"{go}.ready.{who}").touch()
+while not go.exists():
+    time.sleep(0.001)
+won = 0
+for k in range(count):
+    if mode == "progress":
+        repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0", progress={"who": who, "k": k})])
+        won += 1
+    else:
+        call = f"call_{k}"
+        try:
+            repo.append(TURN_ID, [
+                tool_progress(TURN_ID, call, progress={"who": who}),
+                tool_result(TURN_ID, call, "read_file", output=who),
+            ])
+            won += 1
+        except CorruptTurnError:
+            pass
+repo.close()
+print(won)
+"""
+
+
+def run_children(tmp_path: Path, url: str, mode: str, count: int, children: int = 3) -> list[int]:
+    go = tmp_path / "go"
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-c", CHILD, url, mode, str(i), str(count), str(go)],
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(children)
+    ]
+    deadline = time.monotonic() + 120
+    while not all((tmp_path / f"go.ready.{i}").exists() for i in range(children)):
+        assert time.monotonic() < deadline, "children did not start"
+        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
+        time.sleep(0.01)
+    go.touch()
+    results = []
+    for p in procs:
+        out, err = p.communicate(timeout=120)
+        assert p.returncode == 0, err
+        results.append(int(out))
+    return results
+
+
+class TestOtherHosts:
+    """Processes with their own pools stand in for hosts: they share only the database."""
+
+    def test_appends_from_several_processes_are_whole_and_complete(
+        self, repo: PostgresTurnRepository, url: str, tmp_path: Path
+    ) -> None:
+        builder = open_sync_calls(n=1)
+        seed(repo, builder.events)
+        assert run_children(tmp_path, url, "progress", 60) == [60, 60, 60]
+        events = repo.read(TURN_ID)
+        assert len(events) == len(builder.events) + 180
+        progress = [e.progress for e in events if isinstance(e, ToolProgress)]
+        for who in range(3):
+            assert [p["k"] for p in progress if p["who"] == who] == list(range(60))
+
+    def test_the_gate_holds_across_processes(
+        self, repo: PostgresTurnRepository, url: str, tmp_path: Path
+    ) -> None:
+        calls = 30
+        builder = open_sync_calls(n=calls)
+        seed(repo, builder.events)
+        wins = run_children(tmp_path, url, "results", calls)
+        # Every call got exactly one result: a loser re-reduced and was refused.
+        assert sum(wins) == calls
+        events = repo.read(TURN_ID)
+        assert len(events) == len(builder.events) + 2 * calls
+        assert reduce_turn(events).unresolved_tool_calls() == []
+
+    def test_a_cached_repository_sees_what_another_appended(
+        self, repo: PostgresTurnRepository, url: str
+    ) -> None:
+        builder = open_sync_calls(n=1)
+        seed(repo, builder.events)
+        other = PostgresTurnRepository.connect(url)
+        try:
+            other.append(TURN_ID, [tool_result(TURN_ID, "call_0", "read_file")])
+            with pytest.raises(CorruptTurnError, match="after its terminal result"):
+                repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")])
+        finally:
+            other.close()
+
+
+# ================================================================ faults
+
+
+def _backend_waiting(conn: psycopg.Connection[Any], needle: str) -> int | None:
+    row = conn.execute(
+        """SELECT pid FROM pg_stat_activity
+            WHERE wait_event_type = 'Lock' AND query LIKE %s AND pid <> pg_backend_pid()""",
+        (f"%{needle}%",),
+    ).fetchone()
+    return None if row is None else int(row[0])
+
+
+def _wait_for(predicate: Any, timeout: float = 20.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.02)
+    raise AssertionError("condition never became true")
+
+
+class TestConnectionKilledMidAppend:
+    def _append_in_thread(
+        self, repo: PostgresTurnRepository, batch: list[TurnEvent], known: int
+    ) -> tuple[threading.Thread, list[BaseException | int]]:
+        outcome: list[BaseException | int] = []
+
+        def run() -> None:
+            try:
+                outcome.append(repo.append(TURN_ID, batch, known_offset=known))
+            except BaseException as exc:  # noqa: BLE001 - the test inspects it
+                outcome.append(exc)
+
+        thread = threading.Thread(target=run)
+        thread.start()
+        return thread, outcome
+
+    def test_killed_while_inserting_then_retried_lands_once(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        builder = open_sync_calls(n=2)
+        seed(repo, builder.events)
+        n = len(builder.events)
+        batch: list[TurnEvent] = [
+            tool_progress(TURN_ID, "call_0", progress={"step": 1}),
+            tool_result(TURN_ID, "call_0", "read_file"),
+        ]
+        with admin(postgres_server, url) as blocker, admin(postgres_server, url) as killer:
+            # An uncommitted row with the batch's key makes the append's INSERT
+            # wait inside its transaction: after the row lock, before the commit.
+            blocker.execute("BEGIN")
+            blocker.execute(
+                "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, 0, 'x')",
+                (TURN_ID, n + 1),
+            )
+            thread, outcome = self._append_in_thread(repo, batch, n)
+            pid = _wait_for(lambda: _backend_waiting(killer, "INSERT INTO turn_events"))
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            thread.join(30)
+            blocker.execute("ROLLBACK")
+        [error] = outcome
+        assert isinstance(error, InfrastructureError), error
+        assert PASSWORD not in str(error)
+        assert repo.line_count(TURN_ID) == n  # nothing of the batch is stored
+        # The retry (a fresh pooled connection) applies the batch exactly once.
+        assert repo.append(TURN_ID, batch, known_offset=n) == n + 2
+        assert repo.append(TURN_ID, batch, known_offset=n) == n + 2
+        assert repo.read(TURN_ID) == [*builder.events, *batch]
+
+    def test_killed_while_waiting_for_the_turn_lock(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        builder = open_sync_calls(n=1)
+        seed(repo, builder.events)
+        n = len(builder.events)
+        batch: list[TurnEvent] = [tool_progress(TURN_ID, "call_0", progress={"step": 1})]
+        with admin(postgres_server, url) as holder, admin(postgres_server, url) as killer:
+            holder.execute("BEGIN")
+            holder.execute("SELECT 1 FROM turns WHERE turn_id = %s FOR UPDATE", (TURN_ID,))
+            thread, outcome = self._append_in_thread(repo, batch, n)
+            pid = _wait_for(lambda: _backend_waiting(killer, "FOR NO KEY UPDATE"))
+            killer.execute("SELECT pg_terminate_backend(%s)", (pid,))
+            thread.join(30)
+            holder.execute("ROLLBACK")
+        assert isinstance(outcome[0], InfrastructureError)
+        assert repo.append(TURN_ID, batch, known_offset=n) == n + 1
+        assert repo.read(TURN_ID) == [*builder.events, *batch]
+
+    def test_a_commit_whose_answer_was_lost_is_recognised_on_retry(
+        self, repo: PostgresTurnRepository
+    ) -> None:
+        # The server committed but the client never heard: from the client's
+        # side that is an append that raised after the rows landed.
+        builder = open_sync_calls(n=1)
+        seed(repo, builder.events)
+        n = len(builder.events)
+        batch: list[TurnEvent] = [tool_progress(TURN_ID, "call_0", progress={"once": True})]
+        repo.append(TURN_ID, batch, expected_offset=n)
+        assert repo.append(TURN_ID, batch, expected_offset=n) == n + 1
+        assert repo.append(TURN_ID, batch, known_offset=n) == n + 1
+        assert repo.line_count(TURN_ID) == n + 1
+
+
+# ================================================================ rows
+
+
+class TestRows:
+    def test_the_database_refuses_what_a_row_cannot_be(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        repo.create(completed_turn()[0])  # type: ignore[arg-type]
+        with admin(postgres_server, url) as conn:
+            with pytest.raises(psycopg.errors.CheckViolation):
+                conn.execute(
+                    "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, 2, 0, %s)",
+                    (TURN_ID, '{"a":1}\n{"b":2}'),
+                )
+            with pytest.raises(psycopg.DataError):  # NUL: text cannot hold it
+                conn.execute(
+                    "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, 2, 0, %s)",
+                    (TURN_ID, "{\x00}"),
+                )
+            with pytest.raises(psycopg.DataError):  # invalid UTF-8
+                conn.execute(
+                    "INSERT INTO turn_events (turn_id, seq, pos, line) "
+                    "VALUES (%s, 2, 0, convert_from('\\xff'::bytea, 'UTF8'))",
+                    (TURN_ID,),
+                )
+        assert repo.line_count(TURN_ID) == 1
+
+    def test_a_missing_row_is_a_corrupt_line(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        history = completed_turn()
+        seed(repo, history)
+        with admin(postgres_server, url) as conn:
+            conn.execute("DELETE FROM turn_events WHERE turn_id = %s AND seq = 3", (TURN_ID,))
+        with pytest.raises(CorruptTurnError) as info:
+            repo.read(TURN_ID)
+        assert info.value.line == 3
+        assert info.value.path == f"postgres:{TURN_ID}"
+        assert "missing" in info.value.rule
+
+    def test_an_edited_row_is_reported_at_its_line(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        history = completed_turn()
+        seed(repo, history)
+        with admin(postgres_server, url) as conn:
+            conn.execute(
+                'UPDATE turn_events SET line = \'{"type":"tool_exploded"}\' '
+                "WHERE turn_id = %s AND seq = 4",
+                (TURN_ID,),
+            )
+        fresh = PostgresTurnRepository.connect(url)
+        try:
+            with pytest.raises(CorruptTurnError, match="unknown event type") as info:
+                fresh.read(TURN_ID)
+            assert info.value.line == 4
+        finally:
+            fresh.close()
+
+
+class TestRepair:
+    def test_an_unreadable_final_row_moves_to_the_broken_table(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        builder = open_sync_calls(n=1)
+        seed(repo, builder.events)
+        n = len(builder.events)
+        before = repo.raw(TURN_ID)
+        with admin(postgres_server, url) as conn:
+            conn.execute(
+                "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, %s, %s)",
+                (TURN_ID, n + 1, len(before), '{"type":"tool_pro'),
+            )
+        with pytest.raises(CorruptTurnError):
+            repo.read(TURN_ID)
+        report = repo.repair_tail(TURN_ID)
+        assert (report.line, report.kept_lines, report.removed) == (
+            n + 1,
+            n,
+            b'{"type":"tool_pro\n',
+        )
+        assert repo.raw(TURN_ID) == before
+        assert repo.read(TURN_ID) == builder.events
+        with admin(postgres_server, url) as conn:
+            assert conn.execute("SELECT seq, line FROM turn_events_broken").fetchall() == [
+                (n + 1, '{"type":"tool_pro')
+            ]
+        # The turn continues as if the line had never been there.
+        assert repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")]) == n + 1
+
+    def test_anything_else_is_refused_and_nothing_changes(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        seed(repo, completed_turn())
+        before = repo.raw(TURN_ID)
+        with pytest.raises(RepairRefusedError, match="nothing to repair"):
+            repo.repair_tail(TURN_ID)
+        with admin(postgres_server, url) as conn:
+            conn.execute(
+                "UPDATE turn_events SET line = '{}' WHERE turn_id = %s AND seq = 2", (TURN_ID,)
+            )
+        with pytest.raises(RepairRefusedError, match=":2:"):
+            repo.repair_tail(TURN_ID)
+        assert repo.raw(TURN_ID) != before  # the edit stays for a person to look at
+        assert repo.line_count(TURN_ID) == len(completed_turn())
+
+
+# ================================================================ moving turns
+
+
+def test_export_and_import_are_byte_identical(repo: PostgresTurnRepository, tmp_path: Path) -> None:
+    files = FileTurnRepository(tmp_path)
+    history = completed_turn()
+    files.create(history[0])  # type: ignore[arg-type]
+    for event in history[1:]:
+        files.append(TURN_ID, [event])
+    data = files.raw(TURN_ID)
+    assert repo.import_log(data, "import") == TURN_ID
+    assert repo.raw(TURN_ID) == data
+    assert repo.turn_ids() == [TURN_ID]
+    with pytest.raises(TurnExistsError):
+        repo.import_log(data, "import")
+    back = FileTurnRepository(tmp_path / "back")
+    back.import_log(repo.raw(TURN_ID), "postgres")
+    assert back.raw(TURN_ID) == data == lines(history)
+
+
+def test_import_validates_first(repo: PostgresTurnRepository) -> None:
+    history = completed_turn()
+    with pytest.raises(CorruptTurnError) as info:
+        repo.import_log(lines(history) + b"[1]\n", "some.jsonl")
+    assert info.value.line == len(history) + 1
+    assert info.value.path == "some.jsonl"
+    assert repo.turn_ids() == []
+
+
+# ================================================================ schema and connection
+
+
+class TestSchema:
+    def test_a_database_without_the_schema_is_refused_by_name(self, postgres_url: str) -> None:
+        with pytest.raises(SchemaMismatchError, match="turns db migrate") as info:
+            PostgresTurnRepository.connect(postgres_url, variable="TURNS_DATABASE_URL")
+        assert "TURNS_DATABASE_URL" in str(info.value)
+        assert PASSWORD not in str(info.value)
+
+    def test_migrate_is_idempotent_and_concurrent(self, postgres_url: str) -> None:
+        results: list[tuple[int, int]] = []
+        threads = [
+            threading.Thread(target=lambda: results.append(migrate(postgres_url))) for _ in range(4)
+        ]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+        assert (
+            sorted(results)
+            == [(0, PG_SCHEMA_VERSION)] + [(PG_SCHEMA_VERSION, PG_SCHEMA_VERSION)] * 3
+        )
+        PostgresTurnRepository.connect(postgres_url).close()
+
+    def test_a_newer_schema_is_refused(self, url: str) -> None:
+        with psycopg.connect(url, autocommit=True) as conn:
+            conn.execute("UPDATE turncore_schema SET version = 99")
+        with pytest.raises(SchemaMismatchError, match="version 99"):
+            migrate(url)
+        with pytest.raises(SchemaMismatchError, match="version 99"):
+            PostgresTurnRepository.connect(url)
+
+
+class TestUnreachable:
+    def test_no_server_is_a_one_line_error_naming_variable_and_host(self) -> None:
+        port = free_port()
+        url = f"postgresql://turns:{PASSWORD}@127.0.0.1:{port}/turns"
+        with pytest.raises(DatabaseUnavailableError) as info:
+            PostgresTurnRepository.connect(url, variable="TURNS_DATABASE_URL")
+        message = str(info.value)
+        assert "TURNS_DATABASE_URL" in message and f"127.0.0.1:{port}/turns" in message
+        assert PASSWORD not in message and "\n" not in message
+
+    def test_a_wrong_password_is_not_repeated(self, postgres_server: PostgresServer) -> None:
+        url = postgres_server.url().replace(PASSWORD, "not-the-" + PASSWORD)
+        with pytest.raises(DatabaseUnavailableError) as info:
+            PostgresTurnRepository.connect(url, variable="TURNS_DATABASE_URL")
+        assert "password authentication failed" in str(info.value)
+        assert PASSWORD not in str(info.value)
+
+    def test_a_server_that_goes_away_is_an_infrastructure_error_and_comes_back(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        builder = open_sync_calls(n=1)
+        seed(repo, builder.events)
+        n = len(builder.events)
+        # Every connection of the repository's pool is cut, as a restart would.
+        with admin(postgres_server, url) as conn:
+            conn.execute(
+                "SELECT pg_terminate_backend(pid) FROM pg_stat_activity "
+                "WHERE datname = current_database() AND pid <> pg_backend_pid()"
+            )
+        # The pool notices on checkout and reconnects; the append goes through.
+        assert repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], known_offset=n) == n + 1
