@@ -5,7 +5,10 @@ TEMPORAL_ADDRESS (unset: the work dir's embedded dev server), TEMPORAL_NAMESPACE
 TEMPORAL_TLS_CLIENT_KEY_PATH for Temporal Cloud (every TEMPORAL_* variable
 ``temporalio.envconfig`` reads), TURNS_HOME (./.turns: the work dir holding
 turns.toml, storage/ and workspace/), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
-TURNS_LOG_LEVEL (INFO). See docs/operations.md.
+TURNS_LOG_LEVEL (INFO), TURNS_MIGRATE (1: create or migrate the turn
+database's schema first, with [storage] kind = "postgres"; the URL is in
+the variable [storage] url_env names, TURNS_DATABASE_URL by default).
+See docs/operations.md.
 """
 
 from __future__ import annotations
@@ -26,6 +29,8 @@ from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxR
 
 from turnclient.embedded import is_server_process
 from turnclient.runtime import Runtime, Temporal, temporal
+from turnclient.storage import MIGRATE_ENV
+from turncore.errors import TurnError
 from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.workflows import TurnWorkflow
@@ -210,7 +215,7 @@ async def run_worker_from_env() -> None:
         level=os.environ.get("TURNS_LOG_LEVEL", "INFO").upper(),
         format="%(asctime)s %(levelname)s %(name)s: %(message)s",
     )
-    runtime = Runtime.from_work_dir()
+    runtime = Runtime.from_work_dir(migrate=os.environ.get(MIGRATE_ENV, "") in ("1", "true"))
 
     def ready(conn: Temporal) -> None:
         log.info(
@@ -224,5 +229,15 @@ async def run_worker_from_env() -> None:
     await run_worker(runtime, on_ready=ready)
 
 
+def main() -> int:
+    """Run the worker; a configuration or storage problem is one line on stderr, exit 1."""
+    try:
+        asyncio.run(run_worker_from_env())
+    except TurnError as exc:  # ConfigError, an unreachable turn database, ...
+        print(f"turncore worker: {' '.join(str(exc).split())}", file=sys.stderr)
+        return 1
+    return 0
+
+
 if __name__ == "__main__":
-    asyncio.run(run_worker_from_env())
+    sys.exit(main())

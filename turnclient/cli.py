@@ -530,6 +530,8 @@ _ID_PREFIX = re.compile(r"[0-9TZ-]{1,40}")
 
 def _stored_turn_ids(work_dir: Path) -> list[str]:
     """Every turn id stored in the work dir, oldest first (ids start with their UTC time)."""
+    if (stored := _database_turn_ids()) is not None:
+        return stored
     found = (p.stem for p in (work_dir / "storage" / "turns").glob("*/*/*/*.jsonl"))
     return sorted(t for t in found if is_turn_id(t))
 
@@ -568,6 +570,8 @@ def _path_of(given: str) -> Path:
 
 def _load(given: str) -> tuple[str, list[TurnEvent]]:
     """(the path as shown, its events) or a Failure with the one-line problem."""
+    if _in_database(given):
+        return _load_stored(_turn_id(given))
     resolved = _path_of(given)
     path = str(resolved)
     events, problem = _read(path)
@@ -579,10 +583,10 @@ def _load(given: str) -> tuple[str, list[TurnEvent]]:
     return path, events
 
 
-def _runtime() -> Runtime:
+def _runtime(*, migrate: bool = False) -> Runtime:
     from .runtime import Runtime
 
-    return Runtime.from_work_dir()
+    return Runtime.from_work_dir(migrate=migrate)
 
 
 # ---------------------------------------------------------------- file commands
@@ -591,7 +595,12 @@ def _runtime() -> Runtime:
 @command(
     "validate",
     "check turn files; print PATH:LINE: rule for each invalid one",
-    arg("paths", nargs="+", metavar="PATH", help="a turn file, or a directory of them"),
+    arg(
+        "paths",
+        nargs="+",
+        metavar="PATH|TURN",
+        help="a turn file, a directory of them, or a turn id in the configured storage",
+    ),
     arg("--json", action="store_true", help='{"valid": [PATH…], "invalid": [{path, problem}…]}'),
 )
 def validate(args: argparse.Namespace) -> int:
@@ -599,7 +608,7 @@ def validate(args: argparse.Namespace) -> int:
     invalid: list[dict[str, str]] = []
     for given in args.paths:
         for path in _turn_files(given):
-            _, problem = _read(path)
+            _, problem = _read_stored(path) if _is_stored_id(path) else _read(path)
             if problem is None:
                 valid.append(path)
                 continue
@@ -681,8 +690,12 @@ def show(args: argparse.Namespace) -> int:
 )
 def log(args: argparse.Namespace) -> int:
     def body() -> int:
-        path = _path_of(args.turn)
-        data = _turn_file_bytes(path)
+        if _in_database(args.turn):
+            turn_id = _turn_id(args.turn)
+            path, data = f"postgres:{turn_id}", _stored_bytes(turn_id)
+        else:
+            file = _path_of(args.turn)
+            path, data = str(file), _turn_file_bytes(file)
         if args.json:
             try:
                 _emit_json([orjson.loads(line) for line in data.splitlines() if line.strip()])
@@ -746,7 +759,6 @@ def inspect(args: argparse.Namespace) -> int:
     from turncore.compose import compose_model_request
     from turncore.context import ContextResolver, ElisionPolicy
     from turncore.reducer import TurnReducer, reduce_turn
-    from turncore.repository import FileTurnRepository
 
     from .config import ConfigError, load_config
 
@@ -766,10 +778,10 @@ def inspect(args: argparse.Namespace) -> int:
         except ConfigError as exc:
             print(f"{PROG}: turns.toml unusable, default elision policy: {exc}", file=sys.stderr)
             policy = ElisionPolicy()
-        repo = FileTurnRepository(_work_dir())
-        contexts = ContextResolver(lambda t: TurnReducer.of(repo.read(t)).state, policy)
-        agent = contexts.resolve_agent(reduced.definition)
-        context = contexts.resolve(reduced.definition.context)
+        with _stored_repository() as repo:
+            contexts = ContextResolver(lambda t: TurnReducer.of(repo.read(t)).state, policy)
+            agent = contexts.resolve_agent(reduced.definition)
+            context = contexts.resolve(reduced.definition.context)
         composed = compose_model_request(agent, context, reduced, index)
         if args.wire:
             wire = _wire_request(agent.tools, composed)
@@ -863,6 +875,8 @@ def repair(args: argparse.Namespace) -> int:
     from turncore.repository import NothingToRepairError, RepairRefusedError, repair_torn_tail
 
     def body() -> int:
+        if _in_database(args.turn):
+            return _repair_stored(args)
         path = _path_of(args.turn)
         try:
             report = repair_torn_tail(path)
@@ -893,6 +907,218 @@ def repair(args: argparse.Namespace) -> int:
                 f"  they were: {report.preview()}\n"
                 f"  {report.kept_lines} valid lines remain{_recover_hint(report.path)}"
             )
+        return EXIT_OK
+
+    return _sync(args, body)
+
+
+# ---------------------------------------------------------------- turn storage
+# [storage] kind = "postgres" keeps turns in PostgreSQL (docs/operations.md,
+# "Choosing turn storage"). File commands given a turn id read it from the
+# configured storage; a path always means a file. `turns db`, `turns export`
+# and `turns import` live here too.
+
+
+def _storage_config() -> Any:
+    from .config import load_config
+
+    return load_config(_work_dir())
+
+
+def _in_database(given: str) -> bool:
+    """Whether ``given`` names a turn (not a path) and turns live in PostgreSQL."""
+    if given.endswith(".jsonl") or os.sep in given:
+        return False
+    return _storage_config().storage.kind == "postgres"
+
+
+def _database_turn_ids() -> list[str] | None:
+    """Every turn id in the turn database, oldest first; None with file storage."""
+    if _storage_config().storage.kind != "postgres":
+        return None
+    with _stored_repository() as repo:
+        ids: list[str] = repo.turn_ids()
+    return ids
+
+
+def _is_stored_id(given: str) -> bool:
+    """A turn id that is not also an existing path (``turns validate``)."""
+    return is_turn_id(given) and not os.path.exists(given)
+
+
+@contextlib.contextmanager
+def _stored_repository() -> Iterator[Any]:
+    from .storage import close, open_repository
+
+    repo = open_repository(_storage_config())
+    try:
+        yield repo
+    finally:
+        close(repo)
+
+
+def _load_stored(turn_id: str) -> tuple[str, list[TurnEvent]]:
+    from .storage import where
+
+    with _stored_repository() as repo:
+        try:
+            return f"postgres:{turn_id}", repo.read(turn_id)
+        except TurnNotFoundError:
+            raise Failure(f"no turn {turn_id} in {where(_storage_config())}", EXIT_USAGE) from None
+
+
+def _stored_bytes(turn_id: str) -> bytes:
+    from .storage import where
+
+    with _stored_repository() as repo:
+        try:
+            data: bytes = repo.raw(turn_id)
+        except TurnNotFoundError:
+            raise Failure(f"no turn {turn_id} in {where(_storage_config())}", EXIT_USAGE) from None
+    return data
+
+
+def _read_stored(turn_id: str) -> tuple[list[TurnEvent] | None, str | None]:
+    """Like ``_read``, for a turn id in the configured storage."""
+    try:
+        with _stored_repository() as repo:
+            return repo.read(turn_id), None
+    except CorruptTurnError as exc:
+        return None, f"{exc.path}:{exc.line if exc.line is not None else 1}: {exc.rule}"
+    except TurnNotFoundError:
+        return None, f"{turn_id}: no such turn"
+    except InfrastructureError as exc:
+        return None, f"{turn_id}: cannot be read: {exc}"
+
+
+def _repair_stored(args: argparse.Namespace) -> int:
+    from turncore.repository import RepairRefusedError
+
+    with _stored_repository() as repo:
+        try:
+            report = repo.repair_tail(args.turn)
+        except RepairRefusedError as exc:
+            raise Failure(f"not repaired: {exc}") from None
+    if args.json:
+        _emit_json(
+            {
+                "status": "repaired",
+                "path": report.where,
+                "sidecar": "turn_events_broken",
+                "line": report.line,
+                "removedBytes": report.removed_bytes,
+                "preview": report.preview(),
+                "keptLines": report.kept_lines,
+            }
+        )
+    else:
+        print(
+            f"removed {report.removed_bytes} bytes (line {report.line}) from {report.where}\n"
+            "  moved to the table turn_events_broken\n"
+            f"  they were: {report.preview()}\n"
+            f"  {report.kept_lines} valid lines remain; continue with: {PROG} recover {args.turn}"
+        )
+    return EXIT_OK
+
+
+def _migrate_requested(args: argparse.Namespace) -> bool:
+    from .storage import MIGRATE_ENV
+
+    return bool(getattr(args, "migrate", False)) or os.environ.get(MIGRATE_ENV, "") in ("1", "true")
+
+
+@command(
+    "db",
+    "the turn database: `migrate` creates or upgrades its schema, "
+    "`validate` checks every stored turn",
+    arg("action", choices=["migrate", "validate"]),
+    JSON,
+)
+def db(args: argparse.Namespace) -> int:
+    def body() -> int:
+        from .storage import migrate_database, where
+
+        cfg = _storage_config()
+        if args.action == "migrate":
+            before, after = migrate_database(cfg)
+            if args.json:
+                _emit_json({"status": "migrated", "from": before, "to": after})
+            elif before == after:
+                print(f"{where(cfg)}: the turn schema is at version {after}; nothing to do")
+            else:
+                print(f"{where(cfg)}: migrated the turn schema from version {before} to {after}")
+            return EXIT_OK
+        valid: list[str] = []
+        invalid: list[dict[str, str]] = []
+        with _stored_repository() as repo:
+            for turn_id in repo.turn_ids():
+                try:
+                    repo.read(turn_id)
+                    valid.append(turn_id)
+                except CorruptTurnError as exc:
+                    problem = f"{exc.path}:{exc.line if exc.line is not None else 1}: {exc.rule}"
+                    invalid.append({"turnId": turn_id, "problem": problem})
+                    if not args.json:
+                        print(problem)
+        if args.json:
+            _emit_json({"valid": valid, "invalid": invalid})
+        elif not invalid:
+            print(f"{len(valid)} turns in {where(cfg)} are valid")
+        return 1 if invalid else 0
+
+    return _sync(args, body)
+
+
+@command(
+    "export",
+    "copy turns from the configured storage to DIR/<turnId>.jsonl, byte for byte",
+    arg("turns", nargs="*", metavar="TURN", help="turn ids (or --all)"),
+    arg("--to", required=True, metavar="DIR", help="the directory to write the files to"),
+    arg("--all", action="store_true", help="every stored turn"),
+    JSON,
+)
+def export(args: argparse.Namespace) -> int:
+    def body() -> int:
+        from .storage import export_turns, where
+
+        if bool(args.turns) == bool(args.all):
+            raise Failure("name the turns to export, or pass --all (not both)", EXIT_USAGE)
+        cfg = _storage_config()
+        with _stored_repository() as repo:
+            ids = repo.turn_ids() if args.all else [validate_turn_id(t) for t in args.turns]
+            for turn_id in ids:
+                if not repo.exists(turn_id):
+                    raise Failure(f"no turn {turn_id} in {where(cfg)}", EXIT_USAGE)
+            moved = export_turns(repo, ids, Path(args.to))
+        if args.json:
+            _emit_json([{"turnId": m.turn_id, "path": m.target, "bytes": m.bytes} for m in moved])
+        else:
+            for m in moved:
+                print(f"{m.turn_id} -> {m.target} ({m.bytes} bytes)")
+        return EXIT_OK
+
+    return _sync(args, body)
+
+
+@command(
+    "import",
+    "store turn files in the configured storage as new turns, byte for byte",
+    arg("files", nargs="+", metavar="FILE", help="a turn file, or a directory of them"),
+    JSON,
+)
+def import_(args: argparse.Namespace) -> int:
+    def body() -> int:
+        from .storage import import_files, where
+
+        paths = [Path(p) for given in args.files for p in _turn_files(given)]
+        cfg = _storage_config()
+        with _stored_repository() as repo:
+            moved = import_files(repo, paths, where(cfg))
+        if args.json:
+            _emit_json([{"turnId": m.turn_id, "path": m.source, "bytes": m.bytes} for m in moved])
+        else:
+            for m in moved:
+                print(f"{m.source} -> {m.turn_id} ({m.bytes} bytes)")
         return EXIT_OK
 
     return _sync(args, body)
@@ -1603,7 +1829,14 @@ def dev(args: argparse.Namespace) -> int:
 
 
 @command(
-    "worker", "run a worker in the foreground (TEMPORAL_ADDRESS, or the embedded server)", JSON
+    "worker",
+    "run a worker in the foreground (TEMPORAL_ADDRESS, or the embedded server)",
+    JSON,
+    arg(
+        "--migrate",
+        action="store_true",
+        help="create or migrate the turn database's schema first (also TURNS_MIGRATE=1)",
+    ),
 )
 def worker(args: argparse.Namespace) -> int:
     return _serve(args, ui=False, worker=True)
@@ -1613,7 +1846,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool) -> int:
     async def body() -> int:
         from turncore_temporal.worker import run_worker
 
-        runtime = _runtime()
+        runtime = _runtime(migrate=_migrate_requested(args))
 
         def ready(conn: Temporal) -> None:
             info = {

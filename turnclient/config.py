@@ -113,6 +113,7 @@ class Config:
     auto_allow: tuple[str, ...] = ()
     auto_deny: tuple[str, ...] = ()
     context: ElisionPolicy = field(default_factory=ElisionPolicy)
+    storage: StorageConfig = field(default_factory=lambda: StorageConfig())
 
 
 def builtin_tool_configs() -> dict[str, ToolConfig]:
@@ -321,6 +322,7 @@ def _build(root: Path, source: Path | None, data: dict[str, Any], env: Mapping[s
             "tools",
             "permissions",
             "context",
+            "storage",
         },
     )
     providers: dict[str, ProviderConfig] = {}
@@ -380,6 +382,50 @@ def _build(root: Path, source: Path | None, data: dict[str, Any], env: Mapping[s
         auto_allow=rules["allow"],
         auto_deny=rules["deny"],
         context=context,
+        storage=parse_storage(data.get("storage", {})),
+    )
+
+
+# ---------------------------------------------------------------- [storage]
+# Where turn logs live (docs/operations.md, "Choosing turn storage"). Kept in
+# one block: the URL itself is never in the file, only the variable's name.
+
+DEFAULT_DATABASE_URL_ENV = "TURNS_DATABASE_URL"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """``[storage]``: ``kind`` ``file`` (the default) or ``postgres``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str = DEFAULT_DATABASE_URL_ENV
+    """The environment variable holding the database URL (kind = "postgres")."""
+    pool_size: int = 16
+    """Connections each process may open to the database."""
+
+
+def parse_storage(value: Any) -> StorageConfig:
+    table = _table("storage", value)
+    _check_keys("storage", table, {"kind", "url_env", "pool_size"})
+    kind = _get("storage", table, "kind", str) or "file"
+    if kind not in ("file", "postgres"):
+        raise ConfigError('storage.kind must be "file" or "postgres"')
+    url_env = _get("storage", table, "url_env", str) or DEFAULT_DATABASE_URL_ENV
+    if not ENV_NAME.fullmatch(url_env):
+        raise ConfigError(
+            "storage.url_env names an environment variable (letters, digits, '_'), "
+            "not the URL itself: put the URL in that variable"
+        )
+    if kind == "file" and "url_env" in table:
+        raise ConfigError('storage.url_env applies only to kind = "postgres"')
+    pool_size = _get("storage", table, "pool_size", int)
+    if pool_size is not None and not 1 <= pool_size <= 1000:
+        raise ConfigError("storage.pool_size must be between 1 and 1000")
+    return StorageConfig(
+        kind=cast(Literal["file", "postgres"], kind),
+        url_env=url_env,
+        pool_size=pool_size or 16,
     )
 
 
@@ -389,8 +435,10 @@ __all__ = [
     "AgentConfig",
     "Config",
     "ConfigError",
+    "StorageConfig",
     "ToolConfig",
     "builtin_tool_configs",
     "load_config",
+    "parse_storage",
     "work_dir_from_env",
 ]

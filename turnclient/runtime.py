@@ -48,7 +48,7 @@ from turncore.permissions import (
     PermissionClassifier,
 )
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import FileTurnRepository, TurnRepository
+from turncore.repository import JsonlRepository, TurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import FunctionTool, SyncTool, ToolFunction, ToolRegistry
 from turncore_temporal.activities.turn_activities import ModelResolver, TurnDependencies
@@ -59,6 +59,7 @@ from .builtin_tools import builtin_implementations
 from .config import Config, ConfigError, ToolConfig, load_config, work_dir_from_env
 from .demo import DEMO_MODEL, demo_model
 from .embedded import NAMESPACE, EmbeddedServer
+from .storage import open_repository
 
 log = logging.getLogger("turnclient")
 
@@ -128,7 +129,7 @@ class Runtime:
     """Everything a process needs to create, advance and serve the work dir's turns."""
 
     config: Config
-    repository: FileTurnRepository
+    repository: JsonlRepository
     models: ModelRegistry
     tools: ToolRegistry
     catalog: dict[str, ToolDescriptor]
@@ -152,17 +153,21 @@ class Runtime:
         *,
         env: Mapping[str, str] | None = None,
         config: Config | None = None,
+        migrate: bool = False,
     ) -> Runtime:
         env = os.environ if env is None else env
         root = Path(work_dir).absolute() if work_dir is not None else work_dir_from_env(env)
         config = config or load_config(root, env)
-        return cls.from_config(config, env=env)
+        return cls.from_config(config, env=env, migrate=migrate)
 
     @classmethod
-    def from_config(cls, config: Config, *, env: Mapping[str, str] | None = None) -> Runtime:
+    def from_config(
+        cls, config: Config, *, env: Mapping[str, str] | None = None, migrate: bool = False
+    ) -> Runtime:
+        """``migrate``: create or upgrade the turn database's schema first (postgres storage)."""
         env = os.environ if env is None else env
         root = config.work_dir
-        repository = FileTurnRepository(root)
+        repository = open_repository(config, env, migrate=migrate)
         models = ModelRegistry(config.providers, env=env, base_dir=root)
         models.register_function(DEMO_MODEL, demo_model)
 

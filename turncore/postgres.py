@@ -45,7 +45,9 @@ everything else a row can hold is validated on every read like a file line.
 
 from __future__ import annotations
 
+import atexit
 import logging
+import weakref
 from collections.abc import Hashable, Iterator
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
@@ -235,6 +237,12 @@ def _connect(url: str, variable: str, timeout: float = 10.0) -> Iterator[psycopg
 # ---------------------------------------------------------------- the repository
 
 
+def _close_quietly(ref: weakref.ref[ConnectionPool[Any]]) -> None:
+    pool = ref()
+    if pool is not None and not pool.closed:
+        pool.close(timeout=1.0)
+
+
 @dataclass(frozen=True)
 class PostgresRepairReport:
     """What ``PostgresTurnRepository.repair_tail`` moved into ``turn_events_broken``."""
@@ -368,6 +376,11 @@ class PostgresTurnRepository(_JsonlRepository):
             timeout=timeout,
         )
         pool.open(wait=False)
+        # The pool's threads must stop before the interpreter finalizes, or
+        # the C extension aborts the process at exit; a process that never
+        # called close() (a CLI command, a killed worker's parent) still exits
+        # cleanly.
+        atexit.register(_close_quietly, weakref.ref(pool))
         return cls(pool, label=label, secrets=_secrets_of(url), timeout=timeout)
 
     def close(self) -> None:

@@ -97,6 +97,7 @@ __all__ = [
     "AppendOutcome",
     "FileTurnRepository",
     "InMemoryTurnRepository",
+    "JsonlRepository",
     "RepairRefusedError",
     "RepairReport",
     "TurnRepository",
@@ -683,6 +684,10 @@ class _JsonlRepository(ABC):
                 if [_untimed(e) for e in on_file] == ours:
                     return known_offset + i + width, on_file
         return None
+
+
+JsonlRepository = _JsonlRepository
+"""The public name of every repository's common base (file, memory, PostgreSQL)."""
 
 
 # ---------------------------------------------------------------- files
