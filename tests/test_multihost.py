@@ -136,32 +136,39 @@ async def test_two_workers_one_killed_fifty_turns_with_approvals(
             await first_a.__aexit__(None, None, None)
             async with worker(temporal_env, task_queue, a, postgres_url):  # A restarts
                 results = await asyncio.wait_for(runs, 300)
-            await killer
-
-        assert [status for _, status in results] == ["completed"] * TURNS
-        turn_ids = [turn_id for turn_id, _ in results]
-        assert sorted(repo.turn_ids()) == sorted(turn_ids)
-
-        runs_per_call = Counter(line.split()[0] for line in executions(a, b))
-        assert max(runs_per_call.values()) == 1, "a sync tool ran twice"
-        interrupted = 0
-        for turn_id in turn_ids:
-            state = TurnReducer.of(repo.read(turn_id)).state  # every stored turn validates
-            assert state.terminal is not None and state.terminal.type == "turn_completed"
-            for call in state.tool_calls:
-                assert call.result is not None
-                ran = runs_per_call[f"{call.tool_call_id}@{turn_id}"]
-                if call.result.source == "runtime":
-                    assert call.result.result.output == INTERRUPTED_TOOL_RESULT
-                    interrupted += 1
-                else:
-                    assert ran == 1
-            queried = await temporal_env.client.get_workflow_handle(turn_id).query("state")
-            queried.pop("rejectedInputs")
-            assert queried == state.to_wire()
-        # Both hosts did work, and the work is all accounted for.
-        pids = {line.split()[2] for line in executions(a, b)}
-        assert len(pids) >= 2
-        assert sum(runs_per_call.values()) >= 2 * TURNS - interrupted
+                await killer
+                await check(temporal_env, repo, [turn_id for turn_id, _ in results], a, b)
+            assert [status for _, status in results] == ["completed"] * TURNS
     finally:
         repo.close()
+
+
+async def check(
+    env: WorkflowEnvironment,
+    repo: PostgresTurnRepository,
+    turn_ids: list[str],
+    a: Path,
+    b: Path,
+) -> None:
+    """No tool ran twice, every turn validates and completed, queries match the database."""
+    assert sorted(repo.turn_ids()) == sorted(turn_ids)
+    runs_per_call = Counter(line.split()[0] for line in executions(a, b))
+    assert max(runs_per_call.values()) == 1, "a sync tool ran twice"
+    interrupted = 0
+    for turn_id in turn_ids:
+        state = TurnReducer.of(repo.read(turn_id)).state  # every stored turn validates
+        assert state.terminal is not None and state.terminal.type == "turn_completed"
+        for call in state.tool_calls:
+            assert call.result is not None
+            if call.result.source == "runtime":
+                assert call.result.result.output == INTERRUPTED_TOOL_RESULT
+                interrupted += 1
+            else:
+                assert runs_per_call[f"{call.tool_call_id}@{turn_id}"] == 1
+        # The state query (answered by a worker) equals the reduction of the stored events.
+        queried = await env.client.get_workflow_handle(turn_id).query("state")
+        queried.pop("rejectedInputs")
+        assert queried == state.to_wire()
+    # Both hosts did work, and every tool run is accounted for.
+    assert len({line.split()[2] for line in executions(a, b)}) >= 2
+    assert sum(runs_per_call.values()) >= 2 * len(turn_ids) - interrupted
