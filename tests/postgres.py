@@ -104,10 +104,7 @@ class PostgresServer:
             check=True,
             capture_output=True,
         )
-        options = (
-            f"-p {self.port} -k {self.directory} -h 127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
-        )
+        options = self._options()
         subprocess.run(
             self._as_owner(
                 str(self.bin_dir / "pg_ctl"),
@@ -122,6 +119,45 @@ class PostgresServer:
             ),
             check=True,
             capture_output=True,
+        )
+
+    def pause(self) -> None:
+        """Shut the server down (every connection drops); ``resume`` brings it back."""
+        subprocess.run(
+            self._as_owner(
+                str(self.bin_dir / "pg_ctl"),
+                "-D",
+                str(self.directory / "data"),
+                "-m",
+                "fast",
+                "-w",
+                "stop",
+            ),
+            check=True,
+            capture_output=True,
+        )
+
+    def resume(self) -> None:
+        subprocess.run(
+            self._as_owner(
+                str(self.bin_dir / "pg_ctl"),
+                "-D",
+                str(self.directory / "data"),
+                "-o",
+                self._options(),
+                "-l",
+                str(self.directory / "server.log"),
+                "-w",
+                "start",
+            ),
+            check=True,
+            capture_output=True,
+        )
+
+    def _options(self) -> str:
+        return (
+            f"-p {self.port} -k {self.directory} -h 127.0.0.1 -c fsync=off "
+            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
         )
 
     def url(self, database: str = "postgres") -> str:
