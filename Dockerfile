@@ -8,7 +8,7 @@ COPY turncore ./turncore
 COPY activities ./activities
 COPY workflows ./workflows
 COPY turnclient ./turnclient
-RUN pip install --no-cache-dir .
+RUN pip install --no-cache-dir '.[postgres]'
 
 ENV TURNS_HOME=/turns \
     PYTHONUNBUFFERED=1

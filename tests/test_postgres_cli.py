@@ -248,3 +248,12 @@ def test_an_unset_variable_is_named(tmp_path: Path) -> None:
     r = run(home, base_env(), "show", "2025-11-11T04-36-29Z-0001234-000")
     assert r.returncode == 1
     assert "TURNS_DATABASE_URL, which is not set" in r.stderr
+
+
+def test_the_compose_deployment_keeps_turns_in_postgres(tmp_path: Path) -> None:
+    cfg = load_config(tmp_path, {"TURNS_CONFIG": str(ROOT / "deploy" / "turns.toml")})
+    assert (cfg.storage.kind, cfg.storage.url_env) == ("postgres", "TURNS_DATABASE_URL")
+    compose = (ROOT / "compose.yaml").read_text()
+    assert "turns-home" not in compose  # no shared volume for the workers
+    assert "@postgresql:5432/turns" in compose and 'command: ["db", "migrate"]' in compose
+    assert "'.[postgres]'" in (ROOT / "Dockerfile").read_text()
