@@ -113,6 +113,7 @@ environment:
   TEMPORAL_ADDRESS  use this Temporal server instead of the embedded one; also
                     TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* as usual
   TURNS_TASK_QUEUE  the task queue (default turns, or task_queue in turns.toml)
+  TURNS_DATABASE_URL  the turn database with [storage] kind = "postgres"
 
 With --json, stdout carries one JSON document (JSON lines for `watch`); a
 failure is {"status": "error"|"rejected", "error": ..., "exitCode": ...}.
