@@ -148,8 +148,9 @@ def test_turns_on_postgres_then_export_and_import_byte_identical(
     r = run(home, env, "log", turn_id)
     assert r.returncode == 0, r.stderr
     assert r.stdout.encode() == data
+    assert run(home, env, "log", "last").stdout.encode() == data  # `last` finds it in the database
     r = run(home, env, "validate", turn_id)
-    assert (r.returncode, r.stdout) == (0, "")
+    assert r.returncode == 0 and "valid" in r.stdout, r.stdout
     r = run(home, env, "show", turn_id, "--json")
     assert as_json(r)["status"] == "completed"
     r = run(home, env, "db", "validate")
