@@ -67,7 +67,7 @@ from turncore.messages import UserMessage  # noqa: E402
 from turncore.repository import JsonlRepository  # noqa: E402
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES  # noqa: E402
 
-CONCURRENCY = 200  # client calls in flight at once (the worker sees all N turns open)
+CONCURRENCY = 100  # client calls in flight at once (the worker sees all N turns open)
 
 
 def rss_mib(pid: int) -> float:
@@ -121,12 +121,31 @@ async def worker(
 
 
 async def patiently(call: Callable[[], Awaitable[TurnOutcome]]) -> TurnOutcome:
-    """Retry an advance whose update poll timed out under load (the input is idempotent)."""
+    """Ask for a settle point again when the update poll timed out under load (harmless)."""
     while True:
         try:
             return await call()
         except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
             await asyncio.sleep(0.5)
+
+
+async def approve(client: TurnClient, turn_id: str, call_id: str) -> TurnOutcome:
+    """Approve once; if the answer is lost, wait for the settle point before asking again.
+
+    An input is only sent again when the turn is still waiting for it, so a
+    timed-out first attempt that did arrive is not delivered twice.
+    """
+    decision = PermissionDecisionInput(tool_call_id=call_id, decision="allow")
+    while True:
+        try:
+            return await client.advance_turn(turn_id, decision).outcome
+        except (WorkflowUpdateRPCTimeoutOrCancelledError, RPCError):
+            outcome = await patiently(lambda: client.recover(turn_id))
+            waiting = outcome.status == "suspended" and any(
+                p.tool_call_id == call_id for p in outcome.pending_permissions
+            )
+            if not waiting:
+                return outcome
 
 
 def ts_seconds(ts: str) -> float:
@@ -147,10 +166,9 @@ async def drive(
         outcome = await patiently(lambda: client.recover(turn_id))
     if outcome.status == "suspended":
         [pending] = outcome.pending_permissions
-        decision = PermissionDecisionInput(tool_call_id=pending.tool_call_id, decision="allow")
         async with gate:
             signals[turn_id] = time.time()
-            outcome = await patiently(lambda: client.advance_turn(turn_id, decision).outcome)
+            outcome = await approve(client, turn_id, pending.tool_call_id)
     return turn_id, outcome.status
 
 
@@ -264,8 +282,7 @@ async def suspended(env: WorkflowEnvironment, m: int, base: Path, url: str) -> d
 
         async def resume(turn_id: str) -> str:
             t0 = time.monotonic()
-            decision = PermissionDecisionInput(tool_call_id=pending[turn_id], decision="allow")
-            outcome = await patiently(lambda: client.advance_turn(turn_id, decision).outcome)
+            outcome = await approve(client, turn_id, pending[turn_id])
             times.append((time.monotonic() - t0) * 1000)
             return outcome.status
 
@@ -332,6 +349,6 @@ if __name__ == "__main__":
     parser.add_argument(
         "--suspended", type=int, default=10_000, help="suspended turns to restart over (10000)"
     )
-    parser.add_argument("--storage", nargs="+", default=["file", "postgres"])
+    parser.add_argument("--storage", nargs="*", default=["file", "postgres"])
     args = parser.parse_args()
     print(json.dumps(asyncio.run(main(args.turns, args.suspended, args.storage)), indent=2))
