@@ -258,3 +258,47 @@ def test_the_compose_deployment_keeps_turns_in_postgres(tmp_path: Path) -> None:
     assert "turns-home" not in compose  # no shared volume for the workers
     assert "@postgresql:5432/turns" in compose and 'command: ["db", "migrate"]' in compose
     assert "'.[postgres]'" in (ROOT / "Dockerfile").read_text()
+
+
+def test_a_worker_asked_to_migrate_creates_the_schema(
+    temporal_env: WorkflowEnvironment, postgres_url: str, tmp_path: Path
+) -> None:
+    import signal
+    import time
+
+    from turncore.postgres import PG_SCHEMA_VERSION
+
+    home = make_home(tmp_path, "pg", POSTGRES)
+    env = {**base_env(temporal_env), "TURNS_DATABASE_URL": postgres_url, "TURNS_HOME": str(home)}
+    # Without being asked, a worker refuses a database without the schema.
+    r = subprocess.run(
+        [sys.executable, "-m", "turncore_temporal.worker"],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=TIMEOUT,
+    )
+    assert r.returncode == 1 and "turns db migrate" in r.stderr, r.stderr
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turncore_temporal.worker"],
+        env={**env, "TURNS_MIGRATE": "1"},
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        deadline = time.monotonic() + 60
+        version = None
+        while version is None:
+            assert proc.poll() is None, proc.communicate()
+            assert time.monotonic() < deadline, "the worker never migrated"
+            with psycopg.connect(postgres_url) as conn:
+                if conn.execute("SELECT to_regclass('turncore_schema')").fetchone() != (None,):
+                    version = conn.execute("SELECT version FROM turncore_schema").fetchone()
+            time.sleep(0.1)
+        assert version == (PG_SCHEMA_VERSION,)
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    no_secret(out, err)

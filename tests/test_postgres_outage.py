@@ -85,6 +85,9 @@ async def test_database_lost_mid_turn_then_recovered(
             with pytest.raises(InfrastructureError) as info:
                 await asyncio.wait_for(outcome, 120)
             assert PASSWORD not in str(info.value)
+            failed = await temporal_env.client.get_workflow_handle(turn_id).fetch_history()
+            assert "PostgreSQL 127.0.0.1" in failed.to_json()  # the failure names the server...
+            assert PASSWORD not in failed.to_json()  # ...and never the credentials
             own_server.resume()
 
             # Nothing partial, nothing false: what was stored before is all there is.
