@@ -94,6 +94,7 @@ async def worker(
     work.mkdir(parents=True, exist_ok=True)
     ready = work / "worker.ready"
     ready.unlink(missing_ok=True)
+    log = (work / "worker.log").open("ab")  # the worker's own output stays out of the JSON
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         str(ROOT / "bench" / "_load_worker.py"),
@@ -103,7 +104,10 @@ async def worker(
         kind,
         cwd=ROOT,
         env={**os.environ, **({"TURNS_DATABASE_URL": url} if url else {})},
+        stdout=log,
+        stderr=log,
     )
+    log.close()
     try:
         while not ready.exists():
             if proc.returncode is not None:
