@@ -303,6 +303,18 @@ class _PgWriter(_Writer):
         self._lines += len(rows)
         self._size += len(data)
 
+    def move_last_to_broken(self) -> None:
+        """Move the last line into ``turn_events_broken`` and commit (``repair_tail``)."""
+        self._conn.execute(
+            """WITH moved AS (
+                   DELETE FROM turn_events WHERE turn_id = %s AND seq = %s
+                   RETURNING turn_id, seq, line)
+               INSERT INTO turn_events_broken (turn_id, seq, line)
+               SELECT turn_id, seq, line FROM moved""",
+            (self._turn_id, self._lines),
+        )
+        self._conn.commit()
+
 
 def _rows(
     turn_id: str, data: bytes, *, first_seq: int, first_pos: int
@@ -543,17 +555,7 @@ class PostgresTurnRepository(_JsonlRepository):
                 raise RepairRefusedError(
                     f"{exc}; only an unreadable final line is repaired, so nothing changed"
                 ) from None
-            conn = writer._conn
-            with _translated(self.label, self._secrets):
-                conn.execute(
-                    """WITH moved AS (
-                           DELETE FROM turn_events WHERE turn_id = %s AND seq = %s
-                           RETURNING turn_id, seq, line)
-                       INSERT INTO turn_events_broken (turn_id, seq, line)
-                       SELECT turn_id, seq, line FROM moved""",
-                    (turn_id, line),
-                )
-                conn.commit()
+            writer.move_last_to_broken()
         with self._tails_guard:
             self._tails.pop(turn_id, None)
             self._follow.pop(turn_id, None)
