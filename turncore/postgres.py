@@ -401,9 +401,11 @@ class PostgresTurnRepository(_JsonlRepository):
     # -- storage hooks -------------------------------------------------------
 
     @contextmanager
-    def _connection(self) -> Iterator[psycopg.Connection[Any]]:
+    def _connection(self, *, reading: bool = False) -> Iterator[psycopg.Connection[Any]]:
+        """A pooled connection; ``reading``: one statement, so no BEGIN/COMMIT round trips."""
         with _translated(self.label, self._secrets):
             with self._pool.connection(timeout=self._timeout) as conn:
+                conn.autocommit = reading  # the pool hands out idle connections only
                 yield conn
 
     def _where(self, turn_id: str) -> str:
@@ -434,7 +436,7 @@ class PostgresTurnRepository(_JsonlRepository):
 
     def _load_from(self, turn_id: str, start: int) -> tuple[Hashable, bytes]:
         # One statement: one snapshot, so never half of a batch.
-        with self._connection() as conn:
+        with self._connection(reading=True) as conn:
             rows = conn.execute(
                 """SELECT t.generation, e.seq, e.line
                      FROM turns t
@@ -483,20 +485,20 @@ class PostgresTurnRepository(_JsonlRepository):
             yield _PgWriter(conn, turn_id, row[0], lines, size)
 
     def _has(self, turn_id: str) -> bool:
-        with self._connection() as conn:
+        with self._connection(reading=True) as conn:
             return (
                 conn.execute("SELECT 1 FROM turns WHERE turn_id = %s", (turn_id,)).fetchone()
                 is not None
             )
 
     def _ids(self) -> list[str]:
-        with self._connection() as conn:
+        with self._connection(reading=True) as conn:
             return [r[0] for r in conn.execute("SELECT turn_id FROM turns").fetchall()]
 
     def line_count(self, turn_id: str) -> int:
         """The number of stored lines; not validated."""
         validate_turn_id(turn_id)
-        with self._connection() as conn:
+        with self._connection(reading=True) as conn:
             row = conn.execute(
                 """SELECT count(e.seq) FROM turns t
                      LEFT JOIN turn_events e ON e.turn_id = t.turn_id
