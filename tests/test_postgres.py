@@ -20,7 +20,14 @@ from typing import Any
 import psycopg
 import pytest
 
-from tests.builders import TURN_ID, completed_turn, open_sync_calls, tool_progress, tool_result
+from tests.builders import (
+    OTHER_TURN_ID,
+    TURN_ID,
+    completed_turn,
+    open_sync_calls,
+    tool_progress,
+    tool_result,
+)
 from tests.postgres import PASSWORD, PostgresServer, free_port
 from turncore.errors import CorruptTurnError, InfrastructureError, TurnExistsError
 from turncore.events import ToolProgress, TurnEvent
@@ -478,3 +485,24 @@ class TestUnreachable:
             )
         # The pool notices on checkout and reconnects; the append goes through.
         assert repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0")], known_offset=n) == n + 1
+
+
+def test_export_refuses_a_corrupt_turn_and_writes_nothing(
+    repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer, tmp_path: Path
+) -> None:
+    from turnclient.storage import export_turns
+
+    history = completed_turn()
+    seed(repo, history)
+    other = completed_turn(OTHER_TURN_ID)
+    seed_other = other[0]
+    repo.create(seed_other)  # type: ignore[arg-type]
+    repo.append(OTHER_TURN_ID, other[1:])
+    with admin(postgres_server, url) as conn:
+        conn.execute(
+            "UPDATE turn_events SET line = '[]' WHERE turn_id = %s AND seq = 2", (OTHER_TURN_ID,)
+        )
+    with pytest.raises(CorruptTurnError) as info:
+        export_turns(repo, [TURN_ID, OTHER_TURN_ID], tmp_path / "out")
+    assert (info.value.path, info.value.line) == (f"postgres:{OTHER_TURN_ID}", 2)
+    assert not (tmp_path / "out").exists()

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from turncore.errors import InfrastructureError
 from turncore.ids import validate_turn_id
-from turncore.repository import FileTurnRepository, JsonlRepository, read_path
+from turncore.repository import FileTurnRepository, JsonlRepository, read_path, validate_log
 
 from .config import Config, ConfigError, StorageConfig
 
@@ -111,11 +111,14 @@ def export_turns(repo: JsonlRepository, turn_ids: Sequence[str], to: Path) -> li
     targets: list[tuple[str, Path, bytes]] = []
     for turn_id in turn_ids:
         validate_turn_id(turn_id)
-        repo.read(turn_id)  # strict: a corrupt turn is reported, never exported
+        data = repo.raw(turn_id)
+        validate_log(
+            data, repo.location(turn_id), turn_id
+        )  # strict: a corrupt turn is reported, not exported
         path = to / f"{turn_id}.jsonl"
         if path.exists():
             raise InfrastructureError(f"{path} exists already; export never replaces a file")
-        targets.append((turn_id, path, repo.raw(turn_id)))
+        targets.append((turn_id, path, data))
     to.mkdir(parents=True, exist_ok=True)
     moved: list[Moved] = []
     for turn_id, path, data in targets:

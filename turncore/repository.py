@@ -103,6 +103,7 @@ __all__ = [
     "TurnRepository",
     "read_path",
     "repair_torn_tail",
+    "validate_log",
 ]
 
 _EVENT_CLASSES: tuple[type, ...] = get_args(get_args(TurnEvent)[0])
@@ -606,6 +607,10 @@ class _JsonlRepository(ABC):
     def exists(self, turn_id: str) -> bool:
         return self._has(validate_turn_id(turn_id))
 
+    def location(self, turn_id: str) -> str:
+        """How errors name the turn's log: its path, ``postgres:<turnId>``, ``memory:<turnId>``."""
+        return self._where(validate_turn_id(turn_id))
+
     def raw(self, turn_id: str) -> bytes:
         """The turn's log exactly as stored (``turns log``, ``turns export``); not validated."""
         return self._load(validate_turn_id(turn_id))[1]
@@ -857,6 +862,11 @@ class FileTurnRepository(_JsonlRepository):
         root = self.work_dir / "storage" / "turns"
         found = (p.name.removesuffix(".jsonl") for p in root.glob("*/*/*/*.jsonl"))
         return [turn_id for turn_id in found if is_turn_id(turn_id)]
+
+
+def validate_log(data: bytes, where: str, turn_id: str | None = None) -> list[TurnEvent]:
+    """Validate a whole turn log held in memory, as a read would (``turns export``)."""
+    return _decode(data, where, turn_id)[0]
 
 
 def read_path(path: str | os.PathLike[str]) -> list[TurnEvent]:
