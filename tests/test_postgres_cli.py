@@ -302,3 +302,18 @@ def test_a_worker_asked_to_migrate_creates_the_schema(
         out, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     no_secret(out, err)
+
+
+def test_turns_config_shows_the_storage_without_the_url(tmp_path: Path) -> None:
+    home = make_home(tmp_path, "pg", POSTGRES)
+    url = f"postgresql://turns:{PASSWORD}@db:5432/turns"
+    r = run(home, {**base_env(), "TURNS_DATABASE_URL": url}, "config", "--json")
+    assert as_json(r)["storage"] == {
+        "kind": "postgres",
+        "urlEnv": "TURNS_DATABASE_URL",
+        "urlSet": True,
+        "poolSize": 16,
+    }
+    r = run(home, base_env(), "config")
+    assert "storage       PostgreSQL from TURNS_DATABASE_URL (NOT SET)" in r.stdout
+    no_secret(r.stdout, r.stderr)

@@ -1022,6 +1022,26 @@ def _repair_stored(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _storage_summary(cfg: Any) -> dict[str, Any]:
+    """``turns config``'s storage: the kind, and for PostgreSQL the variable and whether it is set."""
+    storage = cfg.storage
+    if storage.kind == "file":
+        return {"kind": "file"}
+    return {
+        "kind": "postgres",
+        "urlEnv": storage.url_env,
+        "urlSet": bool(os.environ.get(storage.url_env)),
+        "poolSize": storage.pool_size,
+    }
+
+
+def _storage_line(doc: dict[str, Any]) -> str:
+    if doc["kind"] == "file":
+        return "files under the work dir"
+    state = "set" if doc["urlSet"] else "NOT SET"
+    return f"PostgreSQL from {doc['urlEnv']} ({state}) · pool {doc['poolSize']}"
+
+
 def _migrate_requested(args: argparse.Namespace) -> bool:
     from .storage import MIGRATE_ENV
 
@@ -1899,6 +1919,7 @@ def config(args: argparse.Namespace) -> int:
             "workspace": str(cfg.workspace),
             "taskQueue": cfg.task_queue,
             "temporal": "embedded" if uses_embedded() else os.environ.get("TEMPORAL_ADDRESS"),
+            "storage": _storage_summary(cfg),
             "defaultAgent": cfg.default_agent,
             "defaultModel": cfg.default_model,
             "agents": {
@@ -1931,6 +1952,7 @@ def config(args: argparse.Namespace) -> int:
         print(f"turns.toml    {doc['configFile'] or '(none: built-in defaults)'}")
         print(f"workspace     {doc['workspace']}")
         print(f"temporal      {doc['temporal']} · task queue {doc['taskQueue']}")
+        print(f"storage       {_storage_line(doc['storage'])}")
         print(f"default agent {doc['defaultAgent']} · default model {doc['defaultModel'] or '-'}")
         print("agents")
         for n, a in cfg.agents.items():
