@@ -71,6 +71,7 @@ if TYPE_CHECKING:
     from turncore.reducer import TurnState
 
     from .api import TurnClient
+    from .config import Config
     from .render import StreamRenderer
     from .runtime import Runtime, Temporal
 
@@ -920,7 +921,7 @@ def repair(args: argparse.Namespace) -> int:
 # and `turns import` live here too.
 
 
-def _storage_config() -> Any:
+def _storage_config() -> Config:
     from .config import load_config
 
     return load_config(_work_dir())
@@ -1022,7 +1023,7 @@ def _repair_stored(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _storage_summary(cfg: Any) -> dict[str, Any]:
+def _storage_summary(cfg: Config) -> dict[str, Any]:
     """``turns config``'s storage: the kind, and for PostgreSQL the variable and whether it is set."""
     storage = cfg.storage
     if storage.kind == "file":
@@ -1952,7 +1953,7 @@ def config(args: argparse.Namespace) -> int:
         print(f"turns.toml    {doc['configFile'] or '(none: built-in defaults)'}")
         print(f"workspace     {doc['workspace']}")
         print(f"temporal      {doc['temporal']} · task queue {doc['taskQueue']}")
-        print(f"storage       {_storage_line(doc['storage'])}")
+        print(f"storage       {_storage_line(_storage_summary(cfg))}")
         print(f"default agent {doc['defaultAgent']} · default model {doc['defaultModel'] or '-'}")
         print("agents")
         for n, a in cfg.agents.items():
