@@ -32,7 +32,7 @@ from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier  
 from turncore.reducer import TurnReducer  # noqa: E402
 from turncore.repository import FileTurnRepository, JsonlRepository  # noqa: E402
 from turncore.tools import FunctionTool, ToolContext, ToolRegistry  # noqa: E402
-from turncore_temporal.activities import TurnDependencies  # noqa: E402
+from turncore_temporal.activities.turn_activities import TurnDependencies  # noqa: E402
 
 MODEL = ModelDescriptor(provider="scripted", model="load")
 

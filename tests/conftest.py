@@ -6,7 +6,9 @@ gets its own task queue and work dir, so tests never see each other's turns.
 
 Every test that uses the server (through ``temporal_env``) is marked
 ``temporal``, as are the modules that start servers of their own; the pure
-suite is ``pytest -m "not temporal"``.
+suite is ``pytest -m "not temporal"``. Tests that need PostgreSQL (the
+session server of ``tests/postgres.py``, or one of their own) are marked
+``postgres``.
 """
 
 from __future__ import annotations
@@ -28,10 +30,18 @@ from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 os.environ.setdefault("TURNS_SERVER_IDLE", "0")
 
 
+_POSTGRES_FIXTURES = {"postgres_server", "postgres_url", "postgres_pool", "own_server"}
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
     for item in items:
-        if "temporal_env" in getattr(item, "fixturenames", ()):
+        fixtures = set(getattr(item, "fixturenames", ()))
+        if "temporal_env" in fixtures:
             item.add_marker(pytest.mark.temporal)
+        callspec = getattr(item, "callspec", None)
+        on_postgres = callspec is not None and callspec.params.get("store") == "postgres"
+        if fixtures & _POSTGRES_FIXTURES or on_postgres:
+            item.add_marker(pytest.mark.postgres)
 
 
 @pytest.fixture(scope="session")

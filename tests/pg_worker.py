@@ -29,7 +29,7 @@ from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
 from turncore.postgres import PostgresTurnRepository
 from turncore.reducer import TurnReducer
 from turncore.tools import FunctionTool, ToolContext, ToolRegistry
-from turncore_temporal.activities import TurnDependencies
+from turncore_temporal.activities.turn_activities import TurnDependencies
 
 MODEL = ModelDescriptor(provider="scripted", model="hosts")
 

@@ -278,8 +278,7 @@ class TestConnectionKilledMidAppend:
         seed(repo, builder.events)
         n = len(builder.events)
         batch: list[TurnEvent] = [tool_progress(TURN_ID, "call_0", progress={"once": True})]
-        repo.append(TURN_ID, batch, expected_offset=n)
-        assert repo.append(TURN_ID, batch, expected_offset=n) == n + 1
+        repo.append(TURN_ID, batch, known_offset=n)
         assert repo.append(TURN_ID, batch, known_offset=n) == n + 1
         assert repo.line_count(TURN_ID) == n + 1
 

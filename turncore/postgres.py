@@ -26,8 +26,8 @@ in Python rather than holding pool connections while they wait.
 A read is one statement, hence one snapshot: it sees whole batches only.
 A connection that dies in the middle of an append rolls its transaction
 back, so nothing of the batch is stored; if it dies after the commit was
-sent, the batch may have landed, and a retry with ``expected_offset`` or
-``known_offset`` recognises it like a retry against a file.
+sent, the batch may have landed, and a retry with ``known_offset``
+recognises it like a retry against a file.
 
 Why synchronous psycopg: the repository port (``TurnRepository``) is
 synchronous. Activities and the client call it through
