@@ -283,6 +283,21 @@ def _replace_line(events: list[TurnEvent], index: int, raw: bytes) -> bytes:
     return b"".join(parts)
 
 
+def _edit_line(
+    events: list[TurnEvent], index: int, edit: Callable[[dict[str, Any]], None]
+) -> bytes:
+    """The history's bytes with one line's decoded JSON object edited in place by ``edit``."""
+    parts = [line(e) for e in events]
+    obj = orjson.loads(parts[index])
+    edit(obj)
+    parts[index] = orjson.dumps(obj) + b"\n"
+    return b"".join(parts)
+
+
+def _rename(obj: dict[str, Any], old: str, new: str) -> None:
+    obj[new] = obj.pop(old)
+
+
 HISTORY = completed_turn()
 N = len(HISTORY)
 # The first tool_progress (call_1's, progress {"bytesRead": 512}) stands for "a middle line".
@@ -291,6 +306,111 @@ RESULT_1 = next(i for i, e in enumerate(HISTORY) if isinstance(e, ToolResult))
 PROGRESS_AFTER_RESULT = tool_progress(TURN_ID, "call_1", at=999)
 NAN_LINE = line(HISTORY[MIDDLE]).replace(b'{"bytesRead":512}', b"NaN")
 assert b"NaN" in NAN_LINE
+
+# Reads validate every line strictly (§5.2): wire names only, JSON types as
+# the schema states them (no "false" for false, "10" for 10, true for 1), and
+# every ``ts`` an ISO-8601 UTC timestamp. Lines 2.. are checked as strictly
+# as line 1, by the same validators the fast path uses.
+COMPLETED_0 = next(i for i, e in enumerate(HISTORY) if e.type == "model_call_completed")
+STRICTNESS: list[tuple[str, bytes, int, str]] = [
+    (
+        "snake_case turn_id",
+        _edit_line(HISTORY, MIDDLE, lambda o: _rename(o, "turnId", "turn_id")),
+        MIDDLE + 1,
+        "invalid tool_progress event",
+    ),
+    (
+        "snake_case model_call_index",
+        _edit_line(HISTORY, 1, lambda o: _rename(o, "modelCallIndex", "model_call_index")),
+        2,
+        "invalid model_call_requested event",
+    ),
+    (
+        "snake_case finish_reason",
+        _edit_line(HISTORY, COMPLETED_0, lambda o: _rename(o, "finishReason", "finish_reason")),
+        COMPLETED_0 + 1,
+        "invalid model_call_completed event",
+    ),
+    (
+        "nested snake_case is_error",
+        _edit_line(HISTORY, RESULT_1, lambda o: _rename(o["result"], "isError", "is_error")),
+        RESULT_1 + 1,
+        "invalid tool_result event: result",
+    ),
+    (
+        "isError as a string",
+        _edit_line(HISTORY, RESULT_1, lambda o: o["result"].update(isError="false")),
+        RESULT_1 + 1,
+        "invalid tool_result event: result.isError",
+    ),
+    (
+        "usage as a string",
+        _edit_line(HISTORY, COMPLETED_0, lambda o: o["usage"].update(inputTokens="10")),
+        COMPLETED_0 + 1,
+        "invalid model_call_completed event: usage.inputTokens",
+    ),
+    (
+        "modelCallIndex as a string",
+        _mutate_line(HISTORY, 1, modelCallIndex="0"),
+        2,
+        "invalid model_call_requested event: modelCallIndex",
+    ),
+    (
+        "modelCallIndex as a boolean",
+        _mutate_line(HISTORY, 1, modelCallIndex=False),
+        2,
+        "invalid model_call_requested event: modelCallIndex",
+    ),
+    (
+        "modelCallIndex as a float",
+        _mutate_line(HISTORY, 1, modelCallIndex=0.0),
+        2,
+        "invalid model_call_requested event: modelCallIndex",
+    ),
+    (
+        "schemaVersion true",
+        _mutate_line(HISTORY, 0, schemaVersion=True),
+        1,
+        "unsupported schemaVersion True",
+    ),
+    (
+        "humanAvailable as a string",
+        _edit_line(HISTORY, 0, lambda o: o["config"].update(humanAvailable="true")),
+        1,
+        "invalid turn_created event: config.humanAvailable",
+    ),
+    *(
+        (
+            f"ts {ts!r}",
+            _mutate_line(HISTORY, MIDDLE, ts=ts),
+            MIDDLE + 1,
+            "invalid tool_progress event: ts",
+        )
+        for ts in (
+            "yesterday",
+            "",
+            "2025-11-11T04:36:29.011",  # no zone: not a UTC instant
+            "2025-11-11T06:36:29.011+02:00",  # an instant, but not written in UTC
+            "2025-13-11T04:36:29.011Z",
+            "2025-02-30T04:36:29.011Z",
+            "2025-11-11 04:36:29Z",
+            " 2025-11-11T04:36:29.011Z",
+        )
+    ),
+    (
+        "ts not a string",
+        _mutate_line(HISTORY, MIDDLE, ts=1762835789),
+        MIDDLE + 1,
+        "invalid tool_progress event: ts",
+    ),
+    (
+        "first line ts",
+        _mutate_line(HISTORY, 0, ts="now"),
+        1,
+        "invalid turn_created event: ts",
+    ),
+]
+
 
 CORRUPTIONS: list[tuple[str, bytes, int, str]] = [
     ("empty file", b"", 1, "empty"),
@@ -381,6 +501,7 @@ CORRUPTIONS: list[tuple[str, bytes, int, str]] = [
         N + 1,
         "follows the terminal event",
     ),
+    *STRICTNESS,
 ]
 
 

@@ -65,11 +65,18 @@ def test_every_event_type_has_a_fast_validator_without_json_checks() -> None:
 def test_fast_path_equals_the_union(raw: bytes) -> None:
     obj = orjson.loads(raw)
     fast = TRUSTED_EVENT_VALIDATORS[obj["type"]].validate_python(obj)
-    slow = event_adapter.validate_python(obj, context=TRUSTED_JSON)
+    slow = _strict_union(obj)
     assert type(fast) is type(slow)
     assert fast == slow
     assert fast.to_wire() == slow.to_wire()
     assert parse_event(obj, trusted_json=True) == slow
+
+
+def _strict_union(obj: Any) -> Any:
+    """The union as reads use it: strict JSON types, wire names only (§5.2)."""
+    return event_adapter.validate_python(
+        obj, strict=True, context=TRUSTED_JSON, by_alias=True, by_name=False
+    )
 
 
 def _progress(**overrides: Any) -> dict[str, Any]:
@@ -95,14 +102,49 @@ def _progress(**overrides: Any) -> dict[str, Any]:
         _progress(type="tool_progresss"),  # unknown type
         _progress(type=["tool_progress"]),  # unhashable type
         _progress(type=...),  # no type
+        _progress(toolCallId=..., tool_call_id="c1"),  # a Python name, not the wire name
+        _progress(source=b"sync"),  # not a JSON type
+        _progress(ts="2025-11-11T04:36:29"),  # not a UTC timestamp
     ],
 )
 def test_invalid_objects_fail_exactly_as_through_the_union(obj: dict[str, Any]) -> None:
     with pytest.raises(ValidationError) as through_union:
-        event_adapter.validate_python(obj, context=TRUSTED_JSON)
+        _strict_union(obj)
     with pytest.raises(ValidationError) as through_parse:
         parse_event(obj, trusted_json=True)
     assert through_parse.value.errors() == through_union.value.errors()
+
+
+@pytest.mark.parametrize(
+    "kind", ["tool_result", "model_call_failed", "turn_created", "model_call_completed"]
+)
+def test_fast_validators_are_strict_and_take_wire_names_only(kind: str) -> None:
+    obj = next(orjson.loads(raw) for raw in _lines() if orjson.loads(raw)["type"] == kind)
+    bad = [
+        {**obj, "ts": "yesterday"},
+        {**{k: v for k, v in obj.items() if k != "turnId"}, "turn_id": obj["turnId"]},
+    ]
+    if kind == "tool_result":
+        bad.append({**obj, "result": {**obj["result"], "isError": "false"}})
+    if kind == "model_call_failed":
+        bad += [
+            {**obj, "modelCallIndex": str(obj["modelCallIndex"])},
+            {**obj, "modelCallIndex": False},
+        ]
+    if kind == "turn_created":
+        bad += [
+            {**obj, "schemaVersion": True},
+            {**obj, "config": {**obj["config"], "humanAvailable": "true"}},
+        ]
+    if kind == "model_call_completed":
+        bad.append({**obj, "usage": {**obj["usage"], "inputTokens": "10"}})
+    for wrong in bad:
+        with pytest.raises(ValidationError):
+            TRUSTED_EVENT_VALIDATORS[kind].validate_python(wrong)
+        with pytest.raises(ValidationError):
+            parse_event(wrong, trusted_json=True)
+        with pytest.raises(ValidationError):
+            parse_event(wrong)
 
 
 def test_untrusted_values_are_still_walked() -> None:
@@ -143,3 +185,29 @@ def test_reading_rejects_a_non_finite_number_spelled_as_overflow() -> None:
     with pytest.raises(CorruptTurnError) as caught:
         repo.read(TURN_ID)
     assert caught.value.line == progress + 1
+
+
+@pytest.mark.parametrize(
+    ("ts", "ok"),
+    [
+        ("2025-11-11T04:36:29.000Z", True),
+        ("2025-11-11T04:36:29Z", True),
+        ("2025-11-11T04:36:29.123456789+00:00", True),
+        ("2024-02-29T00:00:00Z", True),  # a leap year
+        ("2000-02-29T00:00:00Z", True),  # divisible by 400
+        ("2100-02-29T00:00:00Z", False),  # divisible by 100 only
+        ("2025-04-31T00:00:00Z", False),
+        ("2025-11-11T24:00:00Z", False),
+        ("2025-11-11T04:36Z", False),
+        ("2025-11-11T04:36:29-00:00", False),
+        ("2025-11-11T04:36:29.Z", False),
+    ],
+)
+def test_ts_is_an_iso_utc_instant_on_a_real_date(ts: str, ok: bool) -> None:
+    obj = _progress(ts=ts)
+    for validate in (TRUSTED_EVENT_VALIDATORS["tool_progress"].validate_python, parse_event):
+        if ok:
+            assert validate(obj).ts == ts
+        else:
+            with pytest.raises(ValidationError, match="ts"):
+                validate(obj)

@@ -13,7 +13,15 @@ from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 
-from pydantic import Discriminator, Field, Tag, TypeAdapter, ValidationError, field_validator
+from pydantic import (
+    Discriminator,
+    Field,
+    StringConstraints,
+    Tag,
+    TypeAdapter,
+    ValidationError,
+    field_validator,
+)
 from pydantic_core import SchemaValidator
 
 from ._wire import Opt, WireModel
@@ -202,14 +210,45 @@ DurableLlmStepStreamEvent = Annotated[
 # ---------------------------------------------------------------- events
 
 
+# ``ts`` (§5.2): an ISO-8601 instant written in UTC. The whole rule is one
+# pattern so pydantic-core checks it in Rust on the hot read path (a Python
+# validator would cost a call per line): a calendar date (month lengths and
+# the Gregorian leap years included), 24-hour time with seconds, an optional
+# fraction, and ``Z`` or ``+00:00``.
+_DATE = (
+    r"(?:[0-9]{4}-(?:(?:0[1-9]|1[0-2])-(?:0[1-9]|1[0-9]|2[0-8])"
+    r"|(?:0[13-9]|1[0-2])-(?:29|30)|(?:0[13578]|1[02])-31)"
+    r"|(?:[0-9]{2}(?:0[48]|[2468][048]|[13579][26])|(?:[02468][048]|[13579][26])00)-02-29)"
+)
+_UTC_TIMESTAMP = (
+    rf"^{_DATE}T(?:[01][0-9]|2[0-3]):[0-5][0-9]:[0-5][0-9](?:\.[0-9]{{1,9}})?(?:Z|\+00:00)$"
+)
+
+UtcTimestamp: TypeAlias = Annotated[str, StringConstraints(pattern=_UTC_TIMESTAMP)]
+"""``ts``: an ISO-8601 UTC instant such as ``2025-11-11T04:36:29.000Z``.
+
+Seconds are required, fractions optional (up to nanoseconds), the zone is
+``Z`` or ``+00:00``; local times, other offsets and non-dates
+(``2025-02-30``) are rejected."""
+
+
 class _Event(WireModel):
     turn_id: str
-    ts: str
+    ts: UtcTimestamp
 
 
 class TurnCreated(_Event):
     type: Literal["turn_created"] = "turn_created"
     schema_version: Literal[1]
+
+    @field_validator("schema_version", mode="before")
+    @classmethod
+    def _an_integer(cls, value: Any) -> Any:
+        # ``true == 1`` in Python, and a strict Literal[1] still takes it.
+        if type(value) is bool:
+            raise ValueError("schemaVersion must be the number 1, not a boolean")
+        return value
+
     session_id: str | None
     agent: AgentSnapshot
     context: TurnContext
@@ -381,6 +420,28 @@ def _model_classes(schema: Any, into: set[type]) -> set[type]:
     return into
 
 
+def _wire_exact(schema: Any) -> Any:
+    """A copy of a core schema whose every model validates strictly by wire name.
+
+    The same as passing ``strict=True, by_alias=True, by_name=False`` to each
+    call (what ``parse_event`` does on the union), fixed at build time so the
+    hot read loop pays nothing per line for it.
+    """
+    if isinstance(schema, dict):
+        out = {k: _wire_exact(v) for k, v in schema.items()}
+        if out.get("type") == "model":
+            out["config"] = {
+                **(out.get("config") or {}),
+                "strict": True,
+                "validate_by_name": False,
+                "validate_by_alias": True,
+            }
+        return out
+    if isinstance(schema, list):
+        return [_wire_exact(v) for v in schema]
+    return schema
+
+
 def _trusted_validators() -> dict[str, SchemaValidator]:
     """One validator per event type for values a strict JSON parser produced.
 
@@ -398,7 +459,9 @@ def _trusted_validators() -> dict[str, SchemaValidator]:
     (tests/test_trusted_parse.py checks the built validators in full.)
     """
     schemas = {
-        cls.model_fields["type"].default: without_json_checks(cls.__pydantic_core_schema__)
+        cls.model_fields["type"].default: _wire_exact(
+            without_json_checks(cls.__pydantic_core_schema__)
+        )
         for cls in get_args(get_args(TurnEvent)[0])
     }
     models = _model_classes(list(schemas.values()), set())
@@ -412,7 +475,7 @@ def _trusted_validators() -> dict[str, SchemaValidator]:
             type.__setattr__(m, "__pydantic_complete__", was)
     # Probe a top-level and a nested JSON field: without context a remaining
     # check would reject NaN here (a check on its own is harmless, only slow).
-    common = {"turnId": "t", "ts": "t", "toolCallId": "c", "source": "sync"}
+    common = {"turnId": "t", "ts": "2025-01-01T00:00:00Z", "toolCallId": "c", "source": "sync"}
     try:
         built["tool_progress"].validate_python({**common, "progress": math.nan})
         built["tool_result"].validate_python(
@@ -443,9 +506,15 @@ def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
                 return cast(TurnEvent, validator.validate_python(obj, by_alias=True, by_name=False))
             except ValidationError:
                 pass  # the union below raises the same error, located as callers expect
-    # Wire names only: a line spelling ``turn_id`` for ``turnId`` is not a turn event.
+    # Wire names only, JSON types only (§5.2 "reads validate every line
+    # strictly"): a line spelling ``turn_id`` for ``turnId``, ``"false"`` for
+    # ``false`` or ``"0"`` for ``0`` is not a turn event.
     return event_adapter.validate_python(
-        obj, context=TRUSTED_JSON if trusted_json else None, by_alias=True, by_name=False
+        obj,
+        strict=True,
+        context=TRUSTED_JSON if trusted_json else None,
+        by_alias=True,
+        by_name=False,
     )
 
 

@@ -343,7 +343,8 @@ class TurnReducer:
             return
         if event.turn_id != created.turn_id:
             raise _corrupt(
-                f"{event.type} belongs to turn {event.turn_id!r}, not {created.turn_id!r}"
+                f"{event.type} belongs to turn {event.turn_id!r} (its turnId), "
+                f"not {created.turn_id!r}"
             )
         if self._terminal is not None:
             raise _corrupt(f"{event.type} follows the terminal event {self._terminal.type}")

@@ -167,7 +167,7 @@ def test_failures_become_one_line() -> None:
         failure_message(RuntimeError("secret sk-123 inside"))
         == "model call failed: unexpected RuntimeError"
     )
-    ModelCallFailed(turn_id="t", ts="x", model_call_index=0, error=line)
+    ModelCallFailed(turn_id="t", ts="2025-01-01T00:00:00Z", model_call_index=0, error=line)
 
     recorder = StepRecorder()
     recorder.on_event(TextDeltaEvent("a"))
