@@ -1020,7 +1020,7 @@ def test_mismatched_turn_id() -> None:
     for i in range(1, len(h.events)):
         events = list(h.events)
         events[i] = edit(events[i], turn_id=PREV_ID)
-        assert_rejects(events, i + 1, f"belongs to turn '{PREV_ID}'")
+        assert_rejects(events, i + 1, f"has turnId '{PREV_ID}'")
 
 
 def test_unsupported_schema_version() -> None:
@@ -1121,19 +1121,71 @@ def test_duplicate_tool_call_ids_within_one_response() -> None:
 
 
 def test_tool_call_id_reused_in_a_later_response() -> None:
+    """§24 forbids duplicates within one response only; OpenAI-compatible servers
+    often number calls per response (``call_0`` every time).
+
+    The earlier call is settled before the next model call may start, so every
+    later record naming the id belongs to the call that is still open.
+    """
+    h = batch(History(), [("a", "read_file", {"path": "one"})])
+    h.invoke("a")
+    h.result("a", "first")
+    batch(h, [("a", "write_file", {"path": "two"})])
+    h.require("a")
+    assert h.suspend().pending_permissions[0].tool_call_id == "a"
+    h.resolve("a", "allow", source="human")
+    h.invoke("a")
+    h.progress("a")
+    h.result("a", "second")
+    h.request()
+    h.complete("Both done.")
+    h.finish()
+    state = reduce_ok(h.events)
+    first, second = state.tool_calls
+    assert (first.tool_call_id, second.tool_call_id) == ("a", "a")
+    assert first.result is not None and first.result.result.output == "first"
+    assert first.permission is None and first.progress == []
+    assert second.tool_name == "write_file" and second.permission is not None
+    assert second.result is not None and second.result.result.output == "second"
+    assert state.tool_call("a") == second  # the newest call with that id
+    assert state.tool_call("a", model_call_index=0) == first
+    assert state.model_calls[2].request.messages == ["assistant:1", "toolResult:a"]
+
+
+def test_a_reused_tool_call_id_stays_unique_within_its_response() -> None:
     h = batch(History(), [("a", "read_file", {})])
     h.invoke("a")
     h.result("a")
     h.request()
-    again = ModelCallCompleted(
+    bad = ModelCallCompleted(
         turn_id=TURN_ID,
         ts=stamp(9),
         model_call_index=1,
-        message=assistant("x", [("a", "read_file", {})]),
+        message=assistant("x", [("a", "read_file", {}), ("a", "read_file", {})]),
         finish_reason="tool-calls",
         usage=USAGE,
     )
-    assert_rejects([*h.events, again], len(h.events) + 1, "already used earlier in the turn")
+    assert_rejects([*h.events, bad], len(h.events) + 1, "appears twice in model call 1's response")
+
+
+def test_a_late_result_for_a_reused_id_goes_to_the_open_call() -> None:
+    h = batch(History(), [("a", "read_file", {})])
+    h.invoke("a")
+    h.result("a")
+    batch(h, [("a", "ask_human", {})])
+    h.invoke("a")
+    h.result("a", "answer")
+    state = reduce_ok(h.events)
+    assert [t.result is not None for t in state.tool_calls] == [True, True]
+    dup = ToolResult(
+        turn_id=TURN_ID,
+        ts=stamp(50),
+        tool_call_id="a",
+        tool_name="ask_human",
+        source="async",
+        result=ToolResultData(output="again", is_error=False),
+    )
+    assert_rejects([*h.events, dup], len(h.events) + 1, "duplicate terminal result")
 
 
 @pytest.mark.parametrize(

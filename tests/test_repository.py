@@ -1158,6 +1158,7 @@ def test_snake_case_field_names_are_not_the_wire_format(tmp_path: Path) -> None:
     with pytest.raises(CorruptTurnError) as info:
         repo.read(TURN_ID)
     assert info.value.line == 2
+    assert "invalid model_call_failed event: turnId" in info.value.rule
 
 
 class TestReadAfter:

@@ -29,7 +29,7 @@ from .messages import (
     ToolResultOutput,
     ToolResultPart,
 )
-from .reducer import ModelCallState, TurnState
+from .reducer import ModelCallState, ToolCallState, TurnState
 
 
 class ToolDefinition(WireModel):
@@ -113,7 +113,12 @@ def compose_model_request(
         pending_results: list[ToolResultPart] = []
         for ref in call.request.messages:
             if ref.startswith("toolResult:"):
-                pending_results.append(_tool_result_part(state, ref.removeprefix("toolResult:")))
+                # Call N's results are those of call N-1's batch (§24); the
+                # index matters because an id may recur in later responses.
+                tool_call_id = ref.removeprefix("toolResult:")
+                pending_results.append(
+                    _tool_result_part(state.tool_call(tool_call_id, call.index - 1), ref)
+                )
                 continue
             if pending_results:
                 messages.append(ToolMessage(content=pending_results))
@@ -153,13 +158,12 @@ def _assistant(by_index: dict[int, ModelCallState], ref: str) -> AssistantMessag
     return response
 
 
-def _tool_result_part(state: TurnState, tool_call_id: str) -> ToolResultPart:
-    call = state.tool_call(tool_call_id)
+def _tool_result_part(call: ToolCallState | None, ref: str) -> ToolResultPart:
     if call is None or call.result is None:
-        raise CorruptTurnError(f"request ref 'toolResult:{tool_call_id}' names no tool result")
+        raise CorruptTurnError(f"request ref {ref!r} names no tool result")
     result = call.result.result
     return ToolResultPart(
-        tool_call_id=tool_call_id,
+        tool_call_id=call.tool_call_id,
         tool_name=call.tool_name,
         output=ToolResultOutput(
             type="error-json" if result.is_error else "json", value=result.output
@@ -181,7 +185,11 @@ def closed_transcript(state: TurnState) -> list[ConversationMessage]:
         batch = sorted(
             (t for t in state.tool_calls if t.model_call_index == call.index), key=lambda t: t.order
         )
-        parts = [_tool_result_part(state, t.tool_call_id) for t in batch if t.result is not None]
+        parts = [
+            _tool_result_part(t, f"toolResult:{t.tool_call_id}")
+            for t in batch
+            if t.result is not None
+        ]
         if parts:
             out.append(ToolMessage(content=parts))
     return out

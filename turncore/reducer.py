@@ -143,9 +143,19 @@ class TurnState(WireModel):
             if t.result is None and t.invocation is not None and t.invocation.execution == "async"
         ]
 
-    def tool_call(self, tool_call_id: str) -> ToolCallState | None:
-        for t in self.tool_calls:
-            if t.tool_call_id == tool_call_id:
+    def tool_call(
+        self, tool_call_id: str, model_call_index: int | None = None
+    ) -> ToolCallState | None:
+        """The newest call with this id, or the one from model call ``model_call_index``.
+
+        Ids are unique within one response only (§24); a model may reuse one
+        in a later response. Every record and input that names an id refers
+        to the newest call with it, which is the only one that can be open.
+        """
+        for t in reversed(self.tool_calls):
+            if t.tool_call_id == tool_call_id and (
+                model_call_index is None or t.model_call_index == model_call_index
+            ):
                 return t
         return None
 
@@ -343,8 +353,7 @@ class TurnReducer:
             return
         if event.turn_id != created.turn_id:
             raise _corrupt(
-                f"{event.type} belongs to turn {event.turn_id!r} (its turnId), "
-                f"not {created.turn_id!r}"
+                f"{event.type} has turnId {event.turn_id!r}, not this turn's {created.turn_id!r}"
             )
         if self._terminal is not None:
             raise _corrupt(f"{event.type} follows the terminal event {self._terminal.type}")
@@ -486,10 +495,6 @@ class TurnReducer:
                     f"tool-call id {part.tool_call_id!r} appears twice in model call "
                     f"{event.model_call_index}'s response"
                 )
-            if part.tool_call_id in self._tool_by_id:
-                raise _corrupt(
-                    f"tool-call id {part.tool_call_id!r} was already used earlier in the turn"
-                )
             seen.add(part.tool_call_id)
             descriptor = self._tools_by_name.get(part.tool_name) if self._tools_by_name else None
             new_calls.append(
@@ -506,6 +511,9 @@ class TurnReducer:
         self._usage = self._usage + event.usage
         for t in new_calls:
             self._tool_calls.append(t)
+            # An id reused from an earlier response (§24 forbids duplicates
+            # within one response only) now names this call: the earlier one
+            # is settled, since no model call starts before its batch is.
             self._tool_by_id[t.tool_call_id] = t
             self._unresolved[t.tool_call_id] = t
 
