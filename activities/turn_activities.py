@@ -18,7 +18,7 @@ from typing import Any, Protocol
 import orjson
 from temporalio import activity
 
-from turncore.advance import completion_event, failure_event
+from turncore.advance import REFUSED_RESPONSE_CODE, completion_event, failure_event
 from turncore.agents import AgentResolver
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
@@ -464,10 +464,17 @@ class TurnActivities(TurnActivityContract):
                 usage=fields.usage,
                 provider_metadata=fields.provider_metadata,
             )
+            probe = reducer.copy()
+            try:
+                probe.apply(completed)
+            except CorruptTurnError as refused:
+                # A response the log cannot hold (a tool-call id twice in one
+                # response, §24) is this call's failure, not an interruption:
+                # re-issuing it would pay again for the same refusal.
+                await commit(*_refused_response(reducer, completed, refused.rule, d.clock))
+                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
             events = [completed]
             if not outcome.tool_calls():
-                probe = reducer.copy()
-                probe.apply(completed)
                 events.append(completion_event(probe.state, d.clock()))
             await commit(*events)
             return ModelCallResult(events=_elided(written), offset=reducer.event_count)
@@ -549,6 +556,25 @@ def _cancelled_by_the_workflow() -> bool:
         and details.cancel_requested
         and not (details.worker_shutdown or details.timed_out or details.not_found)
     )
+
+
+def _refused_response(
+    reducer: TurnReducer, completed: ModelCallCompleted, rule: str, clock: Clock
+) -> list[TurnEvent]:
+    """``model_call_failed`` and ``turn_failed`` for a response the reducer refuses.
+
+    The activity settles the turn itself, as for any other model failure.
+    """
+    error = f"model call failed: the response was refused: {rule}"
+    failed = ModelCallFailed(
+        turn_id=completed.turn_id,
+        ts=clock(),
+        model_call_index=completed.model_call_index,
+        error=error,
+    )
+    probe = reducer.copy()
+    probe.apply(failed)
+    return [failed, failure_event(probe.state, error, clock(), code=REFUSED_RESPONSE_CODE)]
 
 
 async def _heartbeat_forever() -> None:

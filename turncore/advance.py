@@ -60,6 +60,11 @@ INTERRUPTED_TOOL_RESULT = (
 INTERRUPTED_MODEL_CALL = "Model call was interrupted before it finished; it will be re-issued."
 HUMAN_UNAVAILABLE_RESULT = "Human input is unavailable for this turn."
 MODEL_CALL_LIMIT_CODE = "model-call-limit"
+REFUSED_RESPONSE_CODE = "model-call-failed:protocol:accepted"
+"""``turn_failed.code`` when the reducer refuses a model response (a tool-call id
+twice in one response, §24): the provider accepted the request and answered
+with something the log cannot hold. The call is recorded as failed and never
+re-issued. (The model-failure code scheme, ``turncore.model.failure_code``.)"""
 
 
 def descriptor_for(state: TurnState, call: ToolCallState) -> ToolDescriptor | None:
