@@ -26,6 +26,8 @@ from .payloads import (
     CreateChildResult,
     LoadInput,
     LoadResult,
+    MaterializeAgentInput,
+    MaterializeAgentResult,
     ModelCallInput,
     ModelCallResult,
     ToolCallInput,
@@ -51,6 +53,11 @@ class TurnActivityContract(ABC):
     @abstractmethod
     async def validate_dependencies(self, input: ValidateDependenciesInput) -> None:
         """§15.3: the live model and tools must match the snapshot before advancing."""
+
+    @activity.defn
+    @abstractmethod
+    async def materialize_agent(self, input: MaterializeAgentInput) -> MaterializeAgentResult:
+        """The tools an inherited agent snapshot resolves to through its chain (§6.7)."""
 
     @activity.defn
     @abstractmethod

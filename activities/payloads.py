@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from turncore.events import TurnEvent
+from turncore.events import ToolDescriptor, TurnEvent
 from turncore.jsonvalue import JsonValue
 from turncore.permissions import PermissionCheck, PermissionClassification
 from turncore.reducer import ToolCallState
@@ -186,6 +186,17 @@ class ToolCallResult:
 @dataclass(frozen=True)
 class ValidateDependenciesInput:
     turn_id: str
+
+
+@dataclass(frozen=True)
+class MaterializeAgentInput:
+    turn_id: str
+
+
+@dataclass(frozen=True)
+class MaterializeAgentResult:
+    tools: list[ToolDescriptor]
+    """The chain's tool descriptors (§6.7), in advertised order."""
 
 
 @dataclass(frozen=True)

@@ -91,6 +91,8 @@ from .payloads import (
     CreateChildResult,
     LoadInput,
     LoadResult,
+    MaterializeAgentInput,
+    MaterializeAgentResult,
     ModelCallInput,
     ModelCallResult,
     ToolCallInput,
@@ -266,6 +268,16 @@ class TurnActivities(TurnActivityContract):
             self._check_dependencies(await self._state(input.turn_id))
         except (InfrastructureError, DependencyError) as exc:
             raise to_application_error(exc) from exc
+
+    @activity.defn
+    async def materialize_agent(self, input: MaterializeAgentInput) -> MaterializeAgentResult:
+        """The tools an inherited agent snapshot resolves to through its chain (§6.7)."""
+        try:
+            state = await self._state(input.turn_id)
+            agent = await asyncio.to_thread(self._d.contexts.resolve_agent, state.definition)
+        except (InfrastructureError, DependencyError) as exc:
+            raise to_application_error(exc) from exc
+        return MaterializeAgentResult(tools=list(agent.tools))
 
     def _check_dependencies(self, state: TurnState) -> None:
         agent = self._d.contexts.resolve_agent(state.definition)

@@ -11,7 +11,16 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
 from tests.test_workflow_scenarios import Recorder
+from turncore.model import ModelCallRequest
 from turncore.tools import ToolContext
+
+
+class Sequential(Recorder):
+    """Answers the n-th request with the n-th response, across turns."""
+
+    def __call__(self, request: ModelCallRequest) -> Any:
+        self.requests.append(request)
+        return self.responses[len(self.requests) - 1]
 
 
 def _reused(name: str, n: int) -> dict[str, Any]:
@@ -90,3 +99,104 @@ async def test_a_response_the_reducer_refuses_fails_the_turn_without_reissuing(
         failed = h.lines(turn_id)[-2]
         assert "refused" in failed["error"] and "appears twice" in failed["error"]
         await h.assert_file_matches_query(turn_id)
+
+
+# ---------------------------------------------------------------- §6.7 inheritance
+
+
+async def _continue(h: Harness, previous: str, session: str | None = "s-1") -> str:
+    from turnclient.api import CreateTurnInput
+    from turncore.events import ContextRef, RequestedAgent
+    from turncore.messages import UserMessage
+
+    return await h.turns.create_turn(
+        CreateTurnInput(
+            agent=RequestedAgent(agent_id="test"),
+            input=UserMessage(content="and now?"),
+            human_available=True,
+            context=ContextRef(previous_turn_id=previous),
+            session_id=session,
+        )
+    )
+
+
+async def test_a_continued_turn_inherits_its_snapshot_calls_a_tool_and_suspends(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """§6.7: same prompt and tools as the predecessor → the inherited form; its
+    tools and permissions resolve through the chain; approval then completion."""
+    recorder = Sequential(
+        [
+            {"text": "first turn done"},
+            {"toolCalls": [{"toolName": "write", "input": {"p": 1}}]},
+            {"text": "written"},
+        ]
+    )
+    ran: list[Any] = []
+
+    def write(value: Any, ctx: ToolContext) -> Any:
+        ran.append(value)
+        return "ok"
+
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=[sync_tool("write")],
+        implementations={"write": write},
+    ) as h:
+        first, outcome = await h.run("hello")
+        assert outcome.status == "completed"
+        second = await _continue(h, first)
+        resolved = h.lines(second)[0]["agent"]["resolved"]
+        assert resolved == {
+            "agentId": "test",
+            "model": {"provider": "scripted", "model": "test"},
+            "inheritedFrom": first,
+        }
+        outcome = await h.turns.advance_turn(second).outcome
+        assert outcome.status == "suspended"
+        assert [p.tool_name for p in outcome.pending_permissions] == ["write"]
+        assert ran == []
+        call = outcome.pending_permissions[0].tool_call_id
+        outcome = await h.send(
+            second, {"type": "permission_decision", "toolCallId": call, "decision": "allow"}
+        )
+        assert outcome.status == "completed"
+        assert ran == [{"p": 1}]
+        invoked = next(e for e in h.lines(second) if e["type"] == "tool_invocation_requested")
+        assert (invoked["toolId"], invoked["execution"]) == ("builtin:write", "sync")
+        # The model saw the chain's tools on the continued turn.
+        assert [t.name for t in recorder.requests[1].tools] == ["write"]
+        await h.assert_file_matches_query(second)
+
+
+async def test_create_turn_writes_the_full_snapshot_unless_inheritance_applies(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    recorder = Recorder([{"text": "done"}])
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=[sync_tool("write")],
+        implementations={"write": lambda v, c: "ok"},
+    ) as h:
+        first, _ = await h.run("hello")
+        # Not a session turn: the full snapshot.
+        alone = await _continue(h, first, session=None)
+        assert "tools" in h.lines(alone)[0]["agent"]["resolved"]
+        # The agent's tools changed since the predecessor: the full snapshot.
+        h.resolver.catalog["read"] = sync_tool("read")
+        h.resolver.agents["test"].tools.append("read")
+        changed = await _continue(h, first)
+        assert [t["name"] for t in h.lines(changed)[0]["agent"]["resolved"]["tools"]] == [
+            "write",
+            "read",
+        ]
+        # An unreadable predecessor: the full snapshot.
+        path = h.repo.path_for(first)
+        path.write_bytes(path.read_bytes() + b"{broken\n")
+        h.resolver.agents["test"].tools.remove("read")
+        broken = await _continue(h, first)
+        assert "tools" in h.lines(broken)[0]["agent"]["resolved"]

@@ -35,6 +35,7 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from turncore.advance import check_input, outcome_of
 from turncore.agents import AgentResolver
+from turncore.context import ContextResolver
 from turncore.errors import InfrastructureError, RejectedInputError
 from turncore.events import (
     DEFAULT_MAX_MODEL_CALLS,
@@ -178,6 +179,8 @@ class TurnClient:
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
+        # Reads predecessors for §6.7 inheritance at creation (files only).
+        self._contexts = ContextResolver(lambda tid: TurnReducer.of(repository.read(tid)).state)
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """``call()``, retried with backoff while Temporal fails transiently.
@@ -211,14 +214,18 @@ class TurnClient:
 
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
+        context = request.context if request.context is not None else []
+        snapshot = await asyncio.to_thread(
+            self._contexts.snapshot_for, resolved, context, request.session_id
+        )
         turn_id = self._ids.next_id()
         created = TurnCreated(
             turn_id=turn_id,
             ts=self._clock(),
             schema_version=SCHEMA_VERSION,
             session_id=request.session_id,
-            agent=AgentSnapshot(requested=request.agent, resolved=resolved),
-            context=request.context if request.context is not None else [],
+            agent=AgentSnapshot(requested=request.agent, resolved=snapshot),
+            context=context,
             input=request.input,
             config=TurnConfig(
                 auto_permission=request.auto_permission,

@@ -67,13 +67,26 @@ with something the log cannot hold. The call is recorded as failed and never
 re-issued. (The model-failure code scheme, ``turncore.model.failure_code``.)"""
 
 
-def descriptor_for(state: TurnState, call: ToolCallState) -> ToolDescriptor | None:
+Tools = Sequence[ToolDescriptor] | None
+"""The turn's materialized tool set (§6.7): what an inherited snapshot's chain
+resolves to. Callers pass it for inherited snapshots; a full snapshot carries
+its own tools and ignores it."""
+
+
+def snapshot_tools(state: TurnState, materialized: Tools = None) -> Tools:
+    """The turn's tools: its own snapshot's, else the materialized chain's, else unknown."""
     resolved = state.definition.agent.resolved
     if isinstance(resolved, ResolvedAgent):
-        for d in resolved.tools:
-            if d.name == call.tool_name:
-                return d
-        return None
+        return resolved.tools
+    return materialized
+
+
+def descriptor_for(
+    state: TurnState, call: ToolCallState, tools: Tools = None
+) -> ToolDescriptor | None:
+    for d in snapshot_tools(state, tools) or ():
+        if d.name == call.tool_name:
+            return d
     return None
 
 
@@ -123,13 +136,17 @@ def interrupted_sync_results(
 # ---------------------------------------------------------------- permissions (§9)
 
 
-def unknown_tool_results(state: TurnState, ts: str) -> list[TurnEvent]:
+def unknown_tool_results(state: TurnState, ts: str, tools: Tools = None) -> list[TurnEvent]:
     """Calls to tools outside the snapshot become runtime errors the model can see (§21.3)."""
-    if not isinstance(state.definition.agent.resolved, ResolvedAgent):
-        return []
+    if snapshot_tools(state, tools) is None:
+        return []  # an inherited snapshot not materialized here: nothing can be decided
     out: list[TurnEvent] = []
     for t in state.unresolved_tool_calls():
-        if t.invocation is None and t.permission is None and descriptor_for(state, t) is None:
+        if (
+            t.invocation is None
+            and t.permission is None
+            and descriptor_for(state, t, tools) is None
+        ):
             out.append(
                 _runtime_error(
                     state, t, f"Unknown tool {t.tool_name!r}; it is not available in this turn.", ts
@@ -139,21 +156,23 @@ def unknown_tool_results(state: TurnState, ts: str) -> list[TurnEvent]:
 
 
 def calls_needing_check(
-    state: TurnState, allowed: Collection[str] = frozenset()
+    state: TurnState, allowed: Collection[str] = frozenset(), tools: Tools = None
 ) -> list[ToolCallState]:
     """Unresolved calls whose permission has not been determined yet.
 
     ``allowed`` are calls the checker already allowed outright (no durable
-    record of that exists until their invocation is appended).
+    record of that exists until their invocation is appended). Each call
+    carries its tool's id, from the materialized snapshot when the turn's own
+    is inherited (the reducer leaves it unknown until invocation).
     """
-    return [
-        t
-        for t in state.unresolved_tool_calls()
-        if t.permission is None
-        and t.invocation is None
-        and t.tool_call_id not in allowed
-        and descriptor_for(state, t) is not None
-    ]
+    out: list[ToolCallState] = []
+    for t in state.unresolved_tool_calls():
+        if t.permission is not None or t.invocation is not None or t.tool_call_id in allowed:
+            continue
+        d = descriptor_for(state, t, tools)
+        if d is not None:
+            out.append(t if t.tool_id == d.tool_id else t.model_copy(update={"tool_id": d.tool_id}))
+    return out
 
 
 def permission_required_events(
@@ -161,6 +180,7 @@ def permission_required_events(
     checks: dict[str, PermissionCheck | str],
     ts: str,
     allowed: Collection[str] = frozenset(),
+    tools: Tools = None,
 ) -> tuple[list[TurnEvent], list[str]]:
     """Record required permissions; return them and the ids allowed outright.
 
@@ -169,7 +189,7 @@ def permission_required_events(
     """
     events: list[TurnEvent] = []
     allowed_now: list[str] = []
-    for t in calls_needing_check(state, allowed):
+    for t in calls_needing_check(state, allowed, tools):
         check = checks.get(t.tool_call_id)
         if check is None:
             check = "the permission checker returned no answer for this call"
@@ -305,7 +325,9 @@ def denial_results(state: TurnState, ts: str) -> list[TurnEvent]:
     return out
 
 
-def invocation_events(state: TurnState, allowed_now: Collection[str], ts: str) -> list[TurnEvent]:
+def invocation_events(
+    state: TurnState, allowed_now: Collection[str], ts: str, tools: Tools = None
+) -> list[TurnEvent]:
     """Invocations for every allowed, not yet invoked call, in source order (§10.5).
 
     ``allowed_now`` are calls the checker allowed outright (no durable record
@@ -324,7 +346,7 @@ def invocation_events(state: TurnState, allowed_now: Collection[str], ts: str) -
         )
         if not allowed:
             continue
-        d = descriptor_for(state, t)
+        d = descriptor_for(state, t, tools)
         if d is None:
             continue
         events.append(
@@ -441,19 +463,21 @@ def next_action(
     *,
     running: Collection[str] = frozenset(),
     allowed: Collection[str] = frozenset(),
+    tools: Tools = None,
     ts: str,
 ) -> Action:
     """The one next step of the turn loop (see the module docstring for the order).
 
     ``running``: ids of sync tool calls executing now. ``allowed``: calls the
-    permission checker allowed outright, not invoked yet.
+    permission checker allowed outright, not invoked yet. ``tools``: an
+    inherited snapshot's materialized tools (§6.7; ignored for a full one).
     """
     if state.terminal is not None:
         return Done()
-    unknown = unknown_tool_results(state, ts)
+    unknown = unknown_tool_results(state, ts, tools)
     if unknown:
         return Append(unknown)
-    to_check = calls_needing_check(state, allowed)
+    to_check = calls_needing_check(state, allowed, tools)
     if to_check:
         return CheckPermissions(to_check)
     to_classify = calls_needing_classification(state)
@@ -463,7 +487,7 @@ def next_action(
         human_unavailable_denials(state, ts),
         denial_results(state, ts),
         # All invocations, in source order, before any tool starts (§10.5).
-        invocation_events(state, allowed, ts),
+        invocation_events(state, allowed, ts, tools),
     ):
         if events:
             return Append(events)

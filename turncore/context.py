@@ -29,7 +29,14 @@ from .errors import (
     InfrastructureError,
     InvalidTurnIdError,
 )
-from .events import ContextRef, ResolvedAgent, TurnContext, TurnCreated
+from .events import (
+    ContextRef,
+    InheritedAgentSnapshot,
+    ResolvedAgent,
+    ResolvedAgentSnapshot,
+    TurnContext,
+    TurnCreated,
+)
 from .messages import (
     AssistantMessage,
     ConversationMessage,
@@ -130,6 +137,10 @@ class ElisionPolicy(WireModel):
         return UserMessage(content=parts)
 
 
+def _tools_json(agent: ResolvedAgent) -> bytes:
+    return orjson.dumps([t.to_wire() for t in agent.tools])
+
+
 class ContextResolver:
     """Materializes contexts and agent snapshots from durable turn files only."""
 
@@ -167,6 +178,33 @@ class ContextResolver:
             system_prompt=resolved.system_prompt,
             model=top.model,
             tools=resolved.tools,
+        )
+
+    def snapshot_for(
+        self, resolved: ResolvedAgent, context: TurnContext, session_id: str | None
+    ) -> ResolvedAgentSnapshot:
+        """What ``create_turn`` persists for ``resolved`` (§6.7).
+
+        The inherited form exactly when the turn belongs to a session,
+        continues a previous turn by reference, and its system prompt and
+        tools are byte-identical (as wire JSON) to the predecessor's
+        materialized snapshot. Any difference, or a predecessor that cannot be
+        read or materialized, persists the full snapshot. The model and agent
+        id stay concrete in either form.
+        """
+        if session_id is None or not isinstance(context, ContextRef):
+            return resolved
+        previous = context.previous_turn_id
+        try:
+            base = self.resolve_agent(self._load(previous).definition)
+        except (InfrastructureError, InvalidTurnIdError):
+            return resolved  # unreadable predecessor: the full snapshot
+        if base.system_prompt != resolved.system_prompt or _tools_json(base) != _tools_json(
+            resolved
+        ):
+            return resolved
+        return InheritedAgentSnapshot(
+            agent_id=resolved.agent_id, model=resolved.model, inherited_from=previous
         )
 
     def _materialize(self, context: TurnContext, seen: Sequence[str]) -> list[ConversationMessage]:

@@ -46,6 +46,8 @@ from turncore.elision import elide_event
 from turncore.errors import RejectedInputError
 from turncore.events import (
     CancelInput,
+    ResolvedAgent,
+    ToolDescriptor,
     ToolResult,
     ToolResultData,
     TurnEvent,
@@ -73,6 +75,7 @@ from turncore_temporal.activities.payloads import (
     CreateChildResult,
     Derived,
     LoadInput,
+    MaterializeAgentInput,
     ModelCallInput,
     ModelCallResult,
     ToolCallInput,
@@ -140,6 +143,8 @@ class TurnWorkflow:
         self._settle_waiters: list[asyncio.Future[dict[str, Any]]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
         self._model_handle: workflow.ActivityHandle[ModelCallResult] | None = None
+        self._tools: list[ToolDescriptor] | None = None
+        """An inherited snapshot's materialized tools, once a tool call needed them."""
         self._cancel: CancelInput | None = None
         self._flags = _Flags()
         self._allowed: set[str] = set()
@@ -227,8 +232,9 @@ class TurnWorkflow:
                 continue
             if self._should_continue_as_new():
                 await self._continue_as_new()
+            tools = await self._materialized_tools()
             action = advance.next_action(
-                self._state, running=self._running, allowed=self._allowed, ts=_ts()
+                self._state, running=self._running, allowed=self._allowed, tools=tools, ts=_ts()
             )
             match action:
                 case advance.Append(events):
@@ -406,7 +412,7 @@ class TurnWorkflow:
             Activities.check_permissions, CheckPermissionsInput.of(self._turn_id, calls)
         )
         required, allowed = advance.permission_required_events(
-            self._state, checked.checks(), _ts(), self._allowed
+            self._state, checked.checks(), _ts(), self._allowed, self._tools
         )
         self._allowed.update(allowed)
         if required:
@@ -421,6 +427,22 @@ class TurnWorkflow:
         )
         if events:
             await self._append(events)
+
+    async def _materialized_tools(self) -> list[ToolDescriptor] | None:
+        """An inherited snapshot's tools, resolved through its chain (§6.7).
+
+        Only asked for when a tool call needs deciding, so full snapshots (and
+        cancellation, which needs no live dependency) never run the activity.
+        """
+        state = self._state
+        if isinstance(state.definition.agent.resolved, ResolvedAgent):
+            return None
+        if self._tools is None and state.unresolved_tool_calls():
+            result = await self._local(
+                Activities.materialize_agent, MaterializeAgentInput(turn_id=self._turn_id)
+            )
+            self._tools = list(result.tools)
+        return self._tools
 
     async def _run_tool(self, call: ToolCallState) -> None:
         assert call.invocation is not None
