@@ -333,7 +333,14 @@ class TurnActivities(TurnActivityContract):
                     for r in input.requests
                 ],
             )
-            result = await self._d.classifier.classify(batch)
+            # Heartbeats carry the workflow's cancellation to the classifier (§22).
+            heartbeat = asyncio.create_task(_heartbeat_forever())
+            try:
+                result = await self._d.classifier.classify(batch)
+            finally:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
         except asyncio.CancelledError:
             raise
         except Exception as exc:  # a classifier failure is a modelled defer, not a crash

@@ -241,3 +241,66 @@ async def test_a_provider_missing_from_the_registry_is_a_dependency_error(
         with pytest.raises(DependencyError):
             await h.turns.recover(turn_id)
         assert h.repo.path_for(turn_id).read_bytes() == before
+
+
+async def test_cancel_reaches_a_slow_classifier_and_nothing_is_invoked_after_it(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """§22 / §26.5: the classifier is cancelled, and its late allow runs nothing."""
+    from turncore.permissions import (
+        FunctionClassifier,
+        PermissionClassification,
+        PermissionClassificationBatch,
+    )
+
+    started = asyncio.Event()
+    release = asyncio.Event()
+    cancelled = asyncio.Event()
+    ran: list[str] = []
+
+    async def slow_allow(batch: PermissionClassificationBatch) -> list[PermissionClassification]:
+        started.set()
+        try:
+            await asyncio.wait_for(release.wait(), timeout=30)
+        except asyncio.CancelledError:
+            cancelled.set()
+            raise
+        return [
+            PermissionClassification(tool_call_id=r.tool_call_id, decision="allow", reason="ok")
+            for r in batch.requests
+        ]
+
+    def run(value: Any, ctx: ToolContext) -> Any:
+        ran.append(ctx.tool_call_id)
+        return "ran"
+
+    script = [{"toolCalls": [{"toolName": "risky", "input": {}}]}, {"text": "never"}]
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("risky")],
+        implementations={"risky": run},
+        classifier=FunctionClassifier(slow_allow),
+    ) as h:
+        turn_id = await h.create("go", auto_permission=True)
+        execution = h.turns.advance_turn(turn_id)
+        await asyncio.wait_for(started.wait(), timeout=20)
+        outcome = await h.send(turn_id, {"type": "cancel", "reason": "stop"})
+        assert outcome.status == "cancelled"
+        assert cancelled.is_set()  # the signal reached the classifier
+        release.set()
+        assert (await execution.outcome).status == "cancelled"
+        types = h.types(turn_id)
+        assert "tool_permission_classified" not in types
+        assert "tool_permission_resolved" not in types
+        assert "tool_invocation_requested" not in types
+        assert ran == []
+        result = h.file_state(turn_id).tool_calls[0].result
+        assert (
+            result is not None
+            and result.source == "runtime"
+            and "cancelled" in str(result.result.output)
+        )
+        assert types[-1] == "turn_cancelled"
+        await h.assert_file_matches_query(turn_id)

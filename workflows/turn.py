@@ -419,30 +419,39 @@ class TurnWorkflow:
             await self._append(required)
 
     async def _classify(self, calls: list[ToolCallState]) -> None:
-        classified = await self._local(
-            Activities.classify_permissions, ClassifyInput.of(self._turn_id, calls)
-        )
+        """Run the classifier and record its decisions; a cancel input cancels it (§22).
+
+        A regular, heartbeating activity: a local one holds the workflow task,
+        so a cancel could not even be seen until the classifier finished or
+        the task heartbeat came round (seconds later). A cancelled classifier's
+        answer is dropped and the loop closes the turn next; nothing is invoked
+        after a cancel is accepted (the loop checks it before every action).
+        Histories recorded before this ran it as a local activity and replay so.
+        """
+        arg = ClassifyInput.of(self._turn_id, calls)
+        if workflow.patched("classify-as-cancellable-activity"):
+            handle = workflow.start_activity_method(
+                Activities.classify_permissions,
+                arg,
+                start_to_close_timeout=timedelta(seconds=self._input.model_call_timeout_seconds),
+                heartbeat_timeout=timedelta(seconds=self._input.heartbeat_timeout_seconds),
+                retry_policy=_SAFE_RETRY,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary="classify permissions",
+            )
+            await workflow.wait_condition(lambda: handle.done() or self._cancel is not None)
+            if not handle.done():
+                handle.cancel()
+                await asyncio.gather(handle, return_exceptions=True)
+                return
+            classified = await handle
+        else:
+            classified = await self._local(Activities.classify_permissions, arg)
         events = advance.classification_events(
             self._state, classified.decisions(), classified.error, _ts()
         )
         if events:
             await self._append(events)
-
-    async def _materialized_tools(self) -> list[ToolDescriptor] | None:
-        """An inherited snapshot's tools, resolved through its chain (§6.7).
-
-        Only asked for when a tool call needs deciding, so full snapshots (and
-        cancellation, which needs no live dependency) never run the activity.
-        """
-        state = self._state
-        if isinstance(state.definition.agent.resolved, ResolvedAgent):
-            return None
-        if self._tools is None and state.unresolved_tool_calls():
-            result = await self._local(
-                Activities.materialize_agent, MaterializeAgentInput(turn_id=self._turn_id)
-            )
-            self._tools = list(result.tools)
-        return self._tools
 
     async def _run_tool(self, call: ToolCallState) -> None:
         assert call.invocation is not None
