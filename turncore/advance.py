@@ -21,6 +21,8 @@ from __future__ import annotations
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 
+import orjson
+
 from .errors import RejectedInputError
 from .events import (
     AsyncToolProgressInput,
@@ -136,23 +138,56 @@ def interrupted_sync_results(
 # ---------------------------------------------------------------- permissions (§9)
 
 
-def unknown_tool_results(state: TurnState, ts: str, tools: Tools = None) -> list[TurnEvent]:
-    """Calls to tools outside the snapshot become runtime errors the model can see (§21.3)."""
+def unusable_call_results(state: TurnState, ts: str, tools: Tools = None) -> list[TurnEvent]:
+    """Calls the runtime cannot run become runtime errors the model can see (§21.3).
+
+    Unknown tools (outside the snapshot), and calls whose arguments are not a
+    JSON object where the tool's schema wants one (adapters keep arguments
+    that do not parse as JSON verbatim, as a string). The tool never runs and
+    no permission is asked; the turn continues.
+    """
     if snapshot_tools(state, tools) is None:
         return []  # an inherited snapshot not materialized here: nothing can be decided
     out: list[TurnEvent] = []
     for t in state.unresolved_tool_calls():
-        if (
-            t.invocation is None
-            and t.permission is None
-            and descriptor_for(state, t, tools) is None
-        ):
-            out.append(
-                _runtime_error(
-                    state, t, f"Unknown tool {t.tool_name!r}; it is not available in this turn.", ts
-                )
+        if t.invocation is not None or t.permission is not None:
+            continue
+        d = descriptor_for(state, t, tools)
+        if d is None:
+            why = f"Unknown tool {t.tool_name!r}; it is not available in this turn."
+        else:
+            problem = _argument_problem(t.input, d)
+            if problem is None:
+                continue
+            why = (
+                f"The arguments of this {t.tool_name} call {problem}; the tool did not run. "
+                "Call it again with a JSON object that matches its input schema."
             )
+        out.append(_runtime_error(state, t, why, ts))
     return out
+
+
+def _argument_problem(value: JsonValue, tool: ToolDescriptor) -> str | None:
+    """Why ``value`` cannot be a call's input for ``tool``, or None if it can.
+
+    Every provider wire sends tool arguments as one JSON object, so an object
+    is required unless the tool's schema declares another top-level type.
+    """
+    schema = tool.input_schema
+    wanted = schema.get("type", "object") if isinstance(schema, dict) else "object"
+    if not (wanted == "object" or (isinstance(wanted, list) and "object" in wanted)):
+        return None
+    if isinstance(value, dict):
+        return None
+    if isinstance(value, str):
+        try:
+            orjson.loads(value)
+        except orjson.JSONDecodeError:
+            return "are not valid JSON"
+    kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
+        type(value), "a number"
+    )
+    return f"are not a JSON object (they are {kind})"
 
 
 def calls_needing_check(
@@ -474,7 +509,7 @@ def next_action(
     """
     if state.terminal is not None:
         return Done()
-    unknown = unknown_tool_results(state, ts, tools)
+    unknown = unusable_call_results(state, ts, tools)
     if unknown:
         return Append(unknown)
     to_check = calls_needing_check(state, allowed, tools)

@@ -46,7 +46,6 @@ from turncore.elision import elide_event
 from turncore.errors import RejectedInputError
 from turncore.events import (
     CancelInput,
-    ResolvedAgent,
     ToolDescriptor,
     ToolResult,
     ToolResultData,
@@ -75,7 +74,6 @@ from turncore_temporal.activities.payloads import (
     CreateChildResult,
     Derived,
     LoadInput,
-    MaterializeAgentInput,
     ModelCallInput,
     ModelCallResult,
     ToolCallInput,

@@ -29,6 +29,10 @@ from .conftest import API_KEY, UPSTREAM_TEXT, sse
 
 USAGE = {"input": 12, "output": 3, "total": 15, "cached": 4}
 
+Args = tuple[str, str]
+CITY: Args = ('{"ci', 'ty": "Paris"}')
+TZ: Args = ('{"tz"', ': "CET"}')
+
 
 @dataclass(frozen=True)
 class MidStreamError:
@@ -72,7 +76,9 @@ class Wire:
     def reasoning(self) -> list[bytes]:
         raise NotImplementedError
 
-    def tools(self) -> list[bytes]:
+    def tools(self, a: Args = CITY, b: Args = TZ) -> list[bytes]:
+        """Two parallel calls, ``call_a`` (get_weather) and ``call_b`` (get_time),
+        whose arguments arrive in the two fragments ``a`` and ``b``, interleaved."""
         raise NotImplementedError
 
     def mid_stream_error(self) -> MidStreamError:
@@ -147,7 +153,7 @@ class ChatWire(Wire):
             sse("[DONE]"),
         ]
 
-    def tools(self) -> list[bytes]:
+    def tools(self, a: Args = CITY, b: Args = TZ) -> list[bytes]:
         def call(index: int, **fn: Any) -> dict[str, Any]:
             return {"tool_calls": [{"index": index, "function": fn}]}
 
@@ -165,7 +171,7 @@ class ChatWire(Wire):
                     ]
                 }
             ),
-            _chunk(call(0, arguments='{"ci')),
+            _chunk(call(0, arguments=a[0])),
             _chunk(
                 {
                     "tool_calls": [
@@ -173,13 +179,13 @@ class ChatWire(Wire):
                             "index": 1,
                             "id": "call_b",
                             "type": "function",
-                            "function": {"name": "get_time", "arguments": '{"tz"'},
+                            "function": {"name": "get_time", "arguments": b[0]},
                         }
                     ]
                 }
             ),
-            _chunk(call(0, arguments='ty": "Paris"}')),
-            _chunk(call(1, arguments=': "CET"}')),
+            _chunk(call(0, arguments=a[1])),
+            _chunk(call(1, arguments=b[1])),
             _chunk({}, "tool_calls"),
             _CHAT_USAGE,
             sse("[DONE]"),
@@ -356,7 +362,7 @@ class ResponsesWire(Wire):
             _completed([reasoning_item]),
         ]
 
-    def tools(self) -> list[bytes]:
+    def tools(self, a: Args = CITY, b: Args = TZ) -> list[bytes]:
         def added(index: int, item_id: str, call_id: str, name: str) -> bytes:
             return _ev(
                 "response.output_item.added",
@@ -404,13 +410,13 @@ class ResponsesWire(Wire):
         return [
             _ev("response.created", response={**_RESP, "status": "in_progress", "output": []}),
             added(0, "fc_1", "call_a", "get_weather"),
-            delta(0, "fc_1", '{"ci'),
+            delta(0, "fc_1", a[0]),
             added(1, "fc_2", "call_b", "get_time"),
-            delta(1, "fc_2", '{"tz"'),
-            delta(0, "fc_1", 'ty": "Paris"}'),
-            delta(1, "fc_2", ': "CET"}'),
-            *done(0, "fc_1", "call_a", "get_weather", '{"city": "Paris"}'),
-            *done(1, "fc_2", "call_b", "get_time", '{"tz": "CET"}'),
+            delta(1, "fc_2", b[0]),
+            delta(0, "fc_1", a[1]),
+            delta(1, "fc_2", b[1]),
+            *done(0, "fc_1", "call_a", "get_weather", "".join(a)),
+            *done(1, "fc_2", "call_b", "get_time", "".join(b)),
             _completed([]),
         ]
 
@@ -516,7 +522,7 @@ class AnthropicWire(Wire):
             *_a_end("end_turn"),
         ]
 
-    def tools(self) -> list[bytes]:
+    def tools(self, a: Args = CITY, b: Args = TZ) -> list[bytes]:
         def start(index: int, call_id: str, name: str) -> bytes:
             return _a(
                 "content_block_start",
@@ -531,12 +537,12 @@ class AnthropicWire(Wire):
             _MESSAGE_START,
             start(0, "call_a", "get_weather"),
             frag(0, ""),
-            frag(0, '{"ci'),
-            frag(0, 'ty": "Paris"}'),
+            frag(0, a[0]),
+            frag(0, a[1]),
             _a("content_block_stop", index=0),
             start(1, "call_b", "get_time"),
-            frag(1, '{"tz"'),
-            frag(1, ': "CET"}'),
+            frag(1, b[0]),
+            frag(1, b[1]),
             _a("content_block_stop", index=1),
             *_a_end("tool_use"),
         ]
