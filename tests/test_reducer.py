@@ -190,14 +190,6 @@ def s_cancel_during_model_call() -> History:
     return h
 
 
-def s_completion_without_tools_then_cancelled() -> History:
-    h = History()
-    h.request()
-    h.complete("Hi.")
-    h.cancel()
-    return h
-
-
 def s_mixed_sync_async_reverse_results() -> History:
     h = batch(
         History(),
@@ -236,7 +228,6 @@ def s_manual_permissions() -> History:
     h.require("b")
     h.require("c", checker_error="checker crashed")
     h.suspend()
-    h.suspend()  # a repeated snapshot replaces the previous one
     h.resolve("a", "allow")
     h.invoke("a")
     h.result("a")
@@ -471,7 +462,6 @@ TRANSITIONS = {
     ("model_call_failed", "turn_failed"),
     ("model_call_failed", "turn_cancelled"),
     ("model_call_completed", "turn_completed"),
-    ("model_call_completed", "turn_cancelled"),
     ("model_call_completed", "tool_permission_required"),
     ("model_call_completed", "tool_invocation_requested"),
     ("model_call_completed", "tool_result"),
@@ -504,7 +494,6 @@ TRANSITIONS = {
     ("turn_suspended", "tool_permission_resolved"),
     ("turn_suspended", "tool_progress"),
     ("turn_suspended", "tool_result"),
-    ("turn_suspended", "turn_suspended"),
 }
 
 
@@ -771,12 +760,24 @@ def test_suspension_is_projected_until_the_next_fact() -> None:
     assert [p.tool_call_id for p in third.pending_async_tools] == ["k"]
 
 
-def test_consecutive_suspensions_replace_each_other() -> None:
-    h = batch(History(), [("j", "run_job", {})])
+def test_a_suspension_is_not_repeated_back_to_back() -> None:
+    """§11.1: re-advancing a suspended turn appends no duplicate snapshot; a new one
+    follows only a change (an input, a result). So two in a row are rejected."""
+    h = batch(History(), [("j", "run_job", {}), ("k", "run_job", {})])
     h.invoke("j")
+    h.invoke("k")
     h.suspend()
+    h.suspend()
+    assert_rejects(h.events, len(h.events), "directly follows another turn_suspended")
+
+
+def test_a_new_suspension_replaces_the_last_after_a_change() -> None:
+    h = batch(History(), [("j", "run_job", {}), ("k", "run_job", {})])
+    h.invoke("j")
+    h.invoke("k")
+    h.suspend()
+    h.result("j")
     again = h.suspend()
-    again = h.events[-1] = edit(again, usage=TurnUsage(input_tokens=1))
     assert reduce_ok(h.events).suspension == again
 
 
@@ -1854,3 +1855,141 @@ def test_turn_completed_repeats_the_aggregate_usage() -> None:
     done = h.finish()
     h.events[-1] = edit(done, usage=TurnUsage(input_tokens=1))
     assert_rejects(h.events, len(h.events), "usage differs from the turn's aggregate usage")
+
+
+# ---------------------------------------------------------------- issue 16: invariants the
+# §9.3 matrix, §10.2 and §24 imply. Each history is valid up to its last event.
+
+
+def _auto(human: bool = True) -> History:
+    return History(first=created(auto_permission=True, human_available=human))
+
+
+def test_a_human_cannot_overrule_a_classifier_deny() -> None:
+    h = batch(_auto(), [("w", "write_file", {})])
+    h.require("w")
+    h.classify("w", "deny")
+    h.resolve("w", "allow", source="human")
+    assert_rejects(h.events, len(h.events), "not awaiting a human")
+
+
+def test_a_human_cannot_overrule_a_classifier_allow() -> None:
+    h = batch(_auto(), [("w", "write_file", {})])
+    h.require("w")
+    h.classify("w", "allow")
+    h.resolve("w", "deny", source="human")
+    assert_rejects(h.events, len(h.events), "not awaiting a human")
+
+
+def test_a_human_decides_after_a_defer_or_a_classifier_failure() -> None:
+    h = batch(_auto(), [("w", "write_file", {}), ("v", "write_file", {})])
+    h.require("w")
+    h.require("v")
+    h.classify("w", "defer")
+    h.classification_failed(["v"])
+    h.resolve("w", "allow", source="human")
+    h.resolve("v", "deny", source="human")
+    reduce_ok(h.events)
+
+
+def test_a_checker_error_is_never_classified() -> None:
+    """§9.3: a checker that throws fails closed — ask a human, never execute automatically."""
+    h = batch(_auto(), [("w", "write_file", {})])
+    h.require("w", checker_error="boom")
+    h.classify("w", "allow")
+    assert_rejects(h.events, len(h.events), "permission checker failed")
+    h = batch(_auto(), [("w", "write_file", {})])
+    h.require("w", checker_error="boom")
+    h.classification_failed(["w"])
+    assert_rejects(h.events, len(h.events), "permission checker failed")
+
+
+def test_a_human_decides_after_a_checker_error_in_auto_mode() -> None:
+    h = batch(_auto(), [("w", "write_file", {})])
+    h.require("w", checker_error="boom")
+    h.resolve("w", "allow", source="human")
+    h.invoke("w")
+    reduce_ok(h.events)
+
+
+def test_a_runtime_result_is_an_error() -> None:
+    h = batch(History(), [("r", "no_such_tool", {})])
+    h.result("r", "it worked?", is_error=False, source="runtime")
+    assert_rejects(h.events, len(h.events), "runtime result must be an error")
+
+
+@pytest.mark.parametrize("end", ["fail", "cancel"])
+def test_a_final_response_is_followed_by_completion_only(end: str) -> None:
+    """§18 10.l: a response without tool calls completes the turn."""
+    h = batch(History(), [], text="The answer.")
+    if end == "fail":
+        h.fail_turn()
+    else:
+        h.cancel()
+    assert_rejects(h.events, len(h.events), "a response without tool calls completes the turn")
+
+
+def test_failing_or_cancelling_is_fine_elsewhere() -> None:
+    h = batch(History(), [("r", "read_file", {})])
+    h.invoke("r")
+    h.result("r", "interrupted", is_error=True, source="runtime")
+    h.cancel()
+    reduce_ok(h.events)
+    h = History()
+    h.request()
+    h.fail_call("provider down")
+    h.fail_turn()
+    reduce_ok(h.events)
+
+
+def test_a_human_only_async_tool_is_not_left_pending_without_a_human() -> None:
+    """§10.2: without a human it gets its invocation and an immediate runtime error."""
+    h = batch(History(first=created(human_available=False)), [("q", "ask_human", {})])
+    h.invoke("q")
+    snapshot = TurnSuspended(
+        turn_id=TURN_ID,
+        ts=stamp(len(h.events)),
+        pending_permissions=[],
+        pending_async_tools=h.pending_async(),
+        usage=h.usage,
+    )
+    assert_rejects([*h.events, snapshot], len(h.events) + 1, "needs a human")
+    result = ToolResult(
+        turn_id=TURN_ID,
+        ts=stamp(len(h.events)),
+        tool_call_id="q",
+        tool_name="ask_human",
+        source="async",
+        result=ToolResultData(output="an answer from nobody", is_error=False),
+    )
+    assert_rejects([*h.events, result], len(h.events) + 1, "needs a human")
+
+
+def test_a_classification_failure_names_at_least_one_call() -> None:
+    h = batch(_auto(), [("w", "write_file", {})])
+    h.require("w")
+    h.classification_failed([])
+    assert_rejects(h.events, len(h.events), "names no tool call")
+
+
+@pytest.mark.parametrize("kind", ["turn_failed", "turn_cancelled", "turn_suspended"])
+def test_settle_point_usage_is_the_aggregate(kind: str) -> None:
+    """turn_failed, turn_cancelled and turn_suspended carry the turn's usage, like turn_completed."""
+    h = batch(History(), [("j", "run_job", {})])
+    h.invoke("j")
+    wrong = TurnUsage(input_tokens=1)
+    if kind == "turn_suspended":
+        bad: TurnEvent = TurnSuspended(
+            turn_id=TURN_ID,
+            ts=stamp(50),
+            pending_permissions=[],
+            pending_async_tools=h.pending_async(),
+            usage=wrong,
+        )
+    else:
+        h.result("j", "closed", is_error=True, source="runtime")
+        if kind == "turn_failed":
+            bad = TurnFailed(turn_id=TURN_ID, ts=stamp(50), error="x", usage=wrong)
+        else:
+            bad = TurnCancelled(turn_id=TURN_ID, ts=stamp(50), usage=wrong)
+    assert_rejects([*h.events, bad], len(h.events) + 1, "the turn's aggregate usage")

@@ -114,7 +114,7 @@ def _chain(draw: st.DrawFn, h: History, call_id: str, auto: bool, human: bool) -
         request = draw(json_values)
         out.append(lambda: h.require(call_id, request, checker_error=checker_error))
         ask_human = True
-        if auto:
+        if auto and checker_error is None:  # a checker error is never classified (§9.3)
             verdict = draw(st.sampled_from(["allow", "deny", "defer", "failed"]))
             if verdict == "failed":
                 out.append(lambda: h.classification_failed([call_id]))
@@ -135,17 +135,20 @@ def _chain(draw: st.DrawFn, h: History, call_id: str, auto: bool, human: bool) -
     if not allowed:
         out.append(lambda: h.result(call_id, "Permission denied.", is_error=True))
         return out
-    out.append(lambda: h.invoke(call_id))
     if d.requires_human and not human:
-        out.append(
-            lambda: h.result(
+        # §10.2: the invocation and its runtime error land together; nothing waits between.
+        def unavailable() -> None:
+            h.invoke(call_id)
+            h.result(
                 call_id,
                 "Human input is unavailable for this turn.",
                 is_error=True,
                 source="runtime",
             )
-        )
+
+        out.append(unavailable)
         return out
+    out.append(lambda: h.invoke(call_id))
     for _ in range(draw(st.integers(0, 2))):
         progress = draw(json_values)
         out.append(lambda progress=progress: h.progress(call_id, progress))
@@ -164,9 +167,7 @@ def _chain(draw: st.DrawFn, h: History, call_id: str, auto: bool, human: bool) -
 
 def _maybe_suspend(draw: st.DrawFn, h: History) -> None:
     if h.can_suspend() and draw(st.integers(0, 3)) == 0:
-        h.suspend()
-        if draw(st.integers(0, 5)) == 0:
-            h.suspend()  # a repeated snapshot replaces the previous one
+        h.suspend()  # never twice in a row: a snapshot follows a change (§11.1)
 
 
 @st.composite
@@ -231,11 +232,9 @@ def histories(draw: st.DrawFn) -> list[TurnEvent]:
             if draw(st.booleans()):
                 h.step(StepFinish(finish_reason="stop", usage=TurnUsage()))
             h.complete(draw(st.text(max_size=10)), usage=draw(usages))
-            ending = draw(st.sampled_from(["finish", "finish", "none", "cancel"]))
-            if ending == "finish":
+            # A final response completes the turn; nothing else may follow it (§18 10.l).
+            if draw(st.sampled_from(["finish", "finish", "none"])) == "finish":
                 h.finish()
-            elif ending == "cancel":
-                h.cancel()
             return h.events
         n = draw(st.integers(1, 4))
         calls = []

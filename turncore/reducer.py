@@ -128,7 +128,7 @@ class TurnState(WireModel):
             if t.result is None
             and t.permission is not None
             and t.permission.resolved is None
-            and _awaits_human(t.permission)
+            and _awaits_human(t.permission, self.definition.config.auto_permission)
         ]
 
     def pending_async_tools(self) -> list[PendingAsyncTool]:
@@ -164,13 +164,39 @@ def _is_open(call: ModelCallState) -> bool:
     return call.response is None and call.error is None
 
 
-def _awaits_human(permission: PermissionState) -> bool:
-    """A required permission waits on a human once classification (if any) deferred or failed.
+def _awaits_human(permission: PermissionState, auto: bool) -> bool:
+    """Whether an unresolved required permission waits on a human now (§9.3).
 
-    Before the classifier has spoken in auto mode the runtime still owns the
-    decision; the suspension snapshot lists only what a human must answer.
+    Without ``autoPermission``: always. With it: once the classifier deferred
+    or failed, or when the checker failed (never classified). Before the
+    classifier has spoken the runtime still owns the decision, so the
+    suspension snapshot lists only what a human must answer.
     """
-    return permission.classification is None or permission.classification.decision == "defer"
+    return (
+        _human_wait_reason(
+            auto,
+            permission.required.checker_error is not None,
+            permission.classification,
+            permission.classification_failed is not None,
+        )
+        is None
+    )
+
+
+def _human_wait_reason(
+    auto: bool,
+    checker_failed: bool,
+    classification: ToolPermissionClassified | None,
+    classification_failed: bool,
+) -> str | None:
+    """None if the permission waits on a human; else why not (one rule for state and fold)."""
+    if not auto or checker_failed or classification_failed:
+        return None
+    if classification is None:
+        return "the classifier has not decided it yet"
+    if classification.decision != "defer":
+        return f"the classifier decided {classification.decision}"
+    return None
 
 
 # ---------------------------------------------------------------- internal fold state
@@ -213,6 +239,20 @@ class _ToolCall:
 
 def _corrupt(rule: str) -> CorruptTurnError:
     return CorruptTurnError(rule)
+
+
+def _at_least(usage: TurnUsage, aggregate: TurnUsage, kind: str) -> None:
+    """``turn_failed``/``turn_cancelled`` usage covers the aggregate of completed calls.
+
+    It may exceed it: a call that failed or was cancelled after the provider
+    accepted it can have reported usage that no completed call carries.
+    """
+    for name in TurnUsage.model_fields:
+        known, said = getattr(aggregate, name), getattr(usage, name)
+        if known is not None and (said is None or said < known):
+            raise _corrupt(
+                f"{kind}.usage is less than the turn's aggregate usage ({name} {said} < {known})"
+            )
 
 
 def _tool_calls(message: AssistantMessage) -> list[ToolCallPart]:
@@ -412,6 +452,19 @@ class TurnReducer:
 
     def _on_failed_or_cancelled(self, event: TurnFailed | TurnCancelled) -> None:
         self._check_settled(event.type)
+        last = self._model_calls[-1] if self._model_calls else None
+        if (
+            last is not None
+            and last.completed is not None
+            and not _tool_calls(last.completed.message)
+        ):
+            # §18 10.l: the loop completes as soon as such a response is recorded;
+            # no failure or cancellation can come between (§22 cancels open work only).
+            raise _corrupt(
+                f"{event.type} after model call {len(self._model_calls) - 1}'s final response: "
+                "a response without tool calls completes the turn"
+            )
+        _at_least(event.usage, self._usage, event.type)
         self._terminal = event
 
     # -- model calls --------------------------------------------------------
@@ -552,6 +605,29 @@ class TurnReducer:
                 f"{kind} for tool call {call.tool_call_id!r} after its permission was resolved"
             )
 
+    def _human_wait(self, call: _ToolCall) -> str | None:
+        """None if the permission now waits on a human (§9.3); else why it does not.
+
+        Without ``autoPermission`` every required permission asks a human. With
+        it, only a classifier ``defer``, a classification failure or a checker
+        error (which is never classified) reach one; an ``allow`` or ``deny``
+        is the classifier's, and before it speaks nothing waits on a human.
+        """
+        assert self._created is not None and call.required is not None
+        return _human_wait_reason(
+            self._created.config.auto_permission,
+            call.required.checker_error is not None,
+            call.classification,
+            call.classification_failed is not None,
+        )
+
+    def _never_classified(self, call: _ToolCall, kind: str) -> None:
+        if call.required is not None and call.required.checker_error is not None:
+            raise _corrupt(
+                f"{kind} for tool call {call.tool_call_id!r}, whose permission checker failed: "
+                "it asks a human and is never classified (§9.3)"
+            )
+
     def _needs_auto_permission(self, kind: str) -> None:
         assert self._created is not None
         if not self._created.config.auto_permission:
@@ -563,9 +639,12 @@ class TurnReducer:
         self._needs_auto_permission(event.type)
         if call.classification is not None or call.classification_failed is not None:
             raise _corrupt(f"tool call {event.tool_call_id!r} was classified twice")
+        self._never_classified(call, event.type)
         call.classification = event
 
     def _on_classification_failed(self, event: ToolPermissionClassificationFailed) -> None:
+        if not event.tool_call_ids:
+            raise _corrupt("tool_permission_classification_failed names no tool call")
         if len(set(event.tool_call_ids)) != len(event.tool_call_ids):
             raise _corrupt("tool_permission_classification_failed lists a tool call twice")
         targets = [self._target(i, event.type) for i in event.tool_call_ids]
@@ -573,6 +652,7 @@ class TurnReducer:
             self._needs_open_permission(call, event.type)
             if call.classification is not None or call.classification_failed is not None:
                 raise _corrupt(f"tool call {call.tool_call_id!r} was classified twice")
+            self._never_classified(call, event.type)
         self._needs_auto_permission(event.type)
         for call in targets:
             call.classification_failed = event
@@ -603,6 +683,13 @@ class TurnReducer:
             raise _corrupt(
                 f"tool call {event.tool_call_id!r} resolved as human_unavailable in a turn with a human"
             )
+        if event.source != "classifier":
+            waits = self._human_wait(call)
+            if waits is not None:
+                raise _corrupt(
+                    f"a {event.source} decision for tool call {event.tool_call_id!r}, "
+                    f"which is not awaiting a human: {waits}"
+                )
         call.resolved = event
 
     # -- tools --------------------------------------------------------------
@@ -652,6 +739,8 @@ class TurnReducer:
                 f"{event.source} progress for {call.invocation.execution} tool call "
                 f"{event.tool_call_id!r}"
             )
+        if event.source == "async":
+            self._human_present_for(call, event.type)
         call.progress.append(event)
 
     def _on_result(self, event: ToolResult) -> None:
@@ -665,6 +754,13 @@ class TurnReducer:
                 f"tool_result names {event.tool_name!r} but tool call "
                 f"{event.tool_call_id!r} is {call.tool_name!r}"
             )
+        if event.source == "runtime" and not event.result.is_error:
+            raise _corrupt(
+                f"runtime result for tool call {event.tool_call_id!r} has isError false; "
+                "a runtime result must be an error (§10.3)"
+            )
+        if event.source == "async":
+            self._human_present_for(call, event.type)
         if event.source != "runtime":
             if call.invocation is None:
                 raise _corrupt(
@@ -679,6 +775,17 @@ class TurnReducer:
         call.result = event
         del self._unresolved[event.tool_call_id]
 
+    def _human_present_for(self, call: _ToolCall, kind: str) -> None:
+        """§10.2: a human-only tool in a turn without a human gets a runtime error at
+        once, so nothing may wait on it or answer it from outside."""
+        assert self._created is not None
+        d = call.descriptor
+        if d is not None and d.requires_human and not self._created.config.human_available:
+            raise _corrupt(
+                f"{kind} for tool call {call.tool_call_id!r}: {call.tool_name} needs a human and "
+                "this turn has none, so it gets an immediate runtime error (§10.2)"
+            )
+
     # -- settle points ------------------------------------------------------
 
     def _check_settled(self, kind: str) -> None:
@@ -690,15 +797,20 @@ class TurnReducer:
             )
 
     def _on_suspended(self, event: TurnSuspended) -> None:
+        if self._suspension is not None:
+            # §11.1: advancing a suspended turn without input appends nothing;
+            # a new snapshot follows a valid input. Back to back is a duplicate.
+            raise _corrupt(
+                "turn_suspended directly follows another turn_suspended; a new snapshot "
+                "is appended only after something changed (§11.1)"
+            )
         if self._model_calls and self._model_calls[-1].open:
             raise _corrupt("turn_suspended while a model call is unresolved")
         # Compare against what is actually pending (same rule as TurnState's views).
         want_perm = {
             t.tool_call_id
             for t in self._unresolved.values()
-            if t.required is not None
-            and t.resolved is None
-            and (t.classification is None or t.classification.decision == "defer")
+            if t.required is not None and t.resolved is None and self._human_wait(t) is None
         }
         want_async = {
             t.tool_call_id
@@ -719,6 +831,10 @@ class TurnReducer:
             )
         if not want_perm and not want_async:
             raise _corrupt("turn_suspended with no pending permission or async tool")
+        for i in want_async:
+            self._human_present_for(self._tool_by_id[i], event.type)
+        if event.usage != self._usage:
+            raise _corrupt("turn_suspended.usage differs from the turn's aggregate usage")
         # The snapshot is what callers answer from, so each entry must describe
         # the pending work exactly, not just name it.
         for p in event.pending_permissions:

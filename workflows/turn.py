@@ -755,7 +755,11 @@ class TurnWorkflow:
             await asyncio.gather(handle, return_exceptions=True)
         await self._reload(recover=False)
         state = self._state
-        if state.terminal is None:
+        if state.terminal is None and advance.next_step(state, ()) == "complete":
+            # The final response is recorded: the turn completes (§18 10.l); a
+            # cancel can only stop work that is still open.
+            await self._append_derived("completion")
+        elif state.terminal is None:
             reason = self._cancel.reason if self._cancel is not None else None
             await self._append(advance.cancellation_events(state, reason, _ts()))
         await self._settled()
