@@ -211,3 +211,23 @@ def test_ts_is_an_iso_utc_instant_on_a_real_date(ts: str, ok: bool) -> None:
         else:
             with pytest.raises(ValidationError, match="ts"):
                 validate(obj)
+
+
+@pytest.mark.parametrize(
+    "raw",
+    [
+        {"type": "async_tool_result", "toolCallId": "c", "result": {"output": 1, "isError": "yes"}},
+        {"type": "async_tool_result", "toolCallId": "c", "result": {"output": 1, "isError": 0}},
+        {"type": "async_tool_result", "toolCallId": "c", "result": {"output": 1, "is_error": True}},
+        {"type": "permission_decision", "tool_call_id": "c", "decision": "allow"},
+        {"type": "permission_decision", "toolCallId": 7, "decision": "allow"},
+        {"type": "cancel", "reason": 5},
+    ],
+)
+def test_external_inputs_are_strict_too(raw: dict[str, Any]) -> None:
+    """An input's values must have their JSON types and wire names (§11.2): ``"yes"``
+    is not ``true``, and nothing is coerced."""
+    from turncore.events import parse_input
+
+    with pytest.raises(ValidationError):
+        parse_input(raw)

@@ -494,6 +494,14 @@ async def test_update_validators_reject_without_trace(
                 "does not require permission",
             ),
             ({"type": "async_tool_result", "toolCallId": "call_0_1"}, "invalid input"),
+            (
+                {
+                    "type": "async_tool_result",
+                    "toolCallId": "call_0_1",
+                    "result": {"output": 1, "isError": "yes"},
+                },
+                "invalid input",
+            ),
         ]
         for raw, reason in bad:
             with pytest.raises(Exception) as info:

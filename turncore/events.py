@@ -574,8 +574,12 @@ external_input_adapter: TypeAdapter[TurnExternalInput] = TypeAdapter(TurnExterna
 
 
 def parse_input(obj: Any) -> TurnExternalInput:
-    """Validate an external input in its wire form (raises pydantic.ValidationError)."""
-    return external_input_adapter.validate_python(obj, by_alias=True, by_name=False)
+    """Validate an external input in its wire form (raises pydantic.ValidationError).
+
+    Strict like reads: wire names only and JSON types as declared, so
+    ``"isError": "yes"`` or ``0`` is rejected rather than coerced to a boolean.
+    """
+    return external_input_adapter.validate_python(obj, strict=True, by_alias=True, by_name=False)
 
 
 # ---------------------------------------------------------------- outcomes (§16.4)
