@@ -200,3 +200,39 @@ async def test_create_turn_writes_the_full_snapshot_unless_inheritance_applies(
         h.resolver.agents["test"].tools.remove("read")
         broken = await _continue(h, first)
         assert "tools" in h.lines(broken)[0]["agent"]["resolved"]
+
+
+# ---------------------------------------------------------------- §15.3 on every advance
+
+
+async def test_an_advance_without_input_on_a_suspended_turn_validates_dependencies(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """§15.3 / §18 step 8: every advance validates the live environment, also one
+    that only asks for the current outcome of a live, suspended workflow."""
+    import pytest
+
+    from tests.harness import MODEL
+    from turncore.errors import DependencyError
+
+    recorder = Recorder([{"toolCalls": [{"toolName": "write", "input": {}}]}, {"text": "ok"}])
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=[sync_tool("write")],
+        implementations={"write": lambda v, c: "ok"},
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "suspended"
+        del h.models.models[MODEL.label()]
+        before = h.repo.path_for(turn_id).read_bytes()
+        with pytest.raises(DependencyError, match="no model is configured"):
+            await h.turns.advance_turn(turn_id).outcome
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        # Fixed environment: the same live workflow answers again, unchanged.
+        h.models.models[MODEL.label()] = h.model
+        again = await h.turns.advance_turn(turn_id).outcome
+        assert again.status == "suspended"
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        await h.assert_file_matches_query(turn_id)

@@ -683,6 +683,19 @@ class TurnWorkflow:
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         outcome = self._outcome() if self._idle else None
         if outcome is not None:
+            if (
+                self._state.terminal is None
+                and self._cancel is None
+                and workflow.patched("validate-dependencies-on-settle")
+            ):
+                # §15.3 / §18 step 8: every advance validates the live
+                # environment, also one with no input on a suspended turn. A
+                # failure rejects this advance only; nothing is written.
+                await self._local(
+                    Activities.validate_dependencies,
+                    ValidateDependenciesInput(turn_id=self._turn_id),
+                )
+                outcome = self._outcome() or outcome
             return outcome
         self._settle_waiters.append(waiter)
         return await waiter
