@@ -726,6 +726,9 @@ def test_pending_views() -> None:
     h.require("q")
     h.classify("q", "allow")  # not yet resolved; the runtime, not a human, owns it
     h.invoke("j")
+    # In an autoPermission turn nothing waits on a human before the classifier spoke.
+    assert reduce_turn(h.events).pending_permissions() == []
+    h.classify("p", "defer")
     state = reduce_turn(h.events)
     assert state.pending_permissions() == [
         PendingPermission(tool_call_id="p", tool_name="write_file", request={"kind": "write"})

@@ -374,6 +374,12 @@ STRICTNESS: list[tuple[str, bytes, int, str]] = [
         "unsupported schemaVersion True",
     ),
     (
+        "an optional field written as null",
+        _edit_line(HISTORY, 1, lambda o: o["request"].update(contextRef=None)),
+        2,
+        "invalid model_call_requested event: request.contextRef",
+    ),
+    (
         "humanAvailable as a string",
         _edit_line(HISTORY, 0, lambda o: o["config"].update(humanAvailable="true")),
         1,

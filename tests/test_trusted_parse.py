@@ -231,3 +231,34 @@ def test_external_inputs_are_strict_too(raw: dict[str, Any]) -> None:
 
     with pytest.raises(ValidationError):
         parse_input(raw)
+
+
+@pytest.mark.parametrize(
+    "obj",
+    [
+        {
+            "type": "tool_permission_resolved",
+            "toolCallId": "c",
+            "decision": "deny",
+            "source": "human",
+            "reason": None,
+        },
+        {"type": "turn_cancelled", "reason": None, "usage": {}},
+        {"type": "turn_failed", "error": "x", "code": None, "usage": {}},
+        {
+            "type": "tool_permission_required",
+            "toolCallId": "c",
+            "toolName": "n",
+            "request": {},
+            "checkerError": None,
+        },
+    ],
+)
+def test_optional_fields_are_absent_never_null(obj: dict[str, Any]) -> None:
+    """``field?: T`` admits no null (§5.2): a writer leaves an absent field out."""
+    obj = {"turnId": TURN_ID, "ts": "2025-11-11T04:36:29.000Z", **obj}
+    for validate in (TRUSTED_EVENT_VALIDATORS[obj["type"]].validate_python, parse_event):
+        with pytest.raises(ValidationError):
+            validate(obj)
+    absent = {k: v for k, v in obj.items() if v is not None}
+    assert parse_event(absent) == TRUSTED_EVENT_VALIDATORS[obj["type"]].validate_python(absent)

@@ -424,11 +424,21 @@ def _wire_exact(schema: Any) -> Any:
     """A copy of a core schema whose every model validates strictly by wire name.
 
     The same as passing ``strict=True, by_alias=True, by_name=False`` to each
-    call (what ``parse_event`` does on the union), fixed at build time so the
-    hot read loop pays nothing per line for it.
+    call, fixed at build time so the hot read loop pays nothing per line for
+    it; and optional fields refuse an explicit ``null``.
     """
     if isinstance(schema, dict):
         out = {k: _wire_exact(v) for k, v in schema.items()}
+        inner = out.get("schema")
+        if (
+            out.get("type") == "default"
+            and out.get("default") is None
+            and isinstance(inner, dict)
+            and inner.get("type") == "nullable"
+        ):
+            # An optional field (``Opt``) is absent or a value, never ``null``
+            # on the wire (§5.2; ``field?: T`` admits no null).
+            out["schema"] = inner["schema"]
         if out.get("type") == "model":
             out["config"] = {
                 **(out.get("config") or {}),
@@ -486,6 +496,23 @@ def _trusted_validators() -> dict[str, SchemaValidator]:
     return built
 
 
+def _wire_union() -> SchemaValidator | None:
+    """The event union as every read validates it (``_wire_exact``), JSON checks kept."""
+    schema = _wire_exact(event_adapter.core_schema)
+    models = _model_classes(schema, set())
+    saved = {m: m.__dict__.get("__pydantic_complete__") for m in models}
+    try:
+        for m in models:
+            type.__setattr__(m, "__pydantic_complete__", False)
+        built = SchemaValidator(schema)
+    finally:
+        for m, was in saved.items():
+            type.__setattr__(m, "__pydantic_complete__", was)
+    return None if "Prebuilt" in repr(built) else built
+
+
+_WIRE_UNION = _wire_union()
+
 TRUSTED_EVENT_VALIDATORS: Mapping[str, SchemaValidator] = MappingProxyType(_trusted_validators())
 """Event type → validator for objects from a strict JSON parser (see ``_trusted_validators``).
 
@@ -509,12 +536,11 @@ def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
     # Wire names only, JSON types only (§5.2 "reads validate every line
     # strictly"): a line spelling ``turn_id`` for ``turnId``, ``"false"`` for
     # ``false`` or ``"0"`` for ``0`` is not a turn event.
+    context = TRUSTED_JSON if trusted_json else None
+    if _WIRE_UNION is not None:
+        return cast(TurnEvent, _WIRE_UNION.validate_python(obj, context=context))
     return event_adapter.validate_python(
-        obj,
-        strict=True,
-        context=TRUSTED_JSON if trusted_json else None,
-        by_alias=True,
-        by_name=False,
+        obj, strict=True, context=context, by_alias=True, by_name=False
     )
 
 
