@@ -290,6 +290,8 @@ class History:
     def classification_failed(
         self, tool_call_ids: Sequence[str], error: str = "classifier unavailable"
     ) -> ToolPermissionClassificationFailed:
+        for i in tool_call_ids:
+            self.calls[i].classification = "failed"
         return self._add(
             ToolPermissionClassificationFailed(
                 **self._base(), tool_call_ids=list(tool_call_ids), error=error
@@ -380,8 +382,16 @@ class History:
             if not c.done
             and c.required is not None
             and c.resolved is None
-            and c.classification in (None, "defer")
+            and self._awaits_human(c)
         ]
+
+    def _awaits_human(self, c: _Call) -> bool:
+        """§9.3: in an autoPermission turn only a deferred, failed or unclassifiable
+        (checker error) permission waits on a human."""
+        assert c.required is not None
+        if not self.first.config.auto_permission or c.required.checker_error is not None:
+            return True
+        return c.classification in ("defer", "failed")
 
     def pending_async(self) -> list[PendingAsyncTool]:
         return [

@@ -237,6 +237,16 @@ class _ToolCall:
         return self.descriptor.execution if self.descriptor is not None else None
 
 
+_Totals = tuple[int | None, int | None, int | None, int | None, int | None]
+
+
+def _plus(a: int | None, b: int | None) -> int | None:
+    """``TurnUsage.__add__`` for one counter: a counter nobody reported stays absent."""
+    if a is None:
+        return b
+    return a if b is None else a + b
+
+
 def _corrupt(rule: str) -> CorruptTurnError:
     return CorruptTurnError(rule)
 
@@ -288,6 +298,7 @@ class TurnReducer:
         "_unresolved",
         "_suspension",
         "_terminal",
+        "_totals",
         "_usage",
         "_count",
         "_state",
@@ -306,7 +317,10 @@ class TurnReducer:
         self._unresolved: dict[str, _ToolCall] = {}
         self._suspension: TurnSuspended | None = None
         self._terminal: TerminalEvent | None = None
-        self._usage = TurnUsage()
+        # The aggregate usage as plain counters (summed per completion without
+        # building a model), and the TurnUsage of them, built when asked for.
+        self._totals: _Totals = (None, None, None, None, None)
+        self._usage: TurnUsage | None = TurnUsage()
         self._count = 0
         self._state: TurnState | None = None
 
@@ -369,6 +383,7 @@ class TurnReducer:
         other._unresolved = {i: other._tool_by_id[i] for i in self._unresolved}
         other._suspension = self._suspension
         other._terminal = self._terminal
+        other._totals = self._totals
         other._usage = self._usage
         other._count = self._count
         other._state = self._state
@@ -409,6 +424,19 @@ class TurnReducer:
         )
 
     # -- bookkeeping --------------------------------------------------------
+
+    def _aggregate(self) -> TurnUsage:
+        """The turn's usage: the sum of its completed calls' (§8.2)."""
+        if self._usage is None:
+            i, o, t, r, c = self._totals
+            self._usage = TurnUsage(
+                input_tokens=i,
+                output_tokens=o,
+                total_tokens=t,
+                reasoning_tokens=r,
+                cached_input_tokens=c,
+            )
+        return self._usage
 
     def _commit(self, event: TurnCreated) -> None:
         self._count += 1
@@ -464,7 +492,7 @@ class TurnReducer:
                 f"{event.type} after model call {len(self._model_calls) - 1}'s final response: "
                 "a response without tool calls completes the turn"
             )
-        _at_least(event.usage, self._usage, event.type)
+        _at_least(event.usage, self._aggregate(), event.type)
         self._terminal = event
 
     # -- model calls --------------------------------------------------------
@@ -561,7 +589,15 @@ class TurnReducer:
                 )
             )
         call.completed = event
-        self._usage = self._usage + event.usage
+        u, totals = event.usage, self._totals
+        self._totals = (
+            _plus(totals[0], u.input_tokens),
+            _plus(totals[1], u.output_tokens),
+            _plus(totals[2], u.total_tokens),
+            _plus(totals[3], u.reasoning_tokens),
+            _plus(totals[4], u.cached_input_tokens),
+        )
+        self._usage = None
         for t in new_calls:
             self._tool_calls.append(t)
             # An id reused from an earlier response (§24 forbids duplicates
@@ -833,7 +869,7 @@ class TurnReducer:
             raise _corrupt("turn_suspended with no pending permission or async tool")
         for i in want_async:
             self._human_present_for(self._tool_by_id[i], event.type)
-        if event.usage != self._usage:
+        if event.usage != self._aggregate():
             raise _corrupt("turn_suspended.usage differs from the turn's aggregate usage")
         # The snapshot is what callers answer from, so each entry must describe
         # the pending work exactly, not just name it.
@@ -869,7 +905,7 @@ class TurnReducer:
                 f"turn_completed.finishReason {event.finish_reason!r} differs from the final "
                 f"model response's {last.completed.finish_reason!r}"
             )
-        if event.usage != self._usage:
+        if event.usage != self._aggregate():
             raise _corrupt("turn_completed.usage differs from the turn's aggregate usage")
         self._terminal = event
 
@@ -927,7 +963,7 @@ class TurnReducer:
             tool_calls=tool_calls,
             suspension=self._suspension,
             terminal=self._terminal,
-            usage=self._usage,
+            usage=self._aggregate(),
         )
 
 
