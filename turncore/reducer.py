@@ -425,6 +425,17 @@ class TurnReducer:
 
     # -- bookkeeping --------------------------------------------------------
 
+    def _add_usage(self, u: TurnUsage) -> None:
+        totals = self._totals
+        self._totals = (
+            _plus(totals[0], u.input_tokens),
+            _plus(totals[1], u.output_tokens),
+            _plus(totals[2], u.total_tokens),
+            _plus(totals[3], u.reasoning_tokens),
+            _plus(totals[4], u.cached_input_tokens),
+        )
+        self._usage = None
+
     def _aggregate(self) -> TurnUsage:
         """The turn's usage: the sum of its completed calls' (§8.2)."""
         if self._usage is None:
@@ -476,7 +487,7 @@ class TurnReducer:
         # provider's last report rides a finish-step of the failed call.
         reported = _reported_usage(call.steps)
         if reported is not None:
-            self._usage = self._usage + reported
+            self._add_usage(reported)
 
     def _on_failed_or_cancelled(self, event: TurnFailed | TurnCancelled) -> None:
         self._check_settled(event.type)
@@ -589,15 +600,7 @@ class TurnReducer:
                 )
             )
         call.completed = event
-        u, totals = event.usage, self._totals
-        self._totals = (
-            _plus(totals[0], u.input_tokens),
-            _plus(totals[1], u.output_tokens),
-            _plus(totals[2], u.total_tokens),
-            _plus(totals[3], u.reasoning_tokens),
-            _plus(totals[4], u.cached_input_tokens),
-        )
-        self._usage = None
+        self._add_usage(event.usage)
         for t in new_calls:
             self._tool_calls.append(t)
             # An id reused from an earlier response (§24 forbids duplicates
