@@ -760,6 +760,7 @@ def _turn_file_bytes(path: Path) -> bytes:
 def inspect(args: argparse.Namespace) -> int:
     from turncore.compose import compose_model_request
     from turncore.context import ContextResolver, ElisionPolicy
+    from turncore.messages import projected_wire
     from turncore.reducer import TurnReducer, reduce_turn
 
     from .config import ConfigError, load_config
@@ -796,10 +797,14 @@ def inspect(args: argparse.Namespace) -> int:
                 print()
                 print(orjson.dumps(wire["body"], option=orjson.OPT_INDENT_2).decode())
             return EXIT_OK
+        # A debug prompt view: media parts are projected, never shown (seed 000);
+        # `--wire` is the exact body and the one place their sources appear.
+        shown = composed.to_wire()
+        shown["messages"] = [projected_wire(m) for m in composed.messages]
         if args.json:
-            _emit_json(composed.to_wire())
+            _emit_json(shown)
             return EXIT_OK
-        _print_request(composed.to_wire(), policy.to_wire())
+        _print_request(shown, policy.to_wire())
         return EXIT_OK
 
     return _sync(args, body)
@@ -849,11 +854,25 @@ def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
         print(f"  {t['name']}: {preview(t['description'], 100)}")
     print(f"\nmessages ({len(wire['messages'])})")
     for m in wire["messages"]:
-        print(f"  [{m['role']}] {preview(m['content'], 300)}")
+        print(f"  [{m['role']}] {preview(_shown_content(m['content']), 300)}")
     print(
         "\n(the provider-neutral request: `turns inspect --json` prints all of it, "
         "`turns inspect --wire` the provider's HTTP body)"
     )
+
+
+def _shown_content(content: Any) -> Any:
+    """Message content for the text view: text parts as text, projected media as
+    ``describe_part`` writes it, anything else (tool calls, results) unchanged."""
+    from turncore.messages import describe_projection
+
+    if not isinstance(content, list):
+        return content
+    if all(isinstance(p, dict) and (p.get("type") == "text" or "source" in p) for p in content):
+        return " ".join(
+            p["text"] if p.get("type") == "text" else describe_projection(p) for p in content
+        )
+    return content
 
 
 def _recover_hint(path: Path) -> str:

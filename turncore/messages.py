@@ -152,6 +152,43 @@ ConversationMessage = Annotated[
 """A prior message: user, assistant or tool. System-role messages are rejected."""
 
 
+def project_media(part: MediaPart) -> dict[str, JsonValue]:
+    """A media part as surfaces and debug views show it (seed 000): type, source
+    kind, media type, filename and byte size — never the bytes, URL or file id."""
+    out: dict[str, JsonValue] = {
+        "type": part.type,
+        "source": part.source_kind(),
+        "mediaType": part.media_type,
+    }
+    if part.filename:
+        out["filename"] = part.filename
+    size = part.byte_size()
+    if size is not None:
+        out["bytes"] = size
+    return out
+
+
+def describe_projection(projected: dict[str, JsonValue]) -> str:
+    """``describe_part`` of a media part, from its ``project_media`` form."""
+    bits = [
+        str(projected[k]) for k in ("type", "source", "mediaType", "filename") if k in projected
+    ]
+    if "bytes" in projected:
+        bits.append(f"{projected['bytes']} bytes")
+    return "[" + " · ".join(bits) + "]"
+
+
+def projected_wire(message: ConversationMessage) -> dict[str, JsonValue]:
+    """``message.to_wire()`` with every media part replaced by ``project_media``."""
+    wire: dict[str, JsonValue] = message.to_wire()
+    if isinstance(message.content, list):
+        wire["content"] = [
+            project_media(p) if isinstance(p, ImagePart | AudioPart | FilePart) else p.to_wire()
+            for p in message.content
+        ]
+    return wire
+
+
 def describe_part(
     part: TextPart | ReasoningPart | ToolCallPart | ToolResultPart | MediaPart,
 ) -> str:
@@ -164,10 +201,4 @@ def describe_part(
         case ToolResultPart():
             return f"[tool result {part.tool_name} · {part.tool_call_id}]"
         case ImagePart() | AudioPart() | FilePart():
-            size = part.byte_size()
-            bits = [part.type, part.source_kind(), part.media_type]
-            if part.filename:
-                bits.append(part.filename)
-            if size is not None:
-                bits.append(f"{size} bytes")
-            return "[" + " · ".join(bits) + "]"
+            return describe_projection(project_media(part))
