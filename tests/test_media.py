@@ -122,3 +122,36 @@ def test_inspect_projects_media_parts(
         assert "[image · data · image/png · diagram.png ·" in out
         assert "[image · url · image/jpeg]" in out
         assert "[file · file_id · application/pdf]" in out
+
+
+async def test_a_turn_with_media_no_adapter_can_send_is_refused_at_creation(
+    temporal_env: Any, tmp_path: Path
+) -> None:
+    """Refused where it is created, with nothing written — not created and then
+    failed at model call 0."""
+    from tests.harness import Harness
+    from turnclient.api import CreateTurnInput
+    from turncore.errors import InvalidInputError
+    from turncore.events import RequestedAgent
+
+    async with Harness(temporal_env.client, tmp_path, [{"text": "never"}]) as h:
+        image = ImagePart(media_type="image/png", data=PNG)
+        for input, context in (
+            (UserMessage(content=[TextPart(text="look"), image]), None),
+            (UserMessage(content="look"), [UserMessage(content=[image])]),
+        ):
+            with pytest.raises(
+                InvalidInputError,
+                match="image input .*image/png.*cannot be created|cannot be created.*image",
+            ):
+                await h.turns.create_turn(
+                    CreateTurnInput(
+                        agent=RequestedAgent(agent_id="test"),
+                        input=input,
+                        human_available=True,
+                        context=context,
+                    )
+                )
+        assert not (tmp_path / "storage").exists() or not any(
+            (tmp_path / "storage").rglob("*.jsonl")
+        )

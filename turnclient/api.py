@@ -36,7 +36,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from turncore.advance import check_input, outcome_of
 from turncore.agents import AgentResolver
 from turncore.context import ContextResolver
-from turncore.errors import InfrastructureError, RejectedInputError
+from turncore.errors import InfrastructureError, InvalidInputError, RejectedInputError
 from turncore.events import (
     DEFAULT_MAX_MODEL_CALLS,
     SCHEMA_VERSION,
@@ -55,6 +55,7 @@ from turncore.events import (
 from turncore.ids import TurnIdGenerator, validate_turn_id
 from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
+from turncore.model.port import unsendable_media
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
 from turncore.timestamps import format_ts
@@ -215,6 +216,9 @@ class TurnClient:
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
         context = request.context if request.context is not None else []
+        refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
+        if refused is not None:
+            raise InvalidInputError(f"the turn cannot be created: {refused}")
         snapshot = await asyncio.to_thread(
             self._contexts.snapshot_for, resolved, context, request.session_id
         )

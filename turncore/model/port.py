@@ -367,7 +367,7 @@ def _validate_message(
         return
     for part in message.content:
         if isinstance(part, (ImagePart, AudioPart, FilePart)):
-            raise unsupported(f"{part.type} input is not supported by this contract revision")
+            raise unsupported(_media_refusal(part))
         if isinstance(part, (TextPart, ReasoningPart)):
             _bounded_text(part.text, "a message part", limits)
         else:
@@ -377,6 +377,31 @@ def _validate_message(
         if part.provider_options is not None:
             _json_field(part.provider_options, "provider options", limits)
             view.payloads[id(part)] = opaque_state(part.provider_options, binding)
+
+
+def _media_refusal(part: ImagePart | AudioPart | FilePart) -> str:
+    return f"{part.type} input is not supported by this contract revision"
+
+
+def unsendable_media(
+    messages: Sequence[UserMessage | AssistantMessage | ToolMessage],
+) -> str | None:
+    """Why no adapter can send the media parts in ``messages``, or None if there are none.
+
+    This contract revision refuses image, audio and file input in every
+    adapter (``validate_request``), so a turn carrying any is refused where
+    it is created instead of failing at its first model call.
+    """
+    for message in messages:
+        if isinstance(message.content, str):
+            continue
+        for part in message.content:
+            if isinstance(part, (ImagePart, AudioPart, FilePart)):
+                return (
+                    f"{_media_refusal(part)} ({part.media_type}): no configured model adapter "
+                    "can send image, audio or file parts"
+                )
+    return None
 
 
 def check_request_size(body: bytes, limits: Limits) -> None:
