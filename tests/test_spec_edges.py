@@ -236,3 +236,80 @@ async def test_an_advance_without_input_on_a_suspended_turn_validates_dependenci
         assert again.status == "suspended"
         assert h.repo.path_for(turn_id).read_bytes() == before
         await h.assert_file_matches_query(turn_id)
+
+
+# ---------------------------------------------------------------- §26.4
+
+
+async def test_explicit_defer_without_a_human_and_deny_get_errors_without_invocations(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The classifier defers one call and denies another in a turn with no human:
+    both are denied with a runtime error result; neither is ever invoked or run."""
+    from turncore.permissions import (
+        FunctionClassifier,
+        PermissionClassification,
+        PermissionClassificationBatch,
+    )
+
+    async def classify(batch: PermissionClassificationBatch) -> list[PermissionClassification]:
+        verdict = {"deferme": "defer", "denyme": "deny"}
+        return [
+            PermissionClassification(
+                tool_call_id=r.tool_call_id,
+                decision=verdict[r.tool_name],  # type: ignore[arg-type]
+                reason=f"policy for {r.tool_name}",
+            )
+            for r in batch.requests
+        ]
+
+    ran: list[str] = []
+    recorder = Recorder(
+        [
+            {
+                "toolCalls": [
+                    {"toolName": "deferme", "input": {}},
+                    {"toolName": "denyme", "input": {}},
+                ]
+            },
+            {"text": "understood"},
+        ]
+    )
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=[sync_tool("deferme"), sync_tool("denyme")],
+        implementations={n: lambda v, c, n=n: ran.append(n) for n in ("deferme", "denyme")},
+        classifier=FunctionClassifier(classify),
+    ) as h:
+        turn_id, outcome = await h.run("go", auto_permission=True, human_available=False)
+        assert outcome.status == "completed"
+        assert ran == []
+        lines = h.lines(turn_id)
+        assert "tool_invocation_requested" not in h.types(turn_id)
+        classified = [
+            (e["toolCallId"], e["decision"])
+            for e in lines
+            if e["type"] == "tool_permission_classified"
+        ]
+        assert classified == [("call_0_0", "defer"), ("call_0_1", "deny")]
+        resolved = [
+            (e["toolCallId"], e["decision"], e["source"])
+            for e in lines
+            if e["type"] == "tool_permission_resolved"
+        ]
+        assert sorted(resolved) == [
+            ("call_0_0", "deny", "human_unavailable"),
+            ("call_0_1", "deny", "classifier"),
+        ]
+        results = {e["toolCallId"]: e for e in lines if e["type"] == "tool_result"}
+        for call_id in ("call_0_0", "call_0_1"):
+            assert results[call_id]["source"] == "runtime"
+            assert results[call_id]["result"]["isError"] is True
+        assert "policy for denyme" in results["call_0_1"]["result"]["output"]
+        # The model saw both errors, in call order.
+        sent = recorder.requests[1].messages[-1].to_wire()["content"]
+        assert [p["toolCallId"] for p in sent] == ["call_0_0", "call_0_1"]
+        assert all(p["output"]["type"] == "error-json" for p in sent)
+        await h.assert_file_matches_query(turn_id)
