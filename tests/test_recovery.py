@@ -11,6 +11,7 @@ pending, terminal turns are returned without a write.
 
 from __future__ import annotations
 
+import asyncio
 from collections import Counter
 from pathlib import Path
 from typing import Any
@@ -184,3 +185,127 @@ async def test_recovery_rejects_a_corrupt_file(
             await h.turns.recover(turn_id)
         assert info.value.line == 2
         assert path.read_bytes() == before
+
+
+async def test_a_reissue_counts_against_max_model_calls(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """§23 / §26.7: the interrupted call 0 used the only call maxModelCalls=1 allows."""
+    executed: Counter[str] = Counter()
+    async with _harness(temporal_env, tmp_path, executed) as h:
+        turn_id = await h.create("go", max_model_calls=1)
+        path = h.repo.path_for(turn_id)
+        created = path.read_bytes()
+        requested = {
+            "type": "model_call_requested",
+            "turnId": turn_id,
+            "ts": h.lines(turn_id)[0]["ts"],
+            "modelCallIndex": 0,
+            "request": {"messages": ["input"], "parameters": {}},
+        }
+        path.write_bytes(created + orjson.dumps(requested) + b"\n")
+        outcome = await h.turns.recover(turn_id)
+        assert outcome.status == "failed" and outcome.code == "model-call-limit"
+        assert h.types(turn_id) == [
+            "turn_created",
+            "model_call_requested",
+            "model_call_failed",
+            "turn_failed",
+        ]
+        assert h.lines(turn_id)[2]["error"] == INTERRUPTED_MODEL_CALL
+        await h.assert_file_matches_query(turn_id)
+
+
+AUTO_SCRIPT = [
+    {
+        "toolCalls": [
+            {"toolName": "S", "input": {"k": "s"}},
+            {"toolName": "A", "input": {"k": "a"}},
+            {"toolName": "B", "input": {"k": "b"}},
+        ],
+    },
+    {"text": "done"},
+]
+
+
+async def test_recovery_walks_a_classification_and_several_async_results(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """§26.7: every prefix of an autoPermission turn whose sync tool the classifier
+    allows and whose two async tools answer one at a time recovers to the end; the
+    sync tool runs exactly once overall and earlier async results are kept."""
+    from turncore.permissions import (
+        FunctionClassifier,
+        PermissionClassification,
+        PermissionClassificationBatch,
+    )
+
+    async def allow(batch: PermissionClassificationBatch) -> list[PermissionClassification]:
+        return [
+            PermissionClassification(tool_call_id=r.tool_call_id, decision="allow", reason="ok")
+            for r in batch.requests
+        ]
+
+    def harness(work: Path, executed: Counter[str]) -> Harness:
+        def run(value: Any, ctx: ToolContext) -> Any:
+            executed[ctx.tool_call_id] += 1
+            return "ran"
+
+        return Harness(
+            temporal_env.client,
+            work,
+            AUTO_SCRIPT,
+            tools=[sync_tool("S"), async_tool("A"), async_tool("B")],
+            implementations={"S": run},
+            permissions={"external:A": "none", "external:B": "none"},
+            classifier=FunctionClassifier(allow),
+        )
+
+    async def answer(h: Harness, turn_id: str, outcome: Any) -> Any:
+        while outcome.status == "suspended":
+            a = outcome.pending_async_tools[0]
+            outcome = await h.send(
+                turn_id,
+                {
+                    "type": "async_tool_result",
+                    "toolCallId": a.tool_call_id,
+                    "result": {"output": f"{a.tool_name} done", "isError": False},
+                },
+            )
+        return outcome
+
+    executed: Counter[str] = Counter()
+    async with harness(tmp_path / "original", executed) as h:
+        turn_id = await h.create("go", auto_permission=True)
+        outcome = await answer(h, turn_id, await h.turns.advance_turn(turn_id).outcome)
+        assert outcome.status == "completed" and executed == Counter({"call_0_0": 1})
+        lines = h.repo.path_for(turn_id).read_bytes().splitlines(keepends=True)
+    types = [orjson.loads(x)["type"] for x in lines]
+    assert {"tool_permission_classified", "turn_suspended"} <= set(types)
+    assert types.count("tool_result") == 3
+    for k in range(2, len(lines)):
+        work = tmp_path / f"cut{k}"
+        path = turn_path(work, turn_id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(b"".join(lines[:k]))
+        before = [orjson.loads(x) for x in lines[:k]]
+        ran: Counter[str] = Counter()
+        async with harness(work, ran) as h:
+            outcome = await asyncio.wait_for(
+                answer(h, turn_id, await h.turns.recover(turn_id)), timeout=20
+            )
+            assert outcome.status == "completed", (k, types[k - 1])
+            after = h.lines(turn_id)
+            assert after[:k] == before  # recovery only appends
+            invoked = any(
+                e["type"] == "tool_invocation_requested" and e["toolCallId"] == "call_0_0"
+                for e in before
+            )
+            assert ran["call_0_0"] == (0 if invoked else 1), (k, types[k - 1])
+            kept = [e for e in before if e["type"] == "tool_result" and e["source"] == "async"]
+            assert all(e in after for e in kept)
+            assert sum(1 for e in after if e["type"] == "tool_result") == 3
+            await h.assert_file_matches_query(turn_id)
+            handle = temporal_env.client.get_workflow_handle(turn_id)
+            if (await handle.describe()).status == WorkflowExecutionStatus.RUNNING:
+                await handle.terminate("next cut")

@@ -320,6 +320,32 @@ def classification_events(
     return events
 
 
+def classified_resolutions(state: TurnState, ts: str) -> list[TurnEvent]:
+    """The classifier's effective decision for an allow/deny it recorded without one.
+
+    ``classification_events`` writes both in one batch; a log cut between
+    them (§23 "classification partially processed") continues here rather
+    than waiting for a decision nobody else will make.
+    """
+    out: list[TurnEvent] = []
+    for t in state.unresolved_tool_calls():
+        p = t.permission
+        c = p.classification if p is not None else None
+        if p is None or c is None or p.resolved is not None or c.decision == "defer":
+            continue
+        out.append(
+            ToolPermissionResolved(
+                turn_id=state.definition.turn_id,
+                ts=ts,
+                tool_call_id=t.tool_call_id,
+                decision="allow" if c.decision == "allow" else "deny",
+                source="classifier",
+                reason=c.reason,
+            )
+        )
+    return out
+
+
 def human_unavailable_denials(state: TurnState, ts: str) -> list[TurnEvent]:
     """Without a human, every permission still waiting on one is denied (§9.3)."""
     if state.definition.config.human_available:
@@ -519,6 +545,7 @@ def next_action(
     if to_classify:
         return Classify(to_classify)
     for events in (
+        classified_resolutions(state, ts),
         human_unavailable_denials(state, ts),
         denial_results(state, ts),
         # All invocations, in source order, before any tool starts (§10.5).
