@@ -313,3 +313,67 @@ async def test_explicit_defer_without_a_human_and_deny_get_errors_without_invoca
         assert [p["toolCallId"] for p in sent] == ["call_0_0", "call_0_1"]
         assert all(p["output"]["type"] == "error-json" for p in sent)
         await h.assert_file_matches_query(turn_id)
+
+
+# ---------------------------------------------------------------- §26.8
+
+
+async def test_reconstruction_with_permissions_progress_and_suspension(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Full replay reconstructs permissions, progress, suspension and the end; the
+    live event stream folded as it arrives equals full replay at every step; no
+    deltas are durable; reading is read-only and infers no running state."""
+    from turncore.events import PermissionDecisionInput
+    from turncore.reducer import TurnReducer, reduce_turn
+
+    async def slow(value: Any, ctx: ToolContext) -> Any:
+        await ctx.report_progress({"step": 1})
+        await ctx.report_progress({"step": 2})
+        return "written"
+
+    recorder = Recorder(
+        [
+            {"text": "let me write", "toolCalls": [{"toolName": "write", "input": {}}]},
+            {"text": "done"},
+        ]
+    )
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        recorder,
+        tools=[sync_tool("write")],
+        implementations={"write": slow},
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "suspended"
+        suspended = h.file_state(turn_id)
+        assert suspended.suspension is not None and suspended.terminal is None
+        assert [p.tool_call_id for p in suspended.pending_permissions()] == ["call_0_0"]
+        # Suspended: nothing appends until the decision, so this is the stream's start.
+        live = TurnReducer.of((await h.turns.get_turn(turn_id)).events)
+        execution = h.turns.advance_turn(
+            turn_id,
+            PermissionDecisionInput(tool_call_id="call_0_0", decision="allow"),
+        )
+        seen: list[str] = []
+        async for event in execution.events:
+            if event.type in ("text_delta", "reasoning_delta"):
+                continue
+            live.apply(event)  # type: ignore[arg-type]
+            seen.append(event.type)
+        assert (await execution.outcome).status == "completed"
+        before = h.repo.path_for(turn_id).read_bytes()
+        turn = await h.turns.get_turn(turn_id)
+        assert h.repo.path_for(turn_id).read_bytes() == before  # getTurn is read-only
+        full = reduce_turn(turn.events)
+        assert live.state == full
+        assert {"tool_permission_resolved", "tool_progress", "turn_completed"} <= set(seen)
+        call = full.tool_calls[0]
+        assert call.permission is not None and call.permission.resolved is not None
+        assert [p.progress for p in call.progress] == [{"step": 1}, {"step": 2}]
+        assert full.suspension is None and full.terminal is not None
+        assert full.model_calls[-1].response is not None  # the final message after reload
+        assert not {"text_delta", "reasoning_delta"} & {e.type for e in turn.events}
+        assert "running" not in full.to_wire() and "status" not in full.to_wire()
+        await h.assert_file_matches_query(turn_id)
