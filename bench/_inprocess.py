@@ -166,6 +166,7 @@ class InProcessTurn:
             ),
         )
         self._fold(events)
+        self._allowed.difference_update(advance.invoked_ids(events))
 
     async def _run_tool(self, call: ToolCallState) -> None:
         assert call.invocation is not None

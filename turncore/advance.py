@@ -426,6 +426,15 @@ def invocation_events(
     return events
 
 
+def invoked_ids(events: Sequence[TurnEvent]) -> set[str]:
+    """The calls ``events`` invoke: their checker allow-outright is now durable.
+
+    Callers drop these from the ``allowed`` they keep, so an id a later
+    response reuses (§24) is checked afresh instead of inheriting the grant.
+    """
+    return {e.tool_call_id for e in events if isinstance(e, ToolInvocationRequested)}
+
+
 def sync_calls_to_start(state: TurnState, running: Collection[str]) -> list[ToolCallState]:
     return [
         t

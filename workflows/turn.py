@@ -46,6 +46,7 @@ from turncore.elision import elide_event
 from turncore.errors import RejectedInputError
 from turncore.events import (
     CancelInput,
+    ResolvedAgent,
     ToolDescriptor,
     ToolResult,
     ToolResultData,
@@ -74,6 +75,7 @@ from turncore_temporal.activities.payloads import (
     CreateChildResult,
     Derived,
     LoadInput,
+    MaterializeAgentInput,
     ModelCallInput,
     ModelCallResult,
     ToolCallInput,
@@ -361,6 +363,9 @@ class TurnWorkflow:
             # reload would give (DESIGN §5), so state queries and continue-as-new
             # stay small.
             self._reducer.apply(elide_event(e))
+        # An allow-outright lasts until its invocation records it: a later
+        # response may reuse the id (§24) for a call the checker never saw.
+        self._allowed.difference_update(advance.invoked_ids(events))
 
     def _saw(self, offset: int) -> None:
         self._seen_lines = max(self._seen_lines, offset)
@@ -404,6 +409,22 @@ class TurnWorkflow:
         return False
 
     # ------------------------------------------------------------ tool batch
+
+    async def _materialized_tools(self) -> list[ToolDescriptor] | None:
+        """An inherited snapshot's tools, resolved through its chain (§6.7).
+
+        Only asked for when a tool call needs deciding, so full snapshots (and
+        cancellation, which needs no live dependency) never run the activity.
+        """
+        state = self._state
+        if isinstance(state.definition.agent.resolved, ResolvedAgent):
+            return None
+        if self._tools is None and state.unresolved_tool_calls():
+            result = await self._local(
+                Activities.materialize_agent, MaterializeAgentInput(turn_id=self._turn_id)
+            )
+            self._tools = list(result.tools)
+        return self._tools
 
     async def _check_permissions(self, calls: list[ToolCallState]) -> None:
         checked = await self._local(
@@ -768,7 +789,9 @@ class TurnWorkflow:
             await asyncio.gather(handle, return_exceptions=True)
         await self._reload(recover=False)
         state = self._state
-        if state.terminal is None and advance.next_step(state, ()) == "complete":
+        if state.terminal is None and isinstance(
+            advance.next_action(state, ts=_ts()), advance.Complete
+        ):
             # The final response is recorded: the turn completes (§18 10.l); a
             # cancel can only stop work that is still open.
             await self._append_derived("completion")
