@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import logging
 import os
 import signal
@@ -28,7 +29,7 @@ from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
 from turnclient.embedded import is_server_process
-from turnclient.runtime import Runtime, Temporal, temporal
+from turnclient.runtime import ConnectOptions, Runtime, Temporal, temporal
 from turnclient.storage import MIGRATE_ENV
 from turncore.errors import TurnError
 from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
@@ -66,11 +67,21 @@ def workflow_runner() -> SandboxedWorkflowRunner:
 
 
 def typed_client(client: Client) -> Client:
-    """``client`` with the turn payloads' data converter (the same connection)."""
-    if client.data_converter is DATA_CONVERTER:
+    """``client`` with the turn payloads' data converter (the same connection).
+
+    The client's payload codec (encryption, ``[temporal] payload_key_env``) is
+    kept: only the converter underneath it is swapped.
+    """
+    current = client.data_converter
+    if (
+        current.payload_converter_class is DATA_CONVERTER.payload_converter_class
+        and current.failure_converter_class is DATA_CONVERTER.failure_converter_class
+    ):
         return client
     config = client.config()
-    config["data_converter"] = DATA_CONVERTER
+    config["data_converter"] = dataclasses.replace(
+        DATA_CONVERTER, payload_codec=current.payload_codec
+    )
     return Client(**config)
 
 
@@ -141,6 +152,7 @@ async def run_worker(
     port: int | None = None,
     worker: bool = True,
     graceful_shutdown: timedelta = timedelta(seconds=30),
+    metrics: str | None = None,
 ) -> None:
     """Serve turns until SIGINT or SIGTERM (``turns worker``, ``turns dev``, ``worker.py``).
 
@@ -156,12 +168,13 @@ async def run_worker(
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError, RuntimeError):
             loop.add_signal_handler(sig, stop.set)
+    options = ConnectOptions.for_config(runtime.config, env, metrics=metrics)
     try:
         while not stop.is_set():
             lost: str | None = None
             try:
                 async with temporal(
-                    runtime.work_dir, env=env, ui=ui, ui_port=ui_port, port=port
+                    runtime.work_dir, env=env, ui=ui, ui_port=ui_port, port=port, options=options
                 ) as conn:
                     async with (
                         serving(runtime, conn.client, graceful_shutdown=graceful_shutdown)

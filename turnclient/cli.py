@@ -1175,9 +1175,10 @@ async def _session(
     """Connected (embedded or remote), with a worker in this process unless --no-worker."""
     from turncore_temporal.worker import serving
 
-    from .runtime import temporal
+    from .runtime import ConnectOptions, temporal
 
-    async with temporal(runtime.work_dir) as conn:
+    options = ConnectOptions.for_config(runtime.config)
+    async with temporal(runtime.work_dir, options=options) as conn:
         if worker and not getattr(args, "no_worker", False):
             async with serving(runtime, conn.client):
                 yield conn, runtime.turn_client(conn.client)
@@ -1709,13 +1710,14 @@ async def _tail(
     from turncore.reducer import reduce_turn
     from turncore_temporal.worker import serving
 
-    from .runtime import temporal
+    from .runtime import ConnectOptions, temporal
 
     repo = runtime.repository
     hub = runtime.hub
     async with contextlib.AsyncExitStack() as stack:
         if not args.no_worker:
-            conn = await stack.enter_async_context(temporal(runtime.work_dir))
+            options = ConnectOptions.for_config(runtime.config)
+            conn = await stack.enter_async_context(temporal(runtime.work_dir, options=options))
             await stack.enter_async_context(serving(runtime, conn.client))
         deltas = hub.attach(turn_id)
         stack.callback(hub.detach, turn_id, deltas)
@@ -1878,6 +1880,11 @@ def dev(args: argparse.Namespace) -> int:
         action="store_true",
         help="create or migrate the turn database's schema first (also TURNS_MIGRATE=1)",
     ),
+    arg(
+        "--metrics",
+        metavar="[HOST]:PORT",
+        help="serve Prometheus metrics (turncore's and Temporal's) at this address, e.g. :9464",
+    ),
 )
 def worker(args: argparse.Namespace) -> int:
     return _serve(args, ui=False, worker=True)
@@ -1920,6 +1927,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool) -> int:
             ui_port=getattr(args, "ui_port", None),
             port=getattr(args, "port", None),
             worker=worker,
+            metrics=_metrics_address(args),
         )
         return EXIT_OK
 
@@ -2043,6 +2051,119 @@ _turns() {{
 }}
 complete -F _turns turns
 """
+
+
+# ---------------------------------------------------------------- observability
+
+
+def _metrics_address(args: argparse.Namespace) -> str | None:
+    """``--metrics [HOST]:PORT`` as the runtime's bind address (None: no endpoint)."""
+    from .telemetry import metrics_address
+
+    given: str | None = getattr(args, "metrics", None)
+    if given is None:
+        return None
+    try:
+        return metrics_address(given)
+    except ValueError as exc:
+        raise Failure(str(exc), EXIT_USAGE) from None
+
+
+@command(
+    "codec-server",
+    "serve /encode and /decode for Temporal Web and the temporal CLI with the payload keys",
+    arg("--port", type=int, default=8888, metavar="PORT", help="port (default 8888; 0: any)"),
+    arg("--host", default="127.0.0.1", metavar="HOST", help="bind address (default 127.0.0.1)"),
+    arg(
+        "--origin",
+        action="append",
+        metavar="URL",
+        help="a browser origin allowed to call it (repeatable; default Temporal Web's "
+        "http://localhost:8233)",
+    ),
+    arg(
+        "--no-token",
+        action="store_true",
+        help="accept requests without a bearer token (loopback only; for the local Temporal "
+        "Web, which cannot send one)",
+    ),
+    arg("--new-key", metavar="ID", help="print a fresh ID:BASE64KEY for the key variable and exit"),
+    JSON,
+)
+def codec_server(args: argparse.Namespace) -> int:
+    def body() -> int:
+        import secrets
+
+        from .config import load_config
+
+        try:
+            from .codec import EncryptionCodec, PayloadKeyError, PayloadKeys, new_key_spec
+            from .codec_server import DEFAULT_ORIGINS, CodecServer
+        except ImportError:
+            raise Failure(
+                "the codec needs cryptography: pip install 'turncore[encryption]'"
+            ) from None
+        if args.new_key:
+            try:
+                spec = new_key_spec(args.new_key)
+            except PayloadKeyError as exc:
+                raise Failure(str(exc), EXIT_USAGE) from None
+            _emit_json({"key": spec}) if args.json else print(spec)
+            return EXIT_OK
+        cfg = load_config(_work_dir())
+        if cfg.payload_key_env is None:
+            raise Failure(
+                "turns.toml sets no [temporal] payload_key_env: payloads are not encrypted"
+            )
+        try:
+            keys = PayloadKeys.from_env(cfg.payload_key_env)
+        except PayloadKeyError as exc:
+            raise Failure(str(exc)) from None
+        loopback = args.host in ("127.0.0.1", "::1", "localhost")
+        if args.no_token and not loopback:
+            raise Failure("--no-token is allowed only on a loopback --host", EXIT_USAGE)
+        token = (
+            None
+            if args.no_token
+            else os.environ.get("TURNS_CODEC_TOKEN") or secrets.token_urlsafe(24)
+        )
+        try:
+            server = CodecServer(
+                EncryptionCodec(keys),
+                host=args.host,
+                port=args.port,
+                token=token,
+                origins=args.origin or DEFAULT_ORIGINS,
+            )
+        except OSError as exc:
+            raise Failure(f"cannot listen on {args.host}:{args.port}: {exc}") from None
+        info = {
+            "url": server.url,
+            "keyIds": list(keys.ids),
+            "origins": sorted(server.origins),
+            "token": token if token and not os.environ.get("TURNS_CODEC_TOKEN") else None,
+            "tokenRequired": token is not None,
+        }
+        if args.json:
+            _emit_json(info)
+        else:
+            print(f"codec server  {server.url} (/encode, /decode) · keys {', '.join(keys.ids)}")
+            print(f"origins       {', '.join(sorted(server.origins))}")
+            if token is None:
+                print("token         none (--no-token)")
+            elif info["token"]:
+                print(f"token         {token}  (set TURNS_CODEC_TOKEN to choose it)")
+            else:
+                print("token         from $TURNS_CODEC_TOKEN")
+            print("Ctrl-C to stop.", flush=True)
+        sys.stdout.flush()
+        try:
+            server.serve_forever()
+        except KeyboardInterrupt:
+            pass
+        return EXIT_OK
+
+    return _sync(args, body)
 
 
 if __name__ == "__main__":

@@ -28,6 +28,7 @@ from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
 
 from .builtin_tools import BUILTIN_TOOLS
+from .cost import PriceConfigError, ProviderPrice
 from .demo import DEMO_MODEL
 
 CONFIG_FILE = "turns.toml"
@@ -114,6 +115,10 @@ class Config:
     auto_deny: tuple[str, ...] = ()
     context: ElisionPolicy = field(default_factory=ElisionPolicy)
     storage: StorageConfig = field(default_factory=lambda: StorageConfig())
+    payload_key_env: str | None = None
+    """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
+    prices: dict[str, ProviderPrice] = field(default_factory=dict)
+    """``[prices.PROVIDER]``: cost overrides for private or local models."""
 
 
 def builtin_tool_configs() -> dict[str, ToolConfig]:
@@ -323,6 +328,8 @@ def _build(root: Path, source: Path | None, data: dict[str, Any], env: Mapping[s
             "permissions",
             "context",
             "storage",
+            "temporal",
+            "prices",
         },
     )
     providers: dict[str, ProviderConfig] = {}
@@ -369,6 +376,7 @@ def _build(root: Path, source: Path | None, data: dict[str, Any], env: Mapping[s
     except ValueError as exc:
         raise ConfigError(f"context: {exc}") from None
 
+    payload_key_env, prices = _observability(data, providers)
     return Config(
         work_dir=root,
         source=source,
@@ -383,6 +391,8 @@ def _build(root: Path, source: Path | None, data: dict[str, Any], env: Mapping[s
         auto_deny=rules["deny"],
         context=context,
         storage=parse_storage(data.get("storage", {})),
+        payload_key_env=payload_key_env,
+        prices=prices,
     )
 
 
@@ -427,6 +437,35 @@ def parse_storage(value: Any) -> StorageConfig:
         url_env=url_env,
         pool_size=pool_size or 16,
     )
+
+
+# ---------------------------------------------------------------- [temporal], [prices]
+
+
+def _observability(
+    data: Mapping[str, Any], providers: Mapping[str, ProviderConfig]
+) -> tuple[str | None, dict[str, ProviderPrice]]:
+    """``[temporal] payload_key_env`` and ``[prices.PROVIDER]`` (docs/operations.md)."""
+    temporal = _table("temporal", data.get("temporal", {}))
+    _check_keys("temporal", temporal, {"payload_key_env"})
+    key_env = _get("temporal", temporal, "payload_key_env", str)
+    if key_env is not None and not ENV_NAME.fullmatch(key_env):
+        raise ConfigError(
+            "temporal.payload_key_env names an environment variable (letters, digits, '_'); "
+            "the key itself never goes in turns.toml"
+        )
+    prices: dict[str, ProviderPrice] = {}
+    for name, table in _table("prices", data.get("prices", {})).items():
+        if name != "scripted" and name not in providers:
+            known = ", ".join(sorted({*providers, "scripted"}))
+            raise ConfigError(f"prices.{name}: no provider {name!r} is configured (known: {known})")
+        try:
+            prices[name] = ProviderPrice.from_table(
+                f"prices.{name}", _table(f"prices.{name}", table)
+            )
+        except PriceConfigError as exc:
+            raise ConfigError(str(exc)) from None
+    return key_env, prices
 
 
 __all__ = [

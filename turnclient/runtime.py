@@ -19,6 +19,7 @@ worker``, ``python worker.py`` and the tests all wire through here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import importlib
 import inspect
 import logging
@@ -30,8 +31,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from temporalio.client import Client
+from temporalio.client import Client, Interceptor
+from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.envconfig import ClientConfig
+from temporalio.runtime import Runtime as TemporalRuntime
 
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver, ElisionPolicy
@@ -51,6 +54,7 @@ from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import JsonlRepository, TurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import FunctionTool, SyncTool, ToolFunction, ToolRegistry
+from turncore_temporal.activities import DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import ModelResolver, TurnDependencies
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
@@ -343,6 +347,81 @@ def uses_embedded(env: Mapping[str, str] | None = None) -> bool:
     return not env.get("TEMPORAL_ADDRESS")
 
 
+@dataclass(frozen=True)
+class ConnectOptions:
+    """How this process talks to Temporal beyond the address: codec, tracing, telemetry."""
+
+    payload_codec: PayloadCodec | None = None
+    """Encrypts every payload (``[temporal] payload_key_env``); None: plain JSON."""
+    interceptors: Sequence[Interceptor] = ()
+    """Temporal's tracing interceptor when OTEL_* asks for traces."""
+    runtime: TemporalRuntime | None = None
+    """A runtime with a metrics endpoint (``turns worker --metrics``); None: the default."""
+
+    @classmethod
+    def for_config(
+        cls,
+        config: Config,
+        env: Mapping[str, str] | None = None,
+        *,
+        metrics: str | None = None,
+    ) -> ConnectOptions:
+        """The options ``turns.toml`` and the environment ask for (all off by default)."""
+        from .telemetry import (
+            TelemetryError,
+            configure_tracing,
+            metrics_runtime,
+            tracing_interceptors,
+        )
+
+        codec: PayloadCodec | None = None
+        try:
+            if config.payload_key_env is not None:
+                codec = _payload_codec(config.payload_key_env, env)
+            tracing = configure_tracing(env)
+        except TelemetryError as exc:
+            raise ConfigError(str(exc)) from None
+        return cls(
+            payload_codec=codec,
+            interceptors=tracing_interceptors(tracing),
+            runtime=metrics_runtime(metrics) if metrics is not None else None,
+        )
+
+
+def _payload_codec(key_env: str, env: Mapping[str, str] | None) -> PayloadCodec:
+    try:
+        from .codec import PayloadKeyError, codec_from_env
+    except ImportError:  # the codec needs the encryption extra
+        raise ConfigError(
+            "turns.toml [temporal] payload_key_env turns on payload encryption, which needs "
+            "the cryptography package: pip install 'turncore[encryption]'"
+        ) from None
+    try:
+        codec = codec_from_env(key_env, env)
+    except PayloadKeyError as exc:
+        raise ConfigError(str(exc)) from None
+    assert codec is not None
+    return codec
+
+
+def data_converter(options: ConnectOptions) -> DataConverter:
+    """The turn payloads' converter, with the codec composed onto it (if encryption is on)."""
+    base = DATA_CONVERTER
+    if options.payload_codec is None:
+        return base
+    return dataclasses.replace(base, payload_codec=options.payload_codec)
+
+
+def _connect_kwargs(options: ConnectOptions) -> dict[str, Any]:
+    kwargs: dict[str, Any] = {
+        "data_converter": data_converter(options),
+        "interceptors": list(options.interceptors),
+    }
+    if options.runtime is not None:
+        kwargs["runtime"] = options.runtime
+    return kwargs
+
+
 @contextlib.asynccontextmanager
 async def temporal(
     work_dir: Path,
@@ -351,6 +430,7 @@ async def temporal(
     ui: bool = False,
     ui_port: int | None = None,
     port: int | None = None,
+    options: ConnectOptions | None = None,
 ) -> AsyncIterator[Temporal]:
     """Connect to ``TEMPORAL_ADDRESS``, or join the work dir's embedded server for the block.
 
@@ -358,11 +438,12 @@ async def temporal(
     starts it (another free one otherwise, with a note).
     """
     env = os.environ if env is None else env
+    extra = _connect_kwargs(options or ConnectOptions())
     if not uses_embedded(env):
-        options = ClientConfig.load_client_connect_config(override_env_vars=dict(env))
-        address = str(options.get("target_host") or env.get("TEMPORAL_ADDRESS"))
+        connect = ClientConfig.load_client_connect_config(override_env_vars=dict(env))
+        address = str(connect.get("target_host") or env.get("TEMPORAL_ADDRESS"))
         try:
-            client = await Client.connect(**options)
+            client = await Client.connect(**connect, **extra)
         except RuntimeError as exc:
             raise TemporalUnreachableError(
                 f"cannot reach Temporal at {address} (from TEMPORAL_ADDRESS): "
@@ -381,17 +462,19 @@ async def temporal(
     )
     info = await server.acquire()
     try:
-        client = await Client.connect(info.address, namespace=NAMESPACE)
+        client = await Client.connect(info.address, namespace=NAMESPACE, **extra)
         yield Temporal(client, info.address, NAMESPACE, server)
     finally:
         await server.release()
 
 
 __all__ = [
+    "ConnectOptions",
     "RuleClassifier",
     "Runtime",
     "Temporal",
     "TemporalUnreachableError",
+    "data_converter",
     "server_idle_grace",
     "import_callable",
     "temporal",

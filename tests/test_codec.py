@@ -1,0 +1,282 @@
+"""Encrypted payloads: nothing of a turn's content sits in Temporal history in clear.
+
+A real dev server, real workers and the real ``temporal`` CLI: the history
+of a turn run with the codec is grepped for its prompt, its tool input and
+its tool output; the codec server decodes what the history holds, for the
+CLI (``--codec-endpoint``) and for a browser at Temporal Web's origin.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import json
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.api.common.v1 import Payload
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
+from temporalio.exceptions import ApplicationError
+from temporalio.testing import WorkflowEnvironment
+
+from tests.harness import Harness, sync_tool
+from turnclient.api import TurnClient
+from turnclient.codec import (
+    ENCODING,
+    EncryptionCodec,
+    PayloadKeyError,
+    PayloadKeys,
+    new_key_spec,
+)
+from turnclient.codec_server import CodecServer
+from turnclient.config import ConfigError, load_config
+from turnclient.devserver import find_temporal_cli
+from turnclient.runtime import ConnectOptions, data_converter
+from turncore.errors import InfrastructureError
+from turncore.tools import ToolContext
+
+PROMPT = "Please summarise the zebra-okapi-7731 merger memo"
+TOOL_INPUT = "quokka-ledger-5512"
+TOOL_OUTPUT = "narwhal-balance-9904"
+
+
+def codec_of(*specs: str) -> EncryptionCodec:
+    return EncryptionCodec(PayloadKeys.parse(",".join(specs), "TURNS_PAYLOAD_KEY"))
+
+
+def client_with(env: WorkflowEnvironment, codec: EncryptionCodec | None) -> Client:
+    base = env.client
+    return Client(
+        base.service_client,
+        namespace=base.namespace,
+        data_converter=data_converter(ConnectOptions(payload_codec=codec)),
+    )
+
+
+def show_history(env: WorkflowEnvironment, turn_id: str, *extra: str) -> str:
+    address = env.client.service_client.config.target_host
+    r = subprocess.run(
+        [
+            find_temporal_cli(),
+            "workflow",
+            "show",
+            "-w",
+            turn_id,
+            "--address",
+            address,
+            "-o",
+            "json",
+            *extra,
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    return r.stdout
+
+
+def with_payloads_decoded(history: str) -> str:
+    """The history JSON plus every payload's data, base64-decoded (as a reader would)."""
+    return history + "".join(
+        base64.b64decode(m).decode("utf-8", "replace") for m in _base64_fields(json.loads(history))
+    )
+
+
+# ---------------------------------------------------------------- the codec itself
+
+
+async def test_round_trip_rotation_and_errors_naming_the_key_id() -> None:
+    k1, k2 = new_key_spec("k1"), new_key_spec("k2")
+    old, rotated = codec_of(k1), codec_of(k2, k1)
+    plain = Payload(metadata={"encoding": b"json/plain"}, data=b'{"prompt": "secret"}')
+    sealed = await old.encode([plain])
+    assert sealed[0].metadata["encoding"] == ENCODING
+    assert sealed[0].metadata["encryption-key-id"] == b"k1"
+    assert b"secret" not in sealed[0].SerializeToString()
+    # Rotation: the new key encrypts, the old one still decrypts.
+    assert await rotated.decode(sealed) == [plain]
+    assert (await rotated.encode([plain]))[0].metadata["encryption-key-id"] == b"k2"
+    # Unencrypted payloads (histories from before encryption) pass through.
+    assert await old.decode([plain]) == [plain]
+
+    with pytest.raises(ApplicationError) as missing:
+        await codec_of(k2).decode(sealed)
+    assert "'k1'" in missing.value.message and missing.value.non_retryable
+    with pytest.raises(ApplicationError) as mismatch:
+        await codec_of(new_key_spec("k1")).decode(sealed)  # another key under the same id
+    assert "'k1'" in mismatch.value.message
+
+
+def test_key_variable_is_checked_without_echoing_key_material() -> None:
+    for bad, needle in [
+        ("nokey", "ID:BASE64KEY"),
+        ("k1:" + base64.b64encode(b"short").decode(), "5 bytes"),
+        ("k1:%%%", "not base64"),
+        (f"{new_key_spec('k1')},{new_key_spec('k1')}", "twice"),
+    ]:
+        with pytest.raises(PayloadKeyError) as exc:
+            PayloadKeys.parse(bad, "TURNS_PAYLOAD_KEY")
+        assert needle in str(exc.value)
+    with pytest.raises(PayloadKeyError, match=r"\$NOPE"):
+        PayloadKeys.from_env("NOPE", {})
+
+
+def test_turns_toml_names_the_variable_never_the_key(tmp_path: Path) -> None:
+    (tmp_path / "turns.toml").write_text('[temporal]\npayload_key_env = "TURNS_PAYLOAD_KEY"\n')
+    cfg = load_config(tmp_path, {})
+    assert cfg.payload_key_env == "TURNS_PAYLOAD_KEY"
+    with pytest.raises(ConfigError, match="not set"):
+        ConnectOptions.for_config(cfg, {})
+    options = ConnectOptions.for_config(cfg, {"TURNS_PAYLOAD_KEY": new_key_spec("prod-1")})
+    assert isinstance(options.payload_codec, EncryptionCodec)
+    (tmp_path / "turns.toml").write_text(f'[temporal]\npayload_key_env = "{new_key_spec("x")}"\n')
+    with pytest.raises(ConfigError, match="names an environment variable"):
+        load_config(tmp_path, {})
+
+
+# ---------------------------------------------------------------- end to end
+
+
+def _secret_tool(value: Any, ctx: ToolContext) -> Any:
+    assert value == {"account": TOOL_INPUT}
+    return TOOL_OUTPUT
+
+
+def _harness(client: Client, tmp_path: Path) -> Harness:
+    script = [
+        {"toolCalls": [{"toolName": "lookup", "input": {"account": TOOL_INPUT}}]},
+        {"text": "The memo balances."},
+    ]
+    return Harness(
+        client,
+        tmp_path,
+        script,
+        tools=[sync_tool("lookup")],
+        implementations={"lookup": _secret_tool},
+        permissions={"builtin:lookup": "none"},
+    )
+
+
+async def test_history_holds_no_content_in_clear_and_the_codec_server_decodes_it(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    codec = codec_of(new_key_spec("prod-1"))
+    client = client_with(temporal_env, codec)
+    async with _harness(client, tmp_path) as h:
+        turn_id, outcome = await h.run(PROMPT)
+        assert outcome.status == "completed"
+        file_text = h.repo.path_for(turn_id).read_text()
+        assert PROMPT in file_text and TOOL_OUTPUT in file_text  # the log stays plaintext
+        await h.assert_file_matches_query(turn_id)  # queries decode through the codec
+
+    history = show_history(temporal_env, turn_id)
+    for secret in (PROMPT, "zebra-okapi-7731", TOOL_INPUT, TOOL_OUTPUT):
+        assert secret not in with_payloads_decoded(history)
+    # Sanity: the history does hold the payloads, sealed under the key id, and
+    # the same turn without the codec would show them (checked on a plain run).
+    assert base64.b64encode(ENCODING).decode() in history
+    assert base64.b64encode(b"prod-1").decode() in history
+    # Search attributes stay readable: no codec needed to list turns.
+    desc = await temporal_env.client.get_workflow_handle(turn_id).describe()
+    assert (
+        desc.typed_search_attributes.get(SearchAttributeKey.for_keyword("TurnStatus"))
+        == "completed"
+    )
+    assert desc.typed_search_attributes.get(SearchAttributeKey.for_keyword("TurnAgent")) == "test"
+
+    server = CodecServer(codec, token="s3cret-token").start()
+    try:
+        # The temporal CLI, pointed at the codec server, shows the history decoded.
+        decoded = with_payloads_decoded(
+            show_history(
+                temporal_env,
+                turn_id,
+                "--codec-endpoint",
+                server.url,
+                "--codec-auth",
+                "Bearer s3cret-token",
+            )
+        )
+        for secret in (PROMPT, TOOL_INPUT, TOOL_OUTPUT):
+            assert secret in decoded
+        # What a browser on Temporal Web sends: the raw payloads of the first event.
+        events = json.loads(history)["events"]
+        first = events[0]["workflowExecutionStartedEventAttributes"]
+        body = json.dumps({"payloads": first["input"]["payloads"]}).encode()
+        status, headers, answer = await asyncio.to_thread(
+            _post,
+            f"{server.url}/decode",
+            body,
+            {"Authorization": "Bearer s3cret-token", "Origin": "http://localhost:8233"},
+        )
+        assert status == 200 and headers["Access-Control-Allow-Origin"] == "http://localhost:8233"
+        plain = base64.b64decode(json.loads(answer)["payloads"][0]["data"])
+        assert turn_id.encode() in plain
+        # Without the token, nothing; from another origin, no CORS grant.
+        status, _, _ = await asyncio.to_thread(_post, f"{server.url}/decode", body, {})
+        assert status == 401
+        status, headers, _ = await asyncio.to_thread(
+            _post,
+            f"{server.url}/decode",
+            body,
+            {"Authorization": "Bearer s3cret-token", "Origin": "https://evil.example"},
+        )
+        assert status == 200 and "Access-Control-Allow-Origin" not in headers
+    finally:
+        server.stop()
+
+
+async def test_the_same_turn_without_the_codec_shows_its_content(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The grep above can fail: without encryption the history holds the content."""
+    async with _harness(temporal_env.client, tmp_path) as h:
+        turn_id, outcome = await h.run(PROMPT)
+        assert outcome.status == "completed"
+    decoded = with_payloads_decoded(show_history(temporal_env, turn_id))
+    assert PROMPT in decoded and TOOL_INPUT in decoded and TOOL_OUTPUT in decoded
+
+
+async def test_client_and_worker_with_different_keys_fail_naming_the_key_id(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    worker_client = client_with(temporal_env, codec_of(new_key_spec("worker-key")))
+    caller = client_with(temporal_env, codec_of(new_key_spec("client-key")))
+    async with _harness(worker_client, tmp_path) as h:
+        turns = TurnClient(caller, h.repo, h.resolver, task_queue=h.task_queue, hub=h.hub)
+        turn_id = await h.create(PROMPT)
+        with pytest.raises(InfrastructureError) as exc:
+            await asyncio.wait_for(turns.advance_turn(turn_id).outcome, 60)
+        assert "'client-key'" in str(exc.value)
+        assert h.types(turn_id) == ["turn_created"]  # nothing appended
+
+
+def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
+    request = urllib.request.Request(
+        url, data=body, headers={"Content-Type": "application/json", **headers}, method="POST"
+    )
+    try:
+        with urllib.request.urlopen(request, timeout=10) as r:
+            return r.status, dict(r.headers), r.read()
+    except urllib.error.HTTPError as e:
+        return e.code, dict(e.headers), e.read()
+
+
+def _base64_fields(doc: Any) -> list[str]:
+    out: list[str] = []
+    if isinstance(doc, dict):
+        for k, v in doc.items():
+            if k == "data" and isinstance(v, str):
+                out.append(v)
+            else:
+                out.extend(_base64_fields(v))
+    elif isinstance(doc, list):
+        for v in doc:
+            out.extend(_base64_fields(v))
+    return out

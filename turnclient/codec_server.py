@@ -1,0 +1,165 @@
+"""``turns codec-server``: Temporal's remote codec endpoints over the payload codec.
+
+Temporal Web and ``temporal workflow show --codec-endpoint`` POST
+``{"payloads": [...]}`` (payloads in protobuf JSON: base64 metadata values
+and data) to ``/decode`` (and ``/encode``) and show what comes back. This
+server answers with the same ``EncryptionCodec`` the client and workers use,
+so whoever can reach it and holds its token reads the turn's payloads in
+clear — which is why it needs a token (``Authorization: Bearer …``) and
+answers browsers only from the origins it is told (Temporal Web's;
+``http://localhost:8233`` by default), and binds to loopback unless told
+otherwise.
+
+It is the standard library's threading HTTP server, not an ASGI app: two
+JSON endpoints with a synchronous codec need no framework, and the command
+then works in any turncore install, without the web extra.
+"""
+
+from __future__ import annotations
+
+import hmac
+import json
+import threading
+from collections.abc import Sequence
+from http import HTTPStatus
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from typing import Any
+
+from google.protobuf import json_format
+from temporalio.api.common.v1 import Payloads
+from temporalio.exceptions import ApplicationError
+
+from .codec import EncryptionCodec
+
+MAX_BODY = 8 * 1024 * 1024
+DEFAULT_ORIGINS = ("http://localhost:8233", "http://127.0.0.1:8233")
+ALLOWED_HEADERS = "Content-Type, X-Namespace, Authorization"
+
+
+class CodecServer:
+    """A running codec server (started by ``start``, stopped by ``stop``)."""
+
+    def __init__(
+        self,
+        codec: EncryptionCodec,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 0,
+        token: str | None,
+        origins: Sequence[str] = DEFAULT_ORIGINS,
+    ) -> None:
+        self.codec = codec
+        self.token = token
+        self.origins = frozenset(o.rstrip("/") for o in origins)
+        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self._httpd.daemon_threads = True
+        self._thread: threading.Thread | None = None
+
+    @property
+    def address(self) -> tuple[str, int]:
+        host, port = self._httpd.server_address[:2]
+        return str(host), int(port)
+
+    @property
+    def url(self) -> str:
+        host, port = self.address
+        return f"http://{host}:{port}"
+
+    def start(self) -> CodecServer:
+        self._thread = threading.Thread(target=self._httpd.serve_forever, daemon=True)
+        self._thread.start()
+        return self
+
+    def serve_forever(self) -> None:
+        self._httpd.serve_forever()
+
+    def stop(self) -> None:
+        self._httpd.shutdown()
+        self._httpd.server_close()
+        if self._thread is not None:
+            self._thread.join()
+
+    def authorised(self, header: str | None) -> bool:
+        if self.token is None:
+            return True
+        expected = f"Bearer {self.token}"
+        return header is not None and hmac.compare_digest(header.encode(), expected.encode())
+
+    def transform(self, path: str, body: bytes) -> bytes:
+        """The answer to ``/encode`` or ``/decode``; raises ValueError on a bad request."""
+        try:
+            message = json_format.Parse(body, Payloads(), ignore_unknown_fields=True)
+        except (json_format.ParseError, UnicodeDecodeError) as exc:
+            raise ValueError(f"not a JSON {{payloads: [...]}} document: {exc}") from None
+        if path == "/encode":
+            out = self.codec.encode_sync(list(message.payloads))
+        else:
+            out = self.codec.decode_sync(list(message.payloads))
+        return json_format.MessageToJson(Payloads(payloads=out), indent=None).encode()
+
+
+def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:
+    class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"
+        server_version = "turns-codec-server"
+
+        def log_message(self, format: str, *args: Any) -> None:
+            pass  # never log request lines; payloads stay out of logs
+
+        def _cors(self) -> None:
+            origin = (self.headers.get("Origin") or "").rstrip("/")
+            if origin and origin in server.origins:
+                self.send_header("Access-Control-Allow-Origin", origin)
+                self.send_header("Access-Control-Allow-Credentials", "true")
+                self.send_header("Access-Control-Allow-Methods", "POST, OPTIONS")
+                self.send_header("Access-Control-Allow-Headers", ALLOWED_HEADERS)
+                self.send_header("Vary", "Origin")
+
+        def _reply(self, status: HTTPStatus, body: bytes, kind: str = "application/json") -> None:
+            self.send_response(status)
+            self._cors()
+            self.send_header("Content-Type", kind)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def _error(self, status: HTTPStatus, message: str) -> None:
+            self._reply(status, json.dumps({"error": message}).encode())
+
+        def do_OPTIONS(self) -> None:  # noqa: N802 (the stdlib's naming)
+            self.send_response(HTTPStatus.NO_CONTENT)
+            self._cors()
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def do_POST(self) -> None:  # noqa: N802
+            path = self.path.split("?", 1)[0].rstrip("/")
+            length = int(self.headers.get("Content-Length") or 0)
+            if length > MAX_BODY:
+                self.close_connection = True
+                self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
+                return
+            body = self.rfile.read(length)
+            if not server.authorised(self.headers.get("Authorization")):
+                self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+                return
+            if path not in ("/encode", "/decode"):
+                self._error(HTTPStatus.NOT_FOUND, "POST /encode or /decode")
+                return
+            try:
+                answer = server.transform(path, body)
+            except ValueError as exc:
+                self._error(HTTPStatus.BAD_REQUEST, str(exc))
+                return
+            except ApplicationError as exc:  # a payload under a key this server lacks
+                self._error(HTTPStatus.UNPROCESSABLE_ENTITY, exc.message)
+                return
+            self._reply(HTTPStatus.OK, answer)
+
+        def do_GET(self) -> None:  # noqa: N802
+            self._error(HTTPStatus.METHOD_NOT_ALLOWED, "POST /encode or /decode")
+
+    return Handler
+
+
+__all__ = ["DEFAULT_ORIGINS", "CodecServer"]
