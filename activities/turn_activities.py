@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from typing import Any, Protocol
 
 import orjson
@@ -77,6 +79,7 @@ from turncore.repository import TurnRepository
 from turncore.subagents import child_link, is_workflow_tool, spawn_request
 from turncore.tools import ToolContext, ToolRegistry
 
+from . import telemetry
 from .contract import TurnActivityContract
 from .failures import to_application_error
 from .payloads import (
@@ -169,6 +172,8 @@ class TurnActivities(TurnActivityContract):
             )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
+        if outcome.landed is None:  # an earlier attempt's span already recorded them
+            telemetry.decision_events(events)
         # An earlier attempt landed (a replayed workflow task stamped the batch
         # anew): the workflow folds the lines as they are on file.
         on_file = outcome.landed if outcome.landed is not None else derived
@@ -407,6 +412,13 @@ class TurnActivities(TurnActivityContract):
                     ReasoningDelta(turn_id=turn_id, model_call_index=index, delta=event.text)
                 )
 
+        # The span covers the provider call (not the barrier append before it).
+        span = telemetry.start_span(f"chat {agent.model.model}", client=True)
+        telemetry.chat_started(
+            span, model.binding.protocol, agent.model.provider, agent.model.model, index
+        )
+        started = time.monotonic()
+        outcome_label, usage_seen = "cancelled", None
         cancel = CancellationToken()
         binding = model.binding
         # The heartbeat runs through the whole call, including routing's waits
@@ -430,6 +442,7 @@ class TurnActivities(TurnActivityContract):
                 )
                 # Shielded: a Temporal cancellation sets the token instead of tearing
                 # the attempt down, so the failure it ends with keeps its evidence.
+                telemetry.chat_request_content(span, composed.system, composed.messages)
                 attempt = asyncio.ensure_future(model.turn(request, sink, cancel.clone()))
                 try:
                     outcome = await asyncio.shield(attempt)
@@ -452,6 +465,9 @@ class TurnActivities(TurnActivityContract):
             except ModelFailure as exc:
                 failure = exc
             if failure is not None:
+                telemetry.chat_failed(span, failure)
+                outcome_label = "cancelled" if cancelled else "failed"
+                usage_seen = failure.usage
                 await steps(recorder.fail(failure, binding))
                 message = failure_message(failure, binding)
                 failed = ModelCallFailed(
@@ -483,6 +499,15 @@ class TurnActivities(TurnActivityContract):
                 usage=fields.usage,
                 provider_metadata=fields.provider_metadata,
             )
+            telemetry.chat_finished(
+                span,
+                response_model=outcome.observation.upstream_model,
+                finish_reason=fields.finish_reason,
+                usage=outcome.usage,
+                response_id=outcome.observation.response_id,
+                output=fields.message.to_wire(),
+            )
+            outcome_label, usage_seen = "completed", outcome.usage
             probe = reducer.copy()
             try:
                 probe.apply(completed)
@@ -503,6 +528,14 @@ class TurnActivities(TurnActivityContract):
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            telemetry.end_span(span)
+            telemetry.record_model_call(
+                agent.model.provider,
+                agent.model.model,
+                outcome_label,
+                timedelta(seconds=time.monotonic() - started),
+                usage_seen,
+            )
 
     @activity.defn
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
@@ -542,7 +575,14 @@ class TurnActivities(TurnActivityContract):
             cancelled=cancelled,
             report_progress=report_progress,
         )
-        task = asyncio.create_task(_run_tool_safely(tool.execute, input.input, context))
+        span = telemetry.start_span(f"execute_tool {input.tool_name}")
+        telemetry.tool_started(
+            span, input.tool_name, input.tool_call_id, input.tool_id, input.input
+        )
+        started = time.monotonic()
+        outcome_label = "cancelled"
+        with telemetry.current(span):  # the tool's own spans nest under it
+            task = asyncio.create_task(_run_tool_safely(tool.execute, input.input, context))
         heartbeat = asyncio.create_task(_heartbeat_forever())
         try:
             try:
@@ -555,6 +595,8 @@ class TurnActivities(TurnActivityContract):
                 if late is not None:
                     await self._append(turn_id, [_sync_result(turn_id, d.clock(), input, late)])
                 raise
+            telemetry.tool_finished(span, result.is_error, result.output)
+            outcome_label = "error" if result.is_error else "ok"
             event = _sync_result(turn_id, d.clock(), input, result)
             await self._append(turn_id, [event])
             written.append(event)
@@ -565,6 +607,9 @@ class TurnActivities(TurnActivityContract):
             heartbeat.cancel()
             with contextlib.suppress(asyncio.CancelledError):
                 await heartbeat
+            telemetry.end_span(span)
+            elapsed = timedelta(seconds=time.monotonic() - started)
+            telemetry.record_tool(input.tool_name, outcome_label, elapsed)
 
 
 def _cancelled_by_the_workflow() -> bool:

@@ -42,6 +42,7 @@ from turncore.events import (
     SCHEMA_VERSION,
     AgentSnapshot,
     RequestedAgent,
+    SuspendedOutcome,
     TurnConfig,
     TurnContext,
     TurnCreated,
@@ -59,6 +60,7 @@ from turncore.model.port import unsendable_media
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
 from turncore.timestamps import format_ts
+from turncore_temporal.activities import telemetry
 from turncore_temporal.activities.failures import run_failure, update_refusal
 from turncore_temporal.workflows import TurnWorkflow, TurnWorkflowInput
 from turncore_temporal.workflows.turn import TURN_AGENT, TURN_MODEL, TURN_SESSION, TURN_STATUS
@@ -284,7 +286,14 @@ class TurnClient:
         if hub is not None:
             hub.publish_lifecycle(TurnProcessingStart(turn_id=turn_id))
         try:
-            return await self._advance_inner(turn_id, input, start)
+            # One span per advance; Temporal's tracing interceptor (when tracing
+            # is on) hangs the workflow and its activities under it.
+            with telemetry.span(f"turn {turn_id}") as span:
+                if input is not None and span.is_recording():
+                    span.add_event("input", _input_attributes(input))
+                outcome = await self._advance_inner(turn_id, input, start)
+                telemetry.turn_status(span, outcome.status, _pending_of(outcome))
+                return outcome
         finally:
             if hub is not None:
                 hub.publish_lifecycle(TurnProcessingEnd(turn_id=turn_id))
@@ -298,6 +307,10 @@ class TurnClient:
             if not start.done():
                 start.set_result(len(events))
             state = TurnReducer.of(events).state
+            resolved = state.definition.agent.resolved
+            telemetry.turn_attributes(
+                telemetry.current_span(), turn_id, resolved.agent_id, resolved.model.label()
+            )
             if state.terminal is not None:
                 if input is not None:
                     check_input(state, input)  # raises: the turn already ended
@@ -447,6 +460,26 @@ class TurnClient:
         finally:
             if deltas is not None and self._hub is not None:
                 self._hub.detach(turn_id, deltas)
+
+
+def _input_attributes(input: TurnExternalInput) -> dict[str, Any]:
+    """What a span may say about an input: its type, target and decision, never its content."""
+    attributes: dict[str, Any] = {"turncore.input.type": input.type}
+    call_id = getattr(input, "tool_call_id", None)
+    if call_id is not None:
+        attributes["gen_ai.tool.call.id"] = call_id
+    decision = getattr(input, "decision", None)
+    if isinstance(decision, str):
+        attributes["decision"] = decision
+    return attributes
+
+
+def _pending_of(outcome: TurnOutcome) -> list[str]:
+    if not isinstance(outcome, SuspendedOutcome):
+        return []
+    return [f"permission:{p.tool_call_id}" for p in outcome.pending_permissions] + [
+        f"async:{p.tool_call_id}" for p in outcome.pending_async_tools
+    ]
 
 
 __all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "iso_now"]
