@@ -7,8 +7,9 @@ TEMPORAL_TLS_CLIENT_KEY_PATH for Temporal Cloud (every TEMPORAL_* variable
 turns.toml, storage/ and workspace/), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
 TURNS_LOG_LEVEL (INFO), TURNS_MIGRATE (1: create or migrate the turn
 database's schema first, with [storage] kind = "postgres"; the URL is in
-the variable [storage] url_env names, TURNS_DATABASE_URL by default).
-See docs/operations.md.
+the variable [storage] url_env names, TURNS_DATABASE_URL by default),
+TURNS_METRICS ([HOST]:PORT: serve Prometheus metrics there), OTEL_* (traces,
+with turncore[otel]). See docs/operations.md.
 """
 
 from __future__ import annotations
@@ -25,6 +26,8 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 
 from temporalio.client import Client
+from temporalio.runtime import Runtime as TemporalRuntime
+from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
@@ -35,6 +38,7 @@ from turncore.errors import TurnError
 from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.workflows import TurnWorkflow
+from turncore_temporal.workflows.turn import TURN_PENDING
 
 log = logging.getLogger("turncore.worker")
 
@@ -142,6 +146,54 @@ async def serving(
             await task
 
 
+PENDING_EVERY = 15.0
+"""Seconds between two counts of pending approvals (a visibility query each)."""
+
+
+async def report_pending_approvals(
+    client: Client, task_queue: str, *, every: float = PENDING_EVERY, limit: int = 10_000
+) -> None:
+    """Keep the ``turncore_pending_approvals`` gauge current until cancelled.
+
+    The count comes from Temporal visibility — the ``TurnPendingInputs``
+    search attribute every suspended turn on the task queue publishes — so
+    every worker of the queue reports the same cluster-wide number (and a
+    restarted worker reports it at once), rather than the approvals its own
+    process happened to see.
+    """
+    runtime = client.service_client.config.runtime or TemporalRuntime.default()
+    gauge = runtime.metric_meter.create_gauge(
+        "turncore_pending_approvals", "Tool calls waiting for a permission decision", "calls"
+    )
+    query = (
+        "WorkflowType = 'Turn' AND ExecutionStatus = 'Running' "
+        f"AND TurnStatus = 'suspended' AND TaskQueue = '{task_queue}'"
+    )
+    while True:
+        try:
+            pending = 0
+            async for wf in client.list_workflows(query, limit=limit):
+                listed = wf.typed_search_attributes.get(TURN_PENDING) or ""
+                pending += sum(1 for p in listed.split(",") if p.startswith("permission:"))
+            gauge.set(pending, {"task_queue": task_queue})
+        except RPCError as exc:  # visibility is down for a moment: keep the last value
+            log.warning("cannot count pending approvals: %s", exc)
+        await asyncio.sleep(every)
+
+
+@contextlib.asynccontextmanager
+async def pending_approvals_reported(
+    client: Client, task_queue: str, *, every: float = PENDING_EVERY
+) -> AsyncIterator[None]:
+    task = asyncio.create_task(report_pending_approvals(client, task_queue, every=every))
+    try:
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
 async def run_worker(
     runtime: Runtime,
     *,
@@ -176,11 +228,15 @@ async def run_worker(
                 async with temporal(
                     runtime.work_dir, env=env, ui=ui, ui_port=ui_port, port=port, options=options
                 ) as conn:
-                    async with (
-                        serving(runtime, conn.client, graceful_shutdown=graceful_shutdown)
-                        if worker
-                        else contextlib.nullcontext()
-                    ):
+                    async with contextlib.AsyncExitStack() as stack:
+                        if worker:
+                            await stack.enter_async_context(
+                                serving(runtime, conn.client, graceful_shutdown=graceful_shutdown)
+                            )
+                            if metrics is not None:
+                                await stack.enter_async_context(
+                                    pending_approvals_reported(conn.client, runtime.task_queue)
+                                )
                         if on_ready is not None:
                             on_ready(conn)
                         lost = await _until_stopped_or_lost(conn, stop)
@@ -239,7 +295,15 @@ async def run_worker_from_env() -> None:
             conn.namespace,
         )
 
-    await run_worker(runtime, on_ready=ready)
+    await run_worker(runtime, on_ready=ready, metrics=_metrics_from_env())
+
+
+def _metrics_from_env() -> str | None:
+    """``TURNS_METRICS=[HOST]:PORT`` serves Prometheus metrics (as ``turns worker --metrics``)."""
+    from turnclient.telemetry import metrics_address
+
+    given = os.environ.get("TURNS_METRICS")
+    return metrics_address(given) if given else None
 
 
 def main() -> int:

@@ -156,6 +156,8 @@ class TurnWorkflow:
         """The file's line count as last reported by a load or an append. Every
         line after it was written by a running tool or by an append still in
         flight, so a retried batch found there is that append's earlier attempt."""
+        self._ended_before = False
+        """The file was already terminal when this run loaded it (nothing to count)."""
 
     # ------------------------------------------------------------------ run
 
@@ -180,6 +182,9 @@ class TurnWorkflow:
             # (checked in the same read); cancellation never needs live
             # dependencies (§22).
             await self._reload(validate=self._cancel is None)
+            self._ended_before = self._state.terminal is not None
+            if self._reducer is not None and self._reducer.event_count == 1:
+                _count("turncore_turns_started", "Turns that began advancing")
             await self._drive()
         except (ApplicationError, ActivityError) as exc:
             # The environment cannot advance this turn (§15.3) or the file
@@ -251,6 +256,7 @@ class TurnWorkflow:
                 case advance.Suspend(suspended):
                     if suspended is not None:
                         await self._append([suspended])
+                        _count_settled("suspended")
                     await self._settled()
                     if self._should_continue_as_new() and not self._queue and self._cancel is None:
                         await self._continue_as_new()
@@ -806,6 +812,9 @@ class TurnWorkflow:
         """At a settle point: publish status for Temporal Web and answer waiting updates."""
         state = self._state
         status = state.terminal.type.removeprefix("turn_") if state.terminal else "suspended"
+        if state.terminal is not None and not self._ended_before:
+            self._ended_before = True
+            _count_settled(status)
         pending = [f"permission:{p.tool_call_id}" for p in state.pending_permissions()]
         pending += [f"async:{p.tool_call_id}" for p in state.pending_async_tools()]
         resolved = state.definition.agent.resolved
@@ -867,6 +876,16 @@ class TurnWorkflow:
                     raise RejectedInputError(message) from exc
                 raise dependency_failure(message) from exc
             raise
+
+
+def _count(name: str, description: str, attributes: dict[str, str] | None = None) -> None:
+    # The workflow's meter records nothing while replaying, so each count is
+    # made once, by the run that did the work (see docs/operations.md).
+    workflow.metric_meter().create_counter(name, description, "turns").add(1, attributes)
+
+
+def _count_settled(status: str) -> None:
+    _count("turncore_turns_settled", "Turns reaching a settle point", {"status": status})
 
 
 def _infrastructure_failure(exc: ActivityError) -> ApplicationError:
