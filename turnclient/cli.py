@@ -675,10 +675,12 @@ def show(args: argparse.Namespace) -> int:
                     "turnId": reduced.definition.turn_id,
                     "status": status_of(reduced),
                     "state": reduced.to_wire(),
+                    "cost": _cost_json(reduced, session=True),
                 }
             )
         else:
             print(transcript(reduced))
+            print("\n".join(_cost_text(reduced)))
         return EXIT_OK
 
     return _sync(args, body)
@@ -1264,11 +1266,17 @@ def _finish(
 ) -> int:
     from .render import outcome_block, outcome_json, paint, wants_color
 
+    state = _settled_state(turn_id)
     if args.json:
-        _emit_json(outcome_json(turn_id, outcome))
+        doc = outcome_json(turn_id, outcome)
+        doc["cost"] = _cost_json(state) if state is not None else None
+        _emit_json(doc)
     else:
         color = wants_color(sys.stdout)
-        print("\n".join(paint(x, color) for x in outcome_block(turn_id, outcome)), flush=True)
+        lines = outcome_block(turn_id, outcome)
+        if state is not None:
+            lines += [f"  {line.strip()}" for line in _cost_text(state, known_only=True)[:1]]
+        print("\n".join(paint(x, color) for x in lines), flush=True)
     if accepted:
         return EXIT_OK
     return EXIT_CODES[outcome.status]
@@ -2051,6 +2059,75 @@ _turns() {{
 }}
 complete -F _turns turns
 """
+
+
+# ---------------------------------------------------------------- cost (derived, never stored)
+
+
+def _pricer() -> Any:
+    """Prices for the work dir's providers (a broken turns.toml leaves every price unknown)."""
+    from .config import ConfigError, load_config
+    from .cost import Pricer
+
+    try:
+        cfg = load_config(_work_dir())
+    except ConfigError as exc:
+        print(f"{PROG}: cost unknown: {_one_line(str(exc))}", file=sys.stderr)
+        return Pricer({})
+    return Pricer(cfg.providers, cfg.prices)
+
+
+def _settled_state(turn_id: str) -> TurnState | None:
+    try:
+        return reduce_turn(read_path(str(turn_path(_work_dir(), turn_id))))
+    except TurnError:
+        return None  # not in this work dir (workers elsewhere): no cost to show
+
+
+def _session_states(session_id: str) -> list[TurnState]:
+    """Every turn of the session in the work dir (the first line names the session)."""
+    found: list[TurnState] = []
+    for path in sorted((_work_dir() / "storage").rglob("*.jsonl")):
+        with path.open("rb") as f:
+            first = f.readline()
+        try:
+            head = orjson.loads(first)
+        except orjson.JSONDecodeError:
+            continue  # not a turn file (turns validate reports broken ones)
+        if isinstance(head, dict) and head.get("sessionId") == session_id:
+            found.append(reduce_turn(read_path(str(path))))
+    return found
+
+
+def _session_cost(pricer: Any, session_id: str) -> dict[str, Any]:
+    from .cost import session_report
+
+    try:
+        return session_report(pricer, session_id, _session_states(session_id))
+    except TurnError as exc:  # one of its turns cannot be read: the total is unknown
+        return {"sessionId": session_id, "turns": None, "cost": None, "error": str(exc)}
+
+
+def _cost_json(state: TurnState, *, session: bool = False) -> dict[str, Any]:
+    from .cost import turn_report
+
+    pricer = _pricer()
+    doc = turn_report(pricer, state)
+    session_id = state.definition.session_id
+    if session and session_id:
+        doc["session"] = _session_cost(pricer, session_id)
+    return doc
+
+
+def _cost_text(state: TurnState, *, known_only: bool = False) -> list[str]:
+    from .cost import cost_lines
+
+    pricer = _pricer()
+    if known_only and pricer.turn_costs(state)[0] is None:
+        return []
+    session_id = state.definition.session_id
+    session = _session_cost(pricer, session_id) if session_id and not known_only else None
+    return cost_lines(pricer, state, session)
 
 
 # ---------------------------------------------------------------- observability

@@ -199,4 +199,66 @@ class Pricer:
         return self.sum(priced), calls
 
 
-__all__ = ["CURRENCY", "Estimate", "Price", "PriceConfigError", "Pricer", "ProviderPrice"]
+# ---------------------------------------------------------------- reports
+
+
+def _money(e: Estimate | None) -> str:
+    return "unknown" if e is None else f"~${e.amount:.6f}".rstrip("0").rstrip(".")
+
+
+def turn_report(pricer: Pricer, state: TurnState) -> dict[str, Any]:
+    """``{"currency", "turn", "calls"}``: the JSON of a turn's estimated cost."""
+    total, calls = pricer.turn_costs(state)
+    return {
+        "currency": CURRENCY,
+        "turn": total.to_json() if total is not None else None,
+        "calls": [
+            {"modelCallIndex": c.index, "cost": e.to_json() if e is not None else None}
+            for c, e in zip(state.model_calls, calls, strict=True)
+        ],
+    }
+
+
+def session_report(pricer: Pricer, session_id: str, states: Iterable[TurnState]) -> dict[str, Any]:
+    """The session's total over its turns (unknown if any turn's cost is)."""
+    totals = [pricer.turn_costs(s)[0] for s in states]
+    total = pricer.sum(totals) if totals else None
+    return {
+        "sessionId": session_id,
+        "turns": len(totals),
+        "cost": total.to_json() if total is not None else None,
+    }
+
+
+def cost_lines(pricer: Pricer, state: TurnState, session: dict[str, Any] | None) -> list[str]:
+    """``turns show``'s cost block."""
+    total, calls = pricer.turn_costs(state)
+    source = f" ({total.source})" if total is not None else " (no price known for this model)"
+    lines = [f"cost     {_money(total)}{source}, estimated; not part of the turn's log"]
+    priced = [
+        f"{c.index}: {_money(e)}" for c, e in zip(state.model_calls, calls, strict=True) if c.usage
+    ]
+    if priced:
+        lines.append(f"         per model call: {', '.join(priced)}")
+    if session is not None:
+        amount = session["cost"]
+        shown = (
+            "unknown" if amount is None else _money(Estimate(Decimal(str(amount["amount"])), ""))
+        )
+        lines.append(
+            f"         session {session['sessionId']}: {shown} over {session['turns']} turn(s)"
+        )
+    return lines
+
+
+__all__ = [
+    "CURRENCY",
+    "Estimate",
+    "Price",
+    "PriceConfigError",
+    "Pricer",
+    "ProviderPrice",
+    "cost_lines",
+    "session_report",
+    "turn_report",
+]
