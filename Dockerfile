@@ -8,7 +8,9 @@ COPY turncore ./turncore
 COPY activities ./activities
 COPY workflows ./workflows
 COPY turnclient ./turnclient
-RUN pip install --no-cache-dir '.[postgres]'
+# The image carries the optional extras: PostgreSQL storage, traces (OTEL_*) and
+# payload encryption.
+RUN pip install --no-cache-dir '.[postgres,otel,encryption]'
 
 ENV TURNS_HOME=/turns \
     PYTHONUNBUFFERED=1

@@ -302,6 +302,8 @@ def test_deny_complete_progress_cancel_and_rejections(held: Path) -> None:
         "status": "cancelled",
         "reason": "changed my mind",
         "usage": None,
+        # The demo model has no price: the estimate is unknown, never zero.
+        "cost": {"currency": "USD", "turn": None, "calls": [{"modelCallIndex": 0, "cost": None}]},
     }
     cancelled = lines(home, saving)
     assert cancelled[-1]["type"] == "turn_cancelled"

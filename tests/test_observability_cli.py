@@ -20,6 +20,9 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+)
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 
 from tests.test_cli_turns import environment, held, home  # noqa: F401 (fixtures)
@@ -32,10 +35,11 @@ SECRET = "capybara-ledger-8812"
 
 
 class Collector:
-    """An OTLP/HTTP trace receiver: ``POST /v1/traces`` with protobuf bodies."""
+    """An OTLP/HTTP receiver: ``POST /v1/traces`` and ``/v1/metrics`` with protobuf bodies."""
 
     def __init__(self) -> None:
         self.spans: list[Any] = []
+        self.metrics: set[str] = set()
         self.lock = threading.Lock()
         outer = self
 
@@ -45,12 +49,20 @@ class Collector:
 
             def do_POST(self) -> None:  # noqa: N802
                 body = self.rfile.read(int(self.headers["Content-Length"]))
-                request = ExportTraceServiceRequest()
-                request.ParseFromString(body)
-                with outer.lock:
-                    for rs in request.resource_spans:
-                        for ss in rs.scope_spans:
-                            outer.spans.extend(ss.spans)
+                if self.path == "/v1/metrics":
+                    metrics = ExportMetricsServiceRequest()
+                    metrics.ParseFromString(body)
+                    with outer.lock:
+                        for rm in metrics.resource_metrics:
+                            for sm in rm.scope_metrics:
+                                outer.metrics.update(m.name for m in sm.metrics)
+                else:
+                    request = ExportTraceServiceRequest()
+                    request.ParseFromString(body)
+                    with outer.lock:
+                        for rs in request.resource_spans:
+                            for ss in rs.scope_spans:
+                                outer.spans.extend(ss.spans)
                 self.send_response(200)
                 self.send_header("Content-Type", "application/x-protobuf")
                 self.send_header("Content-Length", "0")
@@ -159,3 +171,43 @@ def test_run_traces_to_a_collector_and_keeps_history_sealed(
     finally:
         server.send_signal(signal.SIGTERM)
         server.wait(timeout=30)
+
+
+def test_worker_pushes_metrics_over_otlp(held: Path, collector: Collector) -> None:  # noqa: F811
+    work = held
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": collector.url, "OTEL_METRIC_EXPORT_INTERVAL": "300"}
+    worker = subprocess.Popen(
+        [sys.executable, "-m", "turnclient.cli", "worker", "--metrics", "otlp", "--json"],
+        cwd=work.parent,
+        env={**environment(work), **env},
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert worker.stdout is not None
+        text = ""
+        for line in worker.stdout:
+            text += line
+            if line.startswith("}"):
+                break
+        assert json.loads(text)["worker"] is True
+        r = run(work, {}, "run", "What time is it in Chicago?", "--no-worker", "--json")
+        assert r.returncode == 0, r.stderr
+        wanted = {
+            "turncore_turns_started",
+            "turncore_turns_settled",
+            "turncore_model_call_duration",
+            "turncore_model_tokens",
+            "turncore_tool_duration",
+            "turncore_pending_approvals",
+        }
+        deadline = time.monotonic() + 30
+        while not (
+            wanted <= collector.metrics
+            and any(m.startswith("temporal_") for m in collector.metrics)
+        ):
+            assert time.monotonic() < deadline, f"metrics received: {sorted(collector.metrics)}"
+            time.sleep(0.1)
+    finally:
+        worker.send_signal(signal.SIGTERM)
+        assert worker.wait(timeout=60) == 0

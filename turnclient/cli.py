@@ -1890,8 +1890,9 @@ def dev(args: argparse.Namespace) -> int:
     ),
     arg(
         "--metrics",
-        metavar="[HOST]:PORT",
-        help="serve Prometheus metrics (turncore's and Temporal's) at this address, e.g. :9464",
+        metavar="[HOST]:PORT|otlp",
+        help="serve Prometheus metrics (turncore's and Temporal's) at this address, e.g. :9464; "
+        "otlp: push them to the OTEL_EXPORTER_OTLP_* collector",
     ),
 )
 def worker(args: argparse.Namespace) -> int:

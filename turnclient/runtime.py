@@ -379,13 +379,10 @@ class ConnectOptions:
             if config.payload_key_env is not None:
                 codec = _payload_codec(config.payload_key_env, env)
             tracing = configure_tracing(env)
+            runtime = metrics_runtime(metrics, env) if metrics is not None else None
         except TelemetryError as exc:
             raise ConfigError(str(exc)) from None
-        return cls(
-            payload_codec=codec,
-            interceptors=tracing_interceptors(tracing),
-            runtime=metrics_runtime(metrics) if metrics is not None else None,
-        )
+        return cls(payload_codec=codec, interceptors=tracing_interceptors(tracing), runtime=runtime)
 
 
 def _payload_codec(key_env: str, env: Mapping[str, str] | None) -> PayloadCodec:

@@ -14,7 +14,8 @@ no interceptor is installed.
 
 Metrics: ``turns worker --metrics [HOST]:PORT`` gives the process a
 Temporal ``Runtime`` whose telemetry serves a Prometheus endpoint at that
-address. Temporal's own SDK metrics and turncore's (recorded through the
+address; ``--metrics otlp`` pushes them over OTLP to the collector the
+``OTEL_EXPORTER_OTLP_*`` variables name, every ``OTEL_METRIC_EXPORT_INTERVAL``. Temporal's own SDK metrics and turncore's (recorded through the
 same runtime's meter, see ``turncore_temporal.activities.telemetry``) are
 scraped from the one endpoint.
 """
@@ -23,9 +24,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
+from datetime import timedelta
 from typing import Any
+from urllib.parse import unquote
 
-from temporalio.runtime import PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
 
 _ON_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -115,20 +118,69 @@ def tracing_interceptors(enabled: bool) -> list[Any]:
     return [TracingInterceptor()]
 
 
+OTLP = "otlp"
+
+
 def metrics_address(text: str) -> str:
-    """``:9464`` → ``0.0.0.0:9464``; ``HOST:PORT`` as given."""
+    """``:9464`` → ``0.0.0.0:9464``; ``HOST:PORT`` as given; ``otlp`` as it is."""
+    if text == OTLP:
+        return text
     host, sep, port = text.rpartition(":")
     if not sep or not port.isdigit() or not 0 < int(port) < 65536:
-        raise ValueError(f"--metrics {text!r}: expected [HOST]:PORT, e.g. :9464")
+        raise ValueError(f"--metrics {text!r}: expected [HOST]:PORT (e.g. :9464) or otlp")
     return f"{host or '0.0.0.0'}:{port}"
 
 
-def metrics_runtime(address: str) -> Runtime:
-    """A Temporal runtime serving Prometheus metrics at ``address`` (HOST:PORT)."""
+def metrics_runtime(address: str, env: Mapping[str, str] | None = None) -> Runtime:
+    """A Temporal runtime exporting metrics: Prometheus at ``address`` (HOST:PORT),
+    or, for ``otlp``, pushed over OTLP where the ``OTEL_*`` variables say."""
+    if address == OTLP:
+        return Runtime(telemetry=TelemetryConfig(metrics=_otlp_metrics(env)))
     return Runtime(
         telemetry=TelemetryConfig(
             metrics=PrometheusConfig(bind_address=address, durations_as_seconds=True)
         )
+    )
+
+
+def _otlp_metrics(env: Mapping[str, str] | None) -> OpenTelemetryConfig:
+    env = os.environ if env is None else env
+    protocol = (
+        env.get("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL")
+        or env.get("OTEL_EXPORTER_OTLP_PROTOCOL")
+        or "http/protobuf"
+    )
+    if protocol not in ("grpc", "http/protobuf", "http"):
+        raise TelemetryError(f"OTEL_EXPORTER_OTLP_PROTOCOL={protocol!r}: use grpc or http/protobuf")
+    http = protocol != "grpc"
+    endpoint = env.get("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")  # used as it is (spec)
+    if not endpoint:
+        base = env.get("OTEL_EXPORTER_OTLP_ENDPOINT")
+        if not base:
+            raise TelemetryError(
+                "--metrics otlp needs OTEL_EXPORTER_OTLP_ENDPOINT "
+                "(or OTEL_EXPORTER_OTLP_METRICS_ENDPOINT)"
+            )
+        endpoint = base.rstrip("/") + "/v1/metrics" if http else base
+    headers = {}
+    raw = env.get("OTEL_EXPORTER_OTLP_METRICS_HEADERS") or env.get("OTEL_EXPORTER_OTLP_HEADERS")
+    for item in (raw or "").split(","):
+        key, sep, value = item.partition("=")
+        if item.strip() and not sep:
+            raise TelemetryError(
+                "OTEL_EXPORTER_OTLP_HEADERS is key=value pairs separated by commas"
+            )
+        if sep:
+            headers[unquote(key.strip())] = unquote(value.strip())
+    interval = env.get("OTEL_METRIC_EXPORT_INTERVAL", "60000")
+    if not interval.isdigit() or int(interval) == 0:
+        raise TelemetryError(f"OTEL_METRIC_EXPORT_INTERVAL={interval!r}: milliseconds, above 0")
+    return OpenTelemetryConfig(
+        url=endpoint,
+        headers=headers,
+        metric_periodicity=timedelta(milliseconds=int(interval)),
+        durations_as_seconds=True,
+        http=http,
     )
 
 
