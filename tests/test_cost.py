@@ -158,7 +158,7 @@ def test_bad_price_tables_name_the_key(tmp_path: Path, table: str, message: str)
 def test_json_outcome_of_a_run_carries_the_cost(home: Path) -> None:  # noqa: F811
     home.mkdir(parents=True)
     (home / "turns.toml").write_text("[prices.scripted]\ninput_per_mtok = 1\noutput_per_mtok = 2\n")
-    r = turns(home, "run", "What time is it in Chicago?", "--json")
+    r = turns(home, "run", "What time is it in Chicago?", "--session", "s-7", "--json")
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     usage = doc["usage"]
@@ -169,5 +169,18 @@ def test_json_outcome_of_a_run_carries_the_cost(home: Path) -> None:  # noqa: F8
         "source": "turns.toml",
     }
     assert len(doc["cost"]["calls"]) == 2
+    assert doc["cost"]["session"] == {
+        "sessionId": "s-7",
+        "turns": 1,
+        "cost": doc["cost"]["turn"],
+    }
     turn_file = next(home.glob(f"storage/**/{doc['turnId']}.jsonl"))
     assert b'"cost"' not in turn_file.read_bytes()
+    # A second turn of the session: the session's estimate is the sum of both.
+    r = turns(home, "run", "What time is it in Chicago?", "--session", "s-7", "--json")
+    assert r.returncode == 0, r.stderr
+    again = json.loads(r.stdout)["cost"]
+    assert again["session"]["turns"] == 2
+    assert again["session"]["cost"]["amount"] == pytest.approx(
+        doc["cost"]["turn"]["amount"] + again["turn"]["amount"]
+    )

@@ -1269,7 +1269,7 @@ def _finish(
     state = _settled_state(turn_id)
     if args.json:
         doc = outcome_json(turn_id, outcome)
-        doc["cost"] = _cost_json(state) if state is not None else None
+        doc["cost"] = _cost_json(state, session=True) if state is not None else None
         _emit_json(doc)
     else:
         color = wants_color(sys.stdout)
