@@ -2079,6 +2079,9 @@ def _pricer() -> Any:
 
 
 def _settled_state(turn_id: str) -> TurnState | None:
+    from turncore.reducer import reduce_turn
+    from turncore.repository import read_path
+
     try:
         return reduce_turn(read_path(str(turn_path(_work_dir(), turn_id))))
     except TurnError:
@@ -2087,6 +2090,9 @@ def _settled_state(turn_id: str) -> TurnState | None:
 
 def _session_states(session_id: str) -> list[TurnState]:
     """Every turn of the session in the work dir (the first line names the session)."""
+    from turncore.reducer import reduce_turn
+    from turncore.repository import read_path
+
     found: list[TurnState] = []
     for path in sorted((_work_dir() / "storage").rglob("*.jsonl")):
         with path.open("rb") as f:
