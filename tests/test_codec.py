@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import base64
+import dataclasses
 import json
 import subprocess
 import urllib.error
@@ -21,6 +22,7 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
+from temporalio.converter import DataConverter
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -39,6 +41,8 @@ from turnclient.devserver import find_temporal_cli
 from turnclient.runtime import ConnectOptions, data_converter
 from turncore.errors import InfrastructureError
 from turncore.tools import ToolContext
+from turncore_temporal.activities import DATA_CONVERTER
+from turncore_temporal.worker import typed_client
 
 PROMPT = "Please summarise the zebra-okapi-7731 merger memo"
 TOOL_INPUT = "quokka-ledger-5512"
@@ -280,3 +284,18 @@ def _base64_fields(doc: Any) -> list[str]:
         for v in doc:
             out.extend(_base64_fields(v))
     return out
+
+
+async def test_the_worker_keeps_the_codec_when_it_swaps_in_the_turn_converter(
+    temporal_env: WorkflowEnvironment,
+) -> None:
+    codec = codec_of(new_key_spec("k1"))
+    plain = Client(
+        temporal_env.client.service_client,
+        namespace=temporal_env.client.namespace,
+        data_converter=dataclasses.replace(DataConverter.default, payload_codec=codec),
+    )
+    typed = typed_client(plain)
+    assert typed.data_converter.payload_converter_class is DATA_CONVERTER.payload_converter_class
+    assert typed.data_converter.payload_codec is codec
+    assert typed_client(typed) is typed

@@ -20,6 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
 from tests.test_cli_turns import turns
+from turnclient.runtime import ConnectOptions, data_converter
 from turnclient.telemetry import metrics_address, metrics_runtime
 from turncore.tools import ToolContext
 from turncore_temporal.worker import pending_approvals_reported
@@ -72,6 +73,7 @@ async def test_worker_endpoint_after_a_turn(
         temporal_env.client.service_client.config.target_host,
         namespace=temporal_env.client.namespace,
         runtime=metrics_runtime(f"127.0.0.1:{port}"),
+        data_converter=data_converter(ConnectOptions()),
     )
     script = [
         {

@@ -21,6 +21,7 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from tests.harness import Harness, sync_tool
+from turnclient.runtime import ConnectOptions, data_converter
 from turnclient.telemetry import tracing_interceptors, tracing_requested
 from turncore.tools import ToolContext
 from turncore_temporal.activities.telemetry import CAPTURE_ENV
@@ -48,7 +49,10 @@ def spans_exporter() -> Iterator[InMemorySpanExporter]:
 def traced_client(env: WorkflowEnvironment) -> Client:
     base = env.client
     return Client(
-        base.service_client, namespace=base.namespace, interceptors=tracing_interceptors(True)
+        base.service_client,
+        namespace=base.namespace,
+        data_converter=data_converter(ConnectOptions()),
+        interceptors=tracing_interceptors(True),
     )
 
 
@@ -185,6 +189,7 @@ async def test_one_trace_from_the_advance_to_the_model_and_tool_calls_without_co
         workflows=[TurnWorkflow],
         workflow_runner=workflow_runner(),
         interceptors=tracing_interceptors(True),
+        data_converter=data_converter(ConnectOptions()),
     )
     result = await replayer.replay_workflow(history, raise_on_replay_failure=True)
     assert result.replay_failure is None
