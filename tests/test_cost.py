@@ -155,6 +155,7 @@ def test_bad_price_tables_name_the_key(tmp_path: Path, table: str, message: str)
         load_config(tmp_path, {})
 
 
+@pytest.mark.temporal  # starts its own dev server
 def test_json_outcome_of_a_run_carries_the_cost(home: Path) -> None:  # noqa: F811
     home.mkdir(parents=True)
     (home / "turns.toml").write_text("[prices.scripted]\ninput_per_mtok = 1\noutput_per_mtok = 2\n")

@@ -31,6 +31,8 @@ from turnclient.codec import new_key_spec
 from turnclient.demo import DEMO_MODEL
 from turnclient.devserver import find_temporal_cli
 
+pytestmark = pytest.mark.temporal  # starts its own dev servers
+
 SECRET = "capybara-ledger-8812"
 
 
