@@ -8,9 +8,10 @@ COPY turncore ./turncore
 COPY activities ./activities
 COPY workflows ./workflows
 COPY turnclient ./turnclient
-# The image carries the optional extras: PostgreSQL storage, traces (OTEL_*) and
-# payload encryption.
-RUN pip install --no-cache-dir '.[postgres,otel,encryption]'
+RUN pip install --no-cache-dir '.[postgres]'
+# Traces (OTEL_*) and payload encryption ([temporal] payload_key_env): the extras'
+# dependencies on top (turncore itself is already there).
+RUN pip install --no-cache-dir '.[otel,encryption]'
 
 ENV TURNS_HOME=/turns \
     PYTHONUNBUFFERED=1
