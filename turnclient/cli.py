@@ -403,6 +403,9 @@ def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> 
 
     global _INTERRUPTS
     _quiet_logging()
+    from .telemetry import install_default_runtime
+
+    install_default_runtime()
     interrupts = _INTERRUPTS = _Interrupts(args)
 
     async def guarded() -> int:

@@ -22,13 +22,22 @@ scraped from the one endpoint.
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
 from urllib.parse import unquote
 
-from temporalio.runtime import OpenTelemetryConfig, PrometheusConfig, Runtime, TelemetryConfig
+from temporalio.runtime import (
+    LogForwardingConfig,
+    LoggingConfig,
+    OpenTelemetryConfig,
+    PrometheusConfig,
+    Runtime,
+    TelemetryConfig,
+    TelemetryFilter,
+)
 
 _ON_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -131,14 +140,33 @@ def metrics_address(text: str) -> str:
     return f"{host or '0.0.0.0'}:{port}"
 
 
+def core_logging() -> LoggingConfig:
+    """The SDK core's log lines go to Python logging (``temporalio.core``), never straight to
+    the console, where a warning would land in the middle of a command's ``--json``."""
+    return LoggingConfig(
+        filter=TelemetryFilter(core_level="WARN", other_level="ERROR"),
+        forwarding=LogForwardingConfig(logger=logging.getLogger("temporalio.core")),
+    )
+
+
+def install_default_runtime() -> None:
+    """Make the process's default Temporal runtime forward core logs (see ``core_logging``)."""
+    Runtime.set_default(
+        Runtime(telemetry=TelemetryConfig(logging=core_logging())), error_if_already_set=False
+    )
+
+
 def metrics_runtime(address: str, env: Mapping[str, str] | None = None) -> Runtime:
     """A Temporal runtime exporting metrics: Prometheus at ``address`` (HOST:PORT),
     or, for ``otlp``, pushed over OTLP where the ``OTEL_*`` variables say."""
     if address == OTLP:
-        return Runtime(telemetry=TelemetryConfig(metrics=_otlp_metrics(env)))
+        return Runtime(
+            telemetry=TelemetryConfig(logging=core_logging(), metrics=_otlp_metrics(env))
+        )
     return Runtime(
         telemetry=TelemetryConfig(
-            metrics=PrometheusConfig(bind_address=address, durations_as_seconds=True)
+            logging=core_logging(),
+            metrics=PrometheusConfig(bind_address=address, durations_as_seconds=True),
         )
     )
 
