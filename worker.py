@@ -205,6 +205,7 @@ async def run_worker(
     worker: bool = True,
     graceful_shutdown: timedelta = timedelta(seconds=30),
     metrics: str | None = None,
+    around: Callable[[Temporal], contextlib.AbstractAsyncContextManager[object]] | None = None,
 ) -> None:
     """Serve turns until SIGINT or SIGTERM (``turns worker``, ``turns dev``, ``worker.py``).
 
@@ -214,6 +215,9 @@ async def run_worker(
     under the embedded lock (never two), and serves that. ``on_ready`` is
     called again each time. Without this the worker would poll a dead port
     while the next command started a second server nobody served.
+
+    ``around`` is entered once connected (and the worker runs), before
+    ``on_ready``: ``turns dev`` serves the web UI in it.
     """
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -237,6 +241,8 @@ async def run_worker(
                                 await stack.enter_async_context(
                                     pending_approvals_reported(conn.client, runtime.task_queue)
                                 )
+                        if around is not None:
+                            await stack.enter_async_context(around(conn))
                         if on_ready is not None:
                             on_ready(conn)
                         lost = await _until_stopped_or_lost(conn, stop)

@@ -41,6 +41,7 @@ from turncore.events import (
     ReasoningDelta,
     RequestedAgent,
     TextDelta,
+    ToolInputDelta,
     ToolProgress,
     ToolResult,
     ToolResultData,
@@ -62,6 +63,8 @@ from turncore.model import (
     StepRecorder,
     StreamEvent,
     TextDeltaEvent,
+    ToolCallArgsDeltaEvent,
+    ToolCallStartEvent,
     build_request,
     completion_fields,
     failure_code,
@@ -389,6 +392,7 @@ class TurnActivities(TurnActivityContract):
         await commit(requested)  # the durable barrier precedes the side effect (§4.4)
         index = input.model_call_index
         recorder = StepRecorder()
+        tool_names: dict[str, str] = {}
 
         async def steps(events: list[Any]) -> None:
             if events:
@@ -410,6 +414,18 @@ class TurnActivities(TurnActivityContract):
             elif isinstance(event, ReasoningDeltaEvent):
                 d.hub.publish(
                     ReasoningDelta(turn_id=turn_id, model_call_index=index, delta=event.text)
+                )
+            elif isinstance(event, ToolCallStartEvent):
+                tool_names[event.tool_call_id] = event.tool_name
+            elif isinstance(event, ToolCallArgsDeltaEvent):
+                d.hub.publish(
+                    ToolInputDelta(
+                        turn_id=turn_id,
+                        model_call_index=index,
+                        tool_call_id=event.tool_call_id,
+                        tool_name=tool_names.get(event.tool_call_id, ""),
+                        delta=event.fragment,
+                    )
                 )
 
         # The span covers the provider call (not the barrier append before it).
@@ -536,6 +552,7 @@ class TurnActivities(TurnActivityContract):
                 timedelta(seconds=time.monotonic() - started),
                 usage_seen,
             )
+            d.hub.finish_call(turn_id, index)  # its deltas are not needed any more
 
     @activity.defn
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:

@@ -1654,6 +1654,11 @@ def recover(args: argparse.Namespace) -> int:
     TURN,
     arg("--no-follow", action="store_true", help="print what is there and exit"),
     arg("--json", action="store_true", help="JSON lines: each event, then the outcome"),
+    arg(
+        "--surface",
+        action="store_true",
+        help="JSON lines in the seed-001 surface event format (docs/surface.md)",
+    ),
     NO_WORKER,
 )
 def watch(args: argparse.Namespace) -> int:
@@ -1663,6 +1668,7 @@ def watch(args: argparse.Namespace) -> int:
 
     async def body() -> int:
         from turncore.advance import outcome_of
+        from turncore.surface import SurfaceProjector, encode_line
 
         from .render import StreamRenderer, outcome_block, outcome_json, wants_color
 
@@ -1674,10 +1680,16 @@ def watch(args: argparse.Namespace) -> int:
             events = await asyncio.to_thread(repo.read, turn_id)
         except TurnNotFoundError:
             raise Failure(f"no turn {turn_id} in {runtime.work_dir}", EXIT_USAGE) from None
-        renderer = None if args.json else StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
+        projector = SurfaceProjector() if args.surface else None
+        machine = args.json or projector is not None
+        renderer = None if machine else StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
 
         def show(event: Any) -> None:
-            if renderer is not None:
+            if projector is not None:
+                for s in projector.feed(event):
+                    sys.stdout.buffer.write(encode_line(s))
+                sys.stdout.flush()
+            elif renderer is not None:
                 renderer.feed(event)
             else:
                 sys.stdout.write(orjson.dumps(event.to_wire()).decode() + "\n")
@@ -1691,6 +1703,8 @@ def watch(args: argparse.Namespace) -> int:
         if renderer is not None:
             renderer.close()
         outcome = outcome_of(state)
+        if projector is not None:  # turn_completed already marked the settle point
+            return EXIT_OK if outcome is None else EXIT_CODES[outcome.status]
         if outcome is None:
             if args.json:
                 sys.stdout.write(
@@ -1715,34 +1729,34 @@ async def _tail(
     offset: int,
     show: Callable[[Any], None],
 ) -> TurnState:
-    """Follow the file from line ``offset`` (and this process's deltas) until the turn ends."""
+    """Follow the file from line ``offset``, and the live deltas of whichever process on
+    this host runs the turn's model calls, until the turn ends."""
     import asyncio
 
     from turncore.reducer import reduce_turn
     from turncore_temporal.worker import serving
 
+    from .deltaspool import spool_dir
+    from .follow import Durable, Live, Settled, follow_turn
     from .runtime import ConnectOptions, temporal
 
-    repo = runtime.repository
-    hub = runtime.hub
     async with contextlib.AsyncExitStack() as stack:
         if not args.no_worker:
             options = ConnectOptions.for_config(runtime.config)
             conn = await stack.enter_async_context(temporal(runtime.work_dir, options=options))
             await stack.enter_async_context(serving(runtime, conn.client))
-        deltas = hub.attach(turn_id)
-        stack.callback(hub.detach, turn_id, deltas)
-        while True:
-            while not deltas.empty():
-                show(deltas.get_nowait())
-            new = await asyncio.to_thread(repo.read_after, turn_id, offset)
-            for e in new:
-                show(e)
-            offset += len(new)
-            if any(e.type in ("turn_completed", "turn_failed", "turn_cancelled") for e in new):
-                break
-            await asyncio.sleep(0.1)
-    return reduce_turn(await asyncio.to_thread(repo.read, turn_id))
+        stream = follow_turn(
+            runtime.repository, spool_dir(runtime.work_dir), turn_id, after=offset, until="terminal"
+        )
+        async for item in stream:
+            match item:
+                case Durable(event=event):
+                    show(event)
+                case Live(delta=delta):
+                    show(delta)
+                case Settled():
+                    pass
+    return reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
 
 
 LIST_SCAN = 5000
@@ -1867,6 +1881,14 @@ and other apps find the server without being told."""
         help="Temporal Web port (default 8233, or a free one)",
     ),
     arg("--no-worker", action="store_true", help="serve Temporal only; workers run elsewhere"),
+    arg(
+        "--web-port",
+        type=int,
+        default=8300,
+        metavar="PORT",
+        help="the turns web UI's port on loopback (default 8300, or a free one; see `turns ui`)",
+    ),
+    arg("--no-web", action="store_true", help="do not serve the turns web UI"),
     JSON,
 )
 def dev(args: argparse.Namespace) -> int:
@@ -1879,7 +1901,7 @@ def dev(args: argparse.Namespace) -> int:
             "turns dev runs the embedded server, but TEMPORAL_ADDRESS is set; "
             "use `turns worker` to serve that server",
         )
-    return _serve(args, ui=True, worker=not args.no_worker)
+    return _serve(args, ui=True, worker=not args.no_worker, web=not args.no_web)
 
 
 @command(
@@ -1902,11 +1924,20 @@ def worker(args: argparse.Namespace) -> int:
     return _serve(args, ui=False, worker=True)
 
 
-def _serve(args: argparse.Namespace, *, ui: bool, worker: bool) -> int:
+def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = False) -> int:
     async def body() -> int:
         from turncore_temporal.worker import run_worker
 
+        from .uicli import dev_web_ui
+
         runtime = _runtime(migrate=_migrate_requested(args))
+        web_url: list[str | None] = []
+
+        @contextlib.asynccontextmanager
+        async def serve_web(conn: Temporal) -> AsyncIterator[None]:
+            async with dev_web_ui(runtime, conn.client, args.web_port) as url:
+                web_url.append(url)
+                yield
 
         def ready(conn: Temporal) -> None:
             info = {
@@ -1918,6 +1949,8 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool) -> int:
                 "worker": worker,
                 "embedded": conn.server is not None,
             }
+            if web:
+                info["webUrl"] = web_url[0] if web_url else None
             if args.json:
                 _emit_json(info)
                 return
@@ -1928,6 +1961,9 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool) -> int:
                     print(f"              {note}")
             if ui:
                 print(f"Temporal Web  {conn.ui_url or 'off (a headless server is in use)'}")
+            if web:
+                shown = web_url[0] if web_url else None
+                print(f"turns web UI  {shown or 'off: ' + 'pip install turncore[ui]'}")
             if worker:
                 print(f"worker        task queue {runtime.task_queue}, work dir {runtime.work_dir}")
             print("Ctrl-C to stop.", flush=True)
@@ -1940,6 +1976,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool) -> int:
             port=getattr(args, "port", None),
             worker=worker,
             metrics=_metrics_address(args),
+            around=serve_web if web else None,
         )
         return EXIT_OK
 
@@ -2252,6 +2289,11 @@ def codec_server(args: argparse.Namespace) -> int:
 
     return _sync(args, body)
 
+# Commands kept in their own modules register themselves on import.
+from . import uicli as _uicli  # noqa: E402, F401  (`turns ui`; its web stack loads only when run)
 
 if __name__ == "__main__":
-    raise SystemExit(main())
+    # Run the package's module (where every command registered), not this copy of it.
+    from turnclient.cli import main as _main
+
+    raise SystemExit(_main())

@@ -61,6 +61,7 @@ from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 from .api import TurnClient, iso_now
 from .builtin_tools import builtin_implementations
 from .config import Config, ConfigError, ToolConfig, load_config, work_dir_from_env
+from .deltaspool import DeltaSpool, spool_dir
 from .demo import DEMO_MODEL, demo_model
 from .embedded import NAMESPACE, EmbeddedServer
 from .storage import open_repository
@@ -225,6 +226,9 @@ class Runtime:
             models,
             ToolRegistry(sync, async_ids),
             resolver,
+            # Deltas also go to the work dir's spool, so watchers in other
+            # processes on this host (the web UI, `turns watch`) see them live.
+            hub=LiveHub(mirror=DeltaSpool(spool_dir(root))),
             checker=DeclaredPermissionChecker(declarations),
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
@@ -262,13 +266,14 @@ def turn_dependencies(
     checker: PermissionChecker,
     classifier: PermissionClassifier,
     context_policy: ElisionPolicy | None = None,
+    hub: LiveHub | None = None,
 ) -> TurnDependencies:
     """What the activities need, from the resolved parts of a runtime.
 
     ``Runtime.from_config`` and the test harness both wire through here: the
     context resolver reads the same repository, one ``LiveHub`` carries this
-    process's deltas, timestamps come from the wall clock and child turns get
-    fresh ids.
+    process's deltas (a new one mirroring nowhere unless ``hub`` is given),
+    timestamps come from the wall clock and child turns get fresh ids.
     """
 
     def load(turn_id: str) -> TurnState:
@@ -282,7 +287,7 @@ def turn_dependencies(
         classifier=classifier,
         contexts=ContextResolver(load, context_policy),
         clock=iso_now,
-        hub=LiveHub(),
+        hub=hub if hub is not None else LiveHub(),
         agents=agents,
         ids=TurnIdGenerator(),
     )

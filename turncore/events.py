@@ -561,7 +561,18 @@ class ReasoningDelta(WireModel):
     delta: str
 
 
-TurnDelta: TypeAlias = TextDelta | ReasoningDelta
+class ToolInputDelta(WireModel):
+    """A fragment of a tool call's input (JSON text) as the model streams it."""
+
+    type: Literal["tool_input_delta"] = "tool_input_delta"
+    turn_id: str
+    model_call_index: int
+    tool_call_id: str
+    tool_name: str
+    delta: str
+
+
+TurnDelta: TypeAlias = TextDelta | ReasoningDelta | ToolInputDelta
 TurnStreamEvent: TypeAlias = TurnEvent | TurnDelta
 """What an execution stream yields: durable events and ephemeral deltas (§13)."""
 

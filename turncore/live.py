@@ -5,6 +5,12 @@ call publishes them here, and watchers in the same process subscribe by turn
 id. Delivery is best-effort and observational — a slow or absent subscriber
 never holds the model call back, and a crash losing subscribers reflects
 exactly that no execution is known to be active.
+
+A hub may also hand every delta to a ``DeltaMirror`` — the port through which
+deltas leave the process (the work dir's per-turn spool, see
+``turnclient.deltaspool``), so that watchers in other processes on the same
+host see them too. The mirror is told when a model call ends, so it can drop
+what it kept for that call: deltas live exactly as long as their call.
 """
 
 from __future__ import annotations
@@ -13,7 +19,7 @@ import asyncio
 from collections import defaultdict
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
-from typing import Literal
+from typing import Literal, Protocol
 
 from ._wire import WireModel
 from .events import TurnDelta
@@ -36,8 +42,19 @@ class TurnProcessingEnd(WireModel):
 LifecycleEvent = TurnProcessingStart | TurnProcessingEnd
 
 
+class DeltaMirror(Protocol):
+    """Where a hub's deltas go besides its in-process subscribers (best effort: never raises)."""
+
+    def publish(self, delta: TurnDelta) -> None: ...
+
+    def finish(self, turn_id: str, model_call_index: int) -> None:
+        """The model call ended: its deltas are no longer needed."""
+        ...
+
+
 class LiveHub:
-    def __init__(self) -> None:
+    def __init__(self, mirror: DeltaMirror | None = None) -> None:
+        self._mirror = mirror
         self._subscribers: dict[str, list[asyncio.Queue[TurnDelta]]] = defaultdict(list)
         self._lifecycle: list[asyncio.Queue[LifecycleEvent]] = []
         self.active: set[str] = set()
@@ -65,6 +82,13 @@ class LiveHub:
     def publish(self, delta: TurnDelta) -> None:
         for queue in list(self._subscribers.get(delta.turn_id, ())):
             queue.put_nowait(delta)
+        if self._mirror is not None:
+            self._mirror.publish(delta)
+
+    def finish_call(self, turn_id: str, model_call_index: int) -> None:
+        """The process running model call ``model_call_index`` is done with it."""
+        if self._mirror is not None:
+            self._mirror.finish(turn_id, model_call_index)
 
     def attach(self, turn_id: str) -> asyncio.Queue[TurnDelta]:
         """Start receiving the turn's deltas now; pair with ``detach``."""

@@ -1,0 +1,154 @@
+"""Turns as Temporal visibility lists them: filtered, newest first, in pages.
+
+Visibility knows each turn by its workflow id (the turn id, which starts with
+its creation time, so ordering by id is ordering by age) and by the search
+attributes the workflow upserts at every settle point (status, agent, model,
+session, pending inputs). Temporal's SQL visibility cannot sort by an
+attribute of our choosing, so a page is computed here: the matching
+executions older than the cursor (``WorkflowId < before``) are scanned — at
+most ``SCAN_LIMIT`` of them — deduplicated to the latest run per turn,
+sorted by turn id, newest first, and cut to the page size. The next page
+starts below the last id shown. When more than ``SCAN_LIMIT`` executions
+match, the page is marked ``partial``: narrow the filters.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass
+from datetime import datetime
+from typing import Any
+
+from temporalio.client import Client, WorkflowExecution
+from temporalio.common import SearchAttributeKey
+
+from turncore.errors import TurnError, TurnNotFoundError
+from turncore.reducer import TurnReducer
+from turncore.repository import TurnRepository
+
+from .summary import message_preview
+from .turnview import pending_inputs
+
+SCAN_LIMIT = 5000
+"""Most executions one page request reads from visibility."""
+
+PENDING_LIMIT = 200
+"""Most suspended turns the "waiting for you" view reads."""
+
+_KEYS = {
+    name: SearchAttributeKey.for_keyword(name)
+    for name in ("TurnStatus", "TurnAgent", "TurnModel", "TurnSession", "TurnPendingInputs")
+}
+
+
+def quote(value: str) -> str:
+    """A string literal for a visibility query."""
+    return "'" + value.replace("\\", "\\\\").replace("'", "\\'") + "'"
+
+
+def turn_query(
+    *,
+    status: str | None = None,
+    agent: str | None = None,
+    session: str | None = None,
+    before: str | None = None,
+) -> str:
+    # A run that continued as new hands the turn to its successor: list only the latest.
+    clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
+    if status:
+        clauses.append(f"TurnStatus = {quote(status)}")
+    if agent:
+        clauses.append(f"TurnAgent = {quote(agent)}")
+    if session:
+        clauses.append(f"TurnSession = {quote(session)}")
+    if before:
+        clauses.append(f"WorkflowId < {quote(before)}")
+    return " AND ".join(clauses)
+
+
+def _row(wf: WorkflowExecution) -> dict[str, Any]:
+    attrs = wf.typed_search_attributes
+    pending = attrs.get(_KEYS["TurnPendingInputs"]) or ""
+    return {
+        "turnId": wf.id,
+        "status": attrs.get(_KEYS["TurnStatus"]),
+        "agent": attrs.get(_KEYS["TurnAgent"]),
+        "model": attrs.get(_KEYS["TurnModel"]),
+        "session": attrs.get(_KEYS["TurnSession"]),
+        "pendingInputs": [p for p in pending.split(",") if p],
+        "workflowStatus": wf.status.name.lower() if wf.status is not None else None,
+        "startTime": wf.start_time.isoformat() if wf.start_time else None,
+    }
+
+
+@dataclass(frozen=True)
+class TurnListing:
+    turns: list[dict[str, Any]]
+    next_before: str | None
+    partial: bool
+
+    def to_wire(self) -> dict[str, Any]:
+        return {"turns": self.turns, "nextBefore": self.next_before, "partial": self.partial}
+
+
+async def _latest_runs(client: Client, query: str) -> tuple[dict[str, WorkflowExecution], bool]:
+    latest: dict[str, WorkflowExecution] = {}
+    seen = 0
+    async for wf in client.list_workflows(query, page_size=1000, limit=SCAN_LIMIT + 1):
+        seen += 1
+        if seen > SCAN_LIMIT:
+            return latest, True
+        known = latest.get(wf.id)
+        if known is None or (wf.start_time or datetime.min) > (known.start_time or datetime.min):
+            latest[wf.id] = wf  # a recovered turn has a newer run than the one that failed
+    return latest, False
+
+
+async def list_turns(
+    client: Client,
+    *,
+    status: str | None = None,
+    agent: str | None = None,
+    session: str | None = None,
+    page_size: int = 50,
+    before: str | None = None,
+) -> TurnListing:
+    query = turn_query(status=status, agent=agent, session=session, before=before)
+    latest, partial = await _latest_runs(client, query)
+    ids = sorted(latest, reverse=True)
+    page = ids[:page_size]
+    rows = [_row(latest[i]) for i in page]
+    more = len(ids) > page_size or partial
+    return TurnListing(rows, page[-1] if more and page else None, partial)
+
+
+async def pending_across(client: Client, repository: TurnRepository) -> dict[str, Any]:
+    """Everything every suspended turn waits for, newest turn first (read from the files)."""
+    query = turn_query(status="suspended") + " AND ExecutionStatus = 'Running'"
+    latest, partial = await _latest_runs(client, query)
+    turns: list[dict[str, Any]] = []
+    for turn_id in sorted(latest, reverse=True)[:PENDING_LIMIT]:
+        try:
+            state = TurnReducer.of(await asyncio.to_thread(repository.read, turn_id)).state
+        except TurnNotFoundError:
+            continue  # a turn of another work dir on the same Temporal namespace
+        except TurnError as exc:
+            turns.append(
+                {"turnId": turn_id, "error": str(exc), "permissions": [], "asyncTools": []}
+            )
+            continue
+        waiting = pending_inputs(state)
+        if not waiting["permissions"] and not waiting["asyncTools"]:
+            continue  # visibility lags the file: it was answered meanwhile
+        turns.append(
+            {
+                "turnId": turn_id,
+                "agent": state.definition.agent.resolved.agent_id,
+                "prompt": message_preview(state.definition.input, 200),
+                **waiting,
+            }
+        )
+    return {"turns": turns, "partial": partial or len(latest) > PENDING_LIMIT}
+
+
+__all__ = ["TurnListing", "list_turns", "pending_across", "quote", "turn_query"]

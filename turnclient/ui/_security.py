@@ -1,0 +1,206 @@
+"""Who may use the web UI, and how a state change must arrive.
+
+Every request, page or API, passes ``Guard`` before any handler runs:
+
+- With a token (required whenever the server binds to anything but
+  loopback), the request must carry it — ``Authorization: Bearer <token>``,
+  ``X-Turns-Token: <token>``, or the ``turns_ui_token`` cookie that opening
+  a page with ``?token=<token>`` sets (HttpOnly, SameSite=Strict) before it
+  redirects to the same page without the token in the address. Every
+  comparison is constant-time (``hmac.compare_digest``).
+- Without a token (loopback only), the ``Host`` header must name a loopback
+  address, so a web page on another site cannot reach the UI through DNS
+  rebinding.
+- A POST must send ``Content-Type: application/json`` (no HTML form can, and
+  a cross-site script cannot without a CORS preflight this server never
+  answers), and if it carries an ``Origin`` it must be this server's own.
+  A POST authenticated only by the cookie must carry a same-origin
+  ``Origin``; a token in a header (a script or ``curl``) needs none.
+- Only GET, HEAD and POST exist.
+
+Every response carries a Content-Security-Policy that allows scripts and
+styles from this server only, no inline script, no framing.
+"""
+
+from __future__ import annotations
+
+import hmac
+from collections.abc import Iterable
+from http.cookies import SimpleCookie
+from urllib.parse import parse_qsl, urlencode
+
+import orjson
+from starlette.types import ASGIApp, Message, Receive, Scope, Send
+
+COOKIE = "turns_ui_token"
+TOKEN_HEADER = "x-turns-token"
+LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
+
+SECURITY_HEADERS: tuple[tuple[bytes, bytes], ...] = (
+    (
+        b"content-security-policy",
+        b"default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
+        b"connect-src 'self'; object-src 'none'; base-uri 'none'; frame-ancestors 'none'; "
+        b"form-action 'self'",
+    ),
+    (b"x-content-type-options", b"nosniff"),
+    (b"referrer-policy", b"no-referrer"),
+    (b"x-frame-options", b"DENY"),
+)
+
+
+def same_token(given: str | None, token: str) -> bool:
+    """Constant-time: the time taken does not depend on how much of ``given`` matches."""
+    if given is None:
+        return False
+    return hmac.compare_digest(given.encode("utf-8", "surrogateescape"), token.encode())
+
+
+def _headers(scope: Scope) -> dict[str, str]:
+    out: dict[str, str] = {}
+    for k, v in scope.get("headers", []):
+        out[k.decode("latin-1").lower()] = v.decode("latin-1")
+    return out
+
+
+def _host_name(host: str) -> str:
+    if host.startswith("["):
+        return host[: host.find("]") + 1] if "]" in host else host
+    return host.rsplit(":", 1)[0] if ":" in host else host
+
+
+class Guard:
+    def __init__(self, app: ASGIApp, *, token: str | None) -> None:
+        self._app = app
+        self._token = token
+
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            await self._app(scope, receive, send)
+            return
+        headers = _headers(scope)
+        method = scope["method"]
+
+        async def secured(message: Message) -> None:
+            if message["type"] == "http.response.start":
+                message = dict(message)
+                message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
+            await send(message)
+
+        problem = self._check(scope, headers, method)
+        if problem is not None:
+            status, text = problem
+            await _deny(secured, status, text)
+            return
+        if self._token is not None and method == "GET":
+            query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+            if "token" in query and not scope["path"].startswith("/api/"):
+                # Opening a page with ?token=… : keep it in a cookie, drop it from the address.
+                rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
+                await _redirect(secured, scope["path"] + (f"?{rest}" if rest else ""), self._token)
+                return
+        await self._app(scope, receive, secured)
+
+    def _check(self, scope: Scope, headers: dict[str, str], method: str) -> tuple[int, str] | None:
+        if method not in ("GET", "HEAD", "POST"):
+            return 405, f"{method} is not allowed"
+        header_token = headers.get(TOKEN_HEADER)
+        auth = headers.get("authorization", "")
+        if auth.lower().startswith("bearer "):
+            header_token = auth[7:].strip()
+        cookie_token = _cookie(headers.get("cookie"))
+        if self._token is not None:
+            by_header = same_token(header_token, self._token)
+            by_cookie = not by_header and same_token(cookie_token, self._token)
+            query_token = None
+            if method == "GET" and not scope["path"].startswith("/api/"):
+                query_token = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))).get(
+                    "token"
+                )
+            by_query = same_token(query_token, self._token)
+            if not (by_header or by_cookie or by_query):
+                return (
+                    401,
+                    "a valid token is required (Authorization: Bearer, X-Turns-Token, or open the page with ?token=)",
+                )
+        else:
+            by_header = False
+            host = _host_name(headers.get("host", ""))
+            if host not in LOOPBACK_HOSTS:
+                return (
+                    403,
+                    f"host {host!r} is not a loopback name; bind elsewhere only with a token",
+                )
+        if method == "POST":
+            kind = headers.get("content-type", "").split(";")[0].strip().lower()
+            if kind != "application/json":
+                return (
+                    415,
+                    "state-changing requests take a JSON body (Content-Type: application/json)",
+                )
+            origin = headers.get("origin")
+            if origin is not None and not _same_origin(origin, scope, headers):
+                return 403, f"cross-origin request from {origin!r} refused"
+            if self._token is not None and not by_header and origin is None:
+                return 403, "a request authenticated by cookie must come from this server's pages"
+        return None
+
+
+def _same_origin(origin: str, scope: Scope, headers: dict[str, str]) -> bool:
+    scheme = scope.get("scheme", "http")
+    host = headers.get("host", "")
+    return hmac.compare_digest(origin.encode(), f"{scheme}://{host}".encode())
+
+
+def _cookie(raw: str | None) -> str | None:
+    if not raw:
+        return None
+    jar = SimpleCookie()
+    try:
+        jar.load(raw)
+    except Exception:  # a malformed Cookie header is no token
+        return None
+    morsel = jar.get(COOKIE)
+    return morsel.value if morsel is not None else None
+
+
+async def _deny(send: Send, status: int, text: str) -> None:
+    body = orjson.dumps({"error": text, "status": status})
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": _plain(
+                [
+                    (b"content-type", b"application/json"),
+                    (b"content-length", str(len(body)).encode()),
+                ]
+            ),
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+async def _redirect(send: Send, location: str, token: str) -> None:
+    cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": 303,
+            "headers": _plain(
+                [
+                    (b"location", location.encode("latin-1", "replace")),
+                    (b"set-cookie", cookie.encode("latin-1", "replace")),
+                    (b"content-length", b"0"),
+                ]
+            ),
+        }
+    )
+    await send({"type": "http.response.body", "body": b""})
+
+
+def _plain(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
+    return list(headers)
+
+
+__all__ = ["COOKIE", "Guard", "TOKEN_HEADER", "same_token"]

@@ -1,0 +1,340 @@
+// The turns web UI: the turn list, "waiting for you", and one turn live.
+//
+// Everything shown is built with DOM nodes and textContent, never HTML
+// strings, so tool inputs and model text that contain markup or script are
+// shown as text. State changes are POSTs with a JSON body to the API
+// (docs/api.md); the page follows a turn with Server-Sent Events and asks
+// for the turn's state again whenever a durable event lands.
+"use strict";
+
+function h(tag, props, ...children) {
+  const el = document.createElement(tag);
+  for (const [key, value] of Object.entries(props || {})) {
+    if (value === undefined || value === null || value === false) continue;
+    if (key === "class") el.className = value;
+    else if (key.startsWith("on")) el.addEventListener(key.slice(2), value);
+    else if (key === "text") el.textContent = value;
+    else el.setAttribute(key, value === true ? "" : String(value));
+  }
+  for (const child of children.flat()) {
+    if (child === undefined || child === null || child === false) continue;
+    el.append(child instanceof Node ? child : document.createTextNode(String(child)));
+  }
+  return el;
+}
+
+function json(value) {
+  return typeof value === "string" ? value : JSON.stringify(value, null, 2);
+}
+
+async function api(path, body) {
+  const init = { headers: { Accept: "application/json" }, credentials: "same-origin" };
+  if (body !== undefined) {
+    init.method = "POST";
+    init.headers["Content-Type"] = "application/json";
+    init.body = JSON.stringify(body);
+  }
+  let response;
+  try {
+    response = await fetch(path, init);
+  } catch (err) {
+    return { ok: false, status: 0, body: { error: "the server cannot be reached: " + err } };
+  }
+  let doc = null;
+  try {
+    doc = await response.json();
+  } catch (err) {
+    doc = { error: "the server sent no JSON (" + response.status + ")" };
+  }
+  return { ok: response.ok, status: response.status, body: doc };
+}
+
+function alertBox(message) {
+  const box = document.getElementById("alert");
+  box.textContent = message || "";
+  box.classList.toggle("shown", Boolean(message));
+}
+
+function badge(status) {
+  return h("span", { class: "badge badge-" + (status || "unknown") }, status || "unknown");
+}
+
+function messageText(content) {
+  if (typeof content === "string") return content;
+  return (content || []).filter((p) => p.type === "text").map((p) => p.text).join("");
+}
+
+// ------------------------------------------------------------------ index page
+
+const index = {
+  before: null,
+  filters: {},
+
+  async start() {
+    document.getElementById("filters").addEventListener("submit", (e) => {
+      e.preventDefault();
+      const data = new FormData(e.target);
+      index.filters = Object.fromEntries([...data.entries()].filter(([, v]) => v));
+      index.loadTurns(false);
+    });
+    document.getElementById("older").addEventListener("click", () => index.loadTurns(true));
+    document.getElementById("create").addEventListener("submit", index.create);
+    const agents = await api("/api/agents");
+    if (agents.ok) {
+      const select = document.getElementById("agent-select");
+      for (const a of agents.body.agents) {
+        select.append(h("option", { value: a.name, selected: a.name === agents.body.defaultAgent }, a.name));
+      }
+    }
+    await Promise.all([index.loadWaiting(), index.loadTurns(false)]);
+    setInterval(() => { index.loadWaiting(); if (!index.before) index.loadTurns(false); }, 2000);
+  },
+
+  async loadWaiting() {
+    const r = await api("/api/pending");
+    const box = document.getElementById("waiting");
+    if (!r.ok) { box.replaceChildren(h("p", { class: "muted" }, r.body.error)); return; }
+    if (!r.body.turns.length) { box.replaceChildren(h("p", { class: "muted" }, "Nothing is waiting for you.")); return; }
+    const list = h("ul", { class: "waiting" });
+    for (const t of r.body.turns) {
+      const items = [
+        ...t.permissions.map((p) => h("li", {}, "Approve ", h("strong", {}, p.toolName), " (", p.toolCallId, ")", h("pre", {}, json(p.input)))),
+        ...t.asyncTools.map((p) => h("li", {}, "Answer ", h("strong", {}, p.toolName), " (", p.toolCallId, ")", p.question ? h("p", {}, p.question) : h("pre", {}, json(p.input)))),
+      ];
+      list.append(h("li", { class: "card" },
+        h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId), " · ", t.agent || "", " · ",
+        h("span", { class: "muted" }, t.prompt || t.error || ""), h("ul", {}, items)));
+    }
+    box.replaceChildren(list);
+  },
+
+  async loadTurns(older) {
+    const params = new URLSearchParams(index.filters);
+    if (older && index.before) params.set("before", index.before);
+    const r = await api("/api/turns?" + params);
+    if (!r.ok) { alertBox(r.body.error); return; }
+    const body = document.getElementById("turns");
+    const rows = r.body.turns.map((t) => h("tr", {},
+      h("td", {}, h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId)),
+      h("td", {}, badge(t.status)),
+      h("td", {}, (t.agent || "?") + " · " + (t.model || "?")),
+      h("td", {}, t.session || ""),
+      h("td", {}, (t.pendingInputs || []).join(", "))));
+    if (older) body.append(...rows); else body.replaceChildren(...rows);
+    index.before = r.body.nextBefore;
+    document.getElementById("older").hidden = !r.body.nextBefore;
+    document.getElementById("turns-empty").hidden = body.children.length > 0;
+  },
+
+  async create(e) {
+    e.preventDefault();
+    const data = Object.fromEntries([...new FormData(e.target).entries()].filter(([, v]) => v));
+    const r = await api("/api/turns", data);
+    if (!r.ok) { alertBox(r.body.error); return; }
+    window.location.assign(r.body.url);
+  },
+};
+
+// ------------------------------------------------------------------ turn page
+
+const turn = {
+  id: null,
+  view: null,
+  streaming: {}, // model call index -> { text, reasoning, seq }
+  refreshing: null,
+  again: false,
+  source: null,
+
+  async start() {
+    turn.id = decodeURIComponent(window.location.pathname.split("/").pop());
+    document.getElementById("title").textContent = "Turn " + turn.id;
+    document.title = turn.id + " · turns";
+    document.getElementById("cancel").addEventListener("click", turn.cancel);
+    await turn.refresh();
+    turn.follow();
+  },
+
+  follow() {
+    const after = turn.view ? turn.view.offset : 0;
+    const source = new EventSource("/api/turns/" + encodeURIComponent(turn.id) + "/events?follow=1&after=" + after);
+    turn.source = source;
+    source.addEventListener("turn-event", () => turn.refresh());
+    source.addEventListener("settled", () => turn.refresh());
+    source.addEventListener("delta", (e) => turn.delta(JSON.parse(e.data)));
+    source.addEventListener("end", () => { source.close(); turn.refresh(); });
+  },
+
+  delta(d) {
+    const s = (turn.streaming[d.modelCallIndex] ||= { text: "", reasoning: "", seq: 0 });
+    if (d.seq <= s.seq) return; // a resumed stream repeats nothing
+    s.seq = d.seq;
+    if (d.type === "text_delta") s.text += d.delta;
+    else if (d.type === "reasoning_delta") s.reasoning += d.delta;
+    const live = document.getElementById("live-" + d.modelCallIndex);
+    if (live) live.textContent = s.text || (s.reasoning ? "(thinking) " + s.reasoning : "");
+  },
+
+  async refresh() {
+    // Coalesce: one request at a time, one more if events landed meanwhile.
+    if (turn.refreshing) { turn.again = true; return turn.refreshing; }
+    turn.refreshing = (async () => {
+      do {
+        turn.again = false;
+        const r = await api("/api/turns/" + encodeURIComponent(turn.id));
+        if (r.ok) { turn.view = r.body; turn.render(); } else alertBox(r.body.error);
+      } while (turn.again);
+      turn.refreshing = null;
+    })();
+    return turn.refreshing;
+  },
+
+  render() {
+    const v = turn.view;
+    const status = document.getElementById("status");
+    status.textContent = v.status;
+    status.className = "badge badge-" + v.status;
+    document.getElementById("meta").textContent =
+      "agent " + v.agent + " · model " + v.model + (v.session ? " · session " + v.session : "");
+    turn.renderPending(v);
+    turn.renderTimeline(v.state);
+    turn.renderOutcome(v.state);
+    const usage = document.getElementById("usage");
+    usage.replaceChildren(...Object.entries(v.state.usage || {}).flatMap(([k, n]) => [h("dt", {}, k), h("dd", {}, n)]));
+    if (!usage.children.length) usage.append(h("dt", {}, "tokens"), h("dd", {}, "none reported"));
+    document.getElementById("cancel").hidden = Boolean(v.state.terminal);
+  },
+
+  renderPending(v) {
+    const box = document.getElementById("pending");
+    const cards = [];
+    for (const p of v.pending.permissions) cards.push(turn.approvalCard(p));
+    for (const p of v.pending.asyncTools) cards.push(turn.completeCard(p));
+    // Keep a card the user is typing in: replace only what changed.
+    const keep = new Map([...box.children].map((c) => [c.dataset.key, c]));
+    box.replaceChildren(...cards.map((c) => keep.get(c.dataset.key) || c));
+    document.getElementById("pending-section").hidden = cards.length === 0;
+  },
+
+  approvalCard(p) {
+    const id = "call-" + p.toolCallId;
+    const reason = h("input", { id: id + "-reason", name: "reason", autocomplete: "off" });
+    const status = h("p", { class: "muted", "aria-live": "polite" });
+    const card = h("article", { class: "card pending", "data-key": "permission:" + p.toolCallId, "aria-labelledby": id + "-h" },
+      h("h3", { id: id + "-h" }, "Approve ", p.toolName, "? ", h("code", {}, p.toolCallId)),
+      p.reason ? h("p", {}, "Why it asks: ", p.reason) : null,
+      h("p", {}, "Input"), h("pre", { class: "input" }, json(p.input)),
+      h("div", { class: "row" },
+        h("button", { type: "button", class: "primary", onclick: () => turn.decide(card, status, p.toolCallId, "approve", {}) }, "Approve"),
+        h("label", { for: id + "-reason" }, "Reason for denying"), reason,
+        h("button", { type: "button", class: "danger", onclick: () => turn.decide(card, status, p.toolCallId, "deny", reason.value.trim() ? { reason: reason.value.trim() } : {}) }, "Deny")),
+      status);
+    return card;
+  },
+
+  completeCard(p) {
+    const id = "call-" + p.toolCallId;
+    const answer = h("textarea", { id: id + "-answer", rows: 3 });
+    const asJson = h("input", { id: id + "-json", type: "checkbox" });
+    const status = h("p", { class: "muted", "aria-live": "polite" });
+    const progress = (p.progress || []).map((x) => h("li", {}, json(x)));
+    const card = h("article", { class: "card pending", "data-key": "async:" + p.toolCallId, "aria-labelledby": id + "-h" },
+      h("h3", { id: id + "-h" }, p.question ? "Question from " + p.toolName + " " : "Result needed for " + p.toolName + " ", h("code", {}, p.toolCallId)),
+      p.question ? h("p", { class: "question" }, p.question) : h("pre", { class: "input" }, json(p.input)),
+      progress.length ? h("ul", { class: "progress" }, progress) : null,
+      h("div", { class: "stack" },
+        h("label", { for: id + "-answer" }, "Answer"), answer,
+        h("label", { class: "inline" }, asJson, " Send the answer as JSON"),
+        h("div", { class: "row" },
+          h("button", { type: "button", class: "primary", onclick: () => {
+            let body;
+            if (asJson.checked) {
+              try { body = { output: JSON.parse(answer.value) }; } catch (err) { status.textContent = "That is not JSON: " + err.message; return; }
+            } else body = { text: answer.value };
+            turn.decide(card, status, p.toolCallId, "complete", body);
+          } }, "Complete"))),
+      status);
+    return card;
+  },
+
+  async decide(card, status, callId, action, body) {
+    alertBox("");
+    for (const b of card.querySelectorAll("button")) b.disabled = true;
+    status.textContent = "Sending…";
+    const r = await api("/api/turns/" + encodeURIComponent(turn.id) + "/calls/" + encodeURIComponent(callId) + "/" + action, body);
+    if (r.ok) status.textContent = r.status === 202 ? "Accepted; the turn is working on it." : "Done.";
+    else {
+      status.textContent = "";
+      alertBox((r.status === 409 ? "Rejected: " : "Failed: ") + r.body.error);
+      for (const b of card.querySelectorAll("button")) b.disabled = false;
+    }
+    turn.refresh();
+  },
+
+  async cancel() {
+    const button = document.getElementById("cancel");
+    button.disabled = true;
+    const r = await api("/api/turns/" + encodeURIComponent(turn.id) + "/cancel", { reason: "cancelled from the web UI" });
+    if (!r.ok) alertBox((r.status === 409 ? "Rejected: " : "Failed: ") + r.body.error);
+    button.disabled = false;
+    turn.refresh();
+  },
+
+  renderTimeline(state) {
+    const items = [h("li", { class: "msg user" }, h("span", { class: "who" }, "user"), h("div", { class: "text" }, messageText(state.definition.input.content)))];
+    const calls = new Map((state.toolCalls || []).map((t) => [t.toolCallId, t]));
+    for (const mc of state.modelCalls || []) {
+      if (mc.response) {
+        const parts = typeof mc.response.content === "string" ? [{ type: "text", text: mc.response.content }] : mc.response.content;
+        for (const part of parts) {
+          if (part.type === "text" && part.text) items.push(h("li", { class: "msg assistant" }, h("span", { class: "who" }, "assistant"), h("div", { class: "text" }, part.text)));
+          else if (part.type === "reasoning") items.push(h("li", { class: "msg reasoning" }, h("details", {}, h("summary", {}, "reasoning"), h("div", { class: "text" }, part.text))));
+          else if (part.type === "tool-call") items.push(turn.toolCard(calls.get(part.toolCallId) || { toolName: part.toolName, toolCallId: part.toolCallId, input: part.input, progress: [] }));
+          else if (part.type !== "text") items.push(h("li", { class: "msg" }, "[" + part.type + "]"));
+        }
+        delete turn.streaming[mc.index];
+      } else if (mc.error) {
+        items.push(h("li", { class: "msg error" }, "Model call " + mc.index + " failed: " + mc.error));
+      } else {
+        const s = turn.streaming[mc.index];
+        items.push(h("li", { class: "msg assistant streaming" }, h("span", { class: "who" }, "assistant (streaming)"),
+          h("div", { class: "text", id: "live-" + mc.index, "aria-live": "polite" }, s ? (s.text || (s.reasoning ? "(thinking) " + s.reasoning : "")) : "")));
+      }
+    }
+    document.getElementById("timeline").replaceChildren(...items);
+  },
+
+  toolCard(t) {
+    const rows = [h("h3", {}, "Tool ", t.toolName, " ", h("code", {}, t.toolCallId)), h("p", {}, "Input"), h("pre", { class: "input" }, json(t.input))];
+    const p = t.permission;
+    if (p) {
+      const record = ["Permission required" + (p.required.checkerError ? " (checker: " + p.required.checkerError + ")" : "")];
+      if (p.classification) record.push("classifier: " + p.classification.decision + " — " + p.classification.reason);
+      if (p.classificationFailed) record.push("classifier failed: " + p.classificationFailed.error);
+      if (p.resolved) record.push(p.resolved.decision === "allow" ? "allowed" : "denied", " by " + p.resolved.source + (p.resolved.reason ? ": " + p.resolved.reason : ""));
+      else record.push("awaiting a decision");
+      rows.push(h("p", { class: "permission" }, record.join(" · ")));
+    }
+    if ((t.progress || []).length) rows.push(h("p", {}, "Progress"), h("ul", { class: "progress" }, t.progress.map((x) => h("li", {}, json(x.progress)))));
+    if (t.result) {
+      const r = t.result.result;
+      rows.push(h("p", {}, r.isError ? "Result (error)" : "Result"), h("pre", { class: "result" + (r.isError ? " error" : "") }, json(r.output)));
+    } else if (t.invocation) rows.push(h("p", { class: "muted" }, t.invocation.execution === "async" ? "waiting for its result" : "running…"));
+    return h("li", { class: "tool card" }, rows);
+  },
+
+  renderOutcome(state) {
+    const box = document.getElementById("outcome");
+    const t = state.terminal;
+    if (t && t.type === "turn_completed") box.replaceChildren(h("p", {}, badge("completed")), h("div", { class: "text" }, messageText(t.output.content)));
+    else if (t && t.type === "turn_failed") box.replaceChildren(h("p", {}, badge("failed"), " ", t.error));
+    else if (t && t.type === "turn_cancelled") box.replaceChildren(h("p", {}, badge("cancelled"), " ", t.reason || ""));
+    else if (state.suspension) box.replaceChildren(h("p", {}, badge("suspended"), " waiting for you (see above)"));
+    else box.replaceChildren(h("p", { class: "muted" }, "Not settled yet: the turn is working."));
+  },
+};
+
+document.addEventListener("DOMContentLoaded", () => {
+  const page = document.body.dataset.page;
+  if (page === "index") index.start();
+  else if (page === "turn") turn.start();
+});
