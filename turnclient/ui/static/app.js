@@ -242,8 +242,8 @@ const turn = {
       p.question ? h("p", { class: "question" }, p.question) : h("pre", { class: "input" }, json(p.input)),
       progress.length ? h("ul", { class: "progress" }, progress) : null,
       h("div", { class: "stack" },
-        h("label", { for: id + "-answer" }, "Answer"), answer,
-        h("label", { class: "inline" }, asJson, " Send the answer as JSON"),
+        h("label", { for: id + "-answer" }, "Your answer"), answer,
+        h("label", { class: "inline" }, asJson, " Send as JSON"),
         h("div", { class: "row" },
           h("button", { type: "button", class: "primary", onclick: () => {
             let body;
@@ -310,7 +310,7 @@ const turn = {
       const record = ["Permission required" + (p.required.checkerError ? " (checker: " + p.required.checkerError + ")" : "")];
       if (p.classification) record.push("classifier: " + p.classification.decision + " — " + p.classification.reason);
       if (p.classificationFailed) record.push("classifier failed: " + p.classificationFailed.error);
-      if (p.resolved) record.push(p.resolved.decision === "allow" ? "allowed" : "denied", " by " + p.resolved.source + (p.resolved.reason ? ": " + p.resolved.reason : ""));
+      if (p.resolved) record.push((p.resolved.decision === "allow" ? "allowed" : "denied") + " by " + p.resolved.source + (p.resolved.reason ? ": " + p.resolved.reason : ""));
       else record.push("awaiting a decision");
       rows.push(h("p", { class: "permission" }, record.join(" · ")));
     }

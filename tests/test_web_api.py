@@ -1,0 +1,333 @@
+"""The web UI's JSON and SSE API over real HTTP, a real worker and the session's dev server.
+
+Every error path answers with a specific status and message and leaves the
+turn file byte-for-byte unchanged; the SSE stream resumes with Last-Event-ID
+without a gap or a duplicate.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import httpx
+import orjson
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.webui import Ui, running_ui
+from turnclient.cli import main
+from turnclient.ui import MAX_BODY, check_token
+from turnclient.ui._server import UiConfigError
+
+MISSING = "2026-01-02T03-04-05Z-0000001-000"
+SAVE = "Save 'hello' to notes.txt"  # the demo model asks to run write_file: an approval
+
+
+@pytest.fixture
+async def ui(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Ui]:
+    async with running_ui(temporal_env, tmp_path) as running:
+        yield running
+
+
+@dataclass
+class Sse:
+    id: str | None
+    event: str
+    data: Any
+
+
+async def read_sse(
+    http: httpx.AsyncClient, path: str, *, last_id: str | None = None, stop: int | None = None
+) -> list[Sse]:
+    """The stream's events (without comments and ``retry``), until it ends or ``stop`` are read."""
+    headers = {"Accept": "text/event-stream"}
+    if last_id is not None:
+        headers["Last-Event-ID"] = last_id
+    out: list[Sse] = []
+    async with http.stream("GET", path, headers=headers) as r:
+        assert r.status_code == 200, await r.aread()
+        assert r.headers["content-type"].startswith("text/event-stream")
+        fields: dict[str, str] = {}
+        async for line in r.aiter_lines():
+            if line == "":
+                if "event" in fields:
+                    out.append(Sse(fields.get("id"), fields["event"], orjson.loads(fields["data"])))
+                    if stop is not None and len(out) >= stop:
+                        return out  # leaving the block drops the connection
+                fields = {}
+            elif not line.startswith(":"):
+                name, _, value = line.partition(": ")
+                fields[name] = value
+    return out
+
+
+def lines(ui: Ui, turn_id: str) -> list[dict[str, Any]]:
+    return [orjson.loads(x) for x in ui.file(turn_id).splitlines()]
+
+
+# ---------------------------------------------------------------- reading
+
+
+async def test_a_suspended_turn_lists_what_it_waits_for(ui: Ui) -> None:
+    turn_id, view = await ui.suspended("Save '<b>bold</b>' to notes.txt")
+    (permission,) = view["pending"]["permissions"]
+    assert permission["toolName"] == "write_file"
+    assert permission["input"] == {"path": "notes.txt", "content": "<b>bold</b>\n"}
+    assert view["offset"] == len(lines(ui, turn_id))
+    assert (await ui.http.get(f"/api/turns/{turn_id}/pending")).json()["permissions"] == [
+        permission
+    ]
+
+    async def waiting() -> list[str]:
+        r = await ui.http.get("/api/pending")
+        return [t["turnId"] for t in r.json()["turns"]]
+
+    deadline = asyncio.get_running_loop().time() + 30
+    while turn_id not in await waiting():  # visibility catches up with the settle point
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.1)
+
+    newer = await ui.create("What time is it in Tokyo?")
+    await ui.until(newer, lambda v: v["status"] == "completed")
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        listed = (await ui.http.get("/api/turns", params={"pageSize": 500})).json()["turns"]
+        ids = [t["turnId"] for t in listed]
+        if newer in ids and turn_id in ids:
+            break
+        assert asyncio.get_running_loop().time() < deadline
+        await asyncio.sleep(0.1)
+    assert ids == sorted(ids, reverse=True)  # newest first
+    assert ids.index(newer) < ids.index(turn_id)
+    suspended = (await ui.http.get("/api/turns", params={"status": "suspended"})).json()["turns"]
+    assert turn_id in [t["turnId"] for t in suspended]
+    assert all(t["status"] == "suspended" for t in suspended)
+    # Pages: one turn a page, the second starts below the first.
+    first = (await ui.http.get("/api/turns", params={"pageSize": 1})).json()
+    assert len(first["turns"]) == 1 and first["nextBefore"] == first["turns"][0]["turnId"]
+    second = (
+        await ui.http.get("/api/turns", params={"pageSize": 1, "before": first["nextBefore"]})
+    ).json()
+    assert second["turns"][0]["turnId"] < first["turns"][0]["turnId"]
+
+
+# ---------------------------------------------------------------- errors change nothing
+
+
+async def test_every_error_path_has_its_status_and_appends_nothing(ui: Ui) -> None:
+    turn_id, view = await ui.suspended(SAVE)
+    call = view["pending"]["permissions"][0]["toolCallId"]
+    before = ui.file(turn_id)
+    base = f"/api/turns/{turn_id}"
+
+    async def expect(status: int, method: str, path: str, **kw: Any) -> str:
+        r = await ui.http.request(method, path, **kw)
+        assert r.status_code == status, (path, r.status_code, r.text)
+        assert r.json()["status"] == status
+        return str(r.json()["error"])
+
+    # unknown turns: 404, for reads and decisions alike
+    for path in (f"/api/turns/{MISSING}", f"/api/turns/{MISSING}/pending", f"/turns/{MISSING}"):
+        assert "no turn" in await expect(404, "GET", path)
+    await expect(404, "GET", f"/api/turns/{MISSING}/events")
+    await expect(404, "POST", f"/api/turns/{MISSING}/calls/{call}/approve", json={})
+    await expect(404, "GET", "/api/turns/not-a-turn-id")
+    await expect(404, "POST", "/api/turns/not-a-turn-id/cancel", json={})
+    # malformed bodies: 400 with what is wrong
+    approve = f"{base}/calls/{call}/approve"
+    json_header = {"Content-Type": "application/json"}
+    assert "not JSON" in await expect(400, "POST", approve, content=b"{nope", headers=json_header)
+    assert "JSON object" in await expect(400, "POST", approve, content=b"[1]", headers=json_header)
+    assert "extra" in (await expect(400, "POST", approve, json={"decision": "allow"})).lower()
+    deny = f"{base}/calls/{call}/deny"
+    assert "reason" in await expect(400, "POST", deny, json={"reason": 7})
+    complete = f"{base}/calls/{call}/complete"
+    assert "exactly one" in await expect(400, "POST", complete, json={})
+    assert "exactly one" in await expect(400, "POST", complete, json={"text": "a", "output": 1})
+    assert "data" in await expect(400, "POST", f"{base}/calls/{call}/progress", json={})
+    await expect(400, "GET", "/api/turns", params={"status": "sleeping"})
+    await expect(400, "GET", "/api/turns", params={"before": "yesterday"})
+    await expect(400, "GET", f"{base}/events", params={"after": "x"})
+    await expect(400, "POST", "/api/turns", json={"prompt": ""})
+    assert "unknown agent" in await expect(
+        400, "POST", "/api/turns", json={"prompt": "hi", "agent": "nobody"}
+    )
+    assert "continueFrom" in await expect(
+        400, "POST", "/api/turns", json={"prompt": "hi", "continueFrom": MISSING}
+    )
+    # too large, not JSON, wrong method
+    big = b'{"reason": "' + b"x" * MAX_BODY + b'"}'
+    assert "over" in await expect(413, "POST", deny, content=big, headers=json_header)
+    await expect(
+        415,
+        "POST",
+        approve,
+        content=b"decision=allow",
+        headers={"Content-Type": "application/x-www-form-urlencoded"},
+    )
+    await expect(405, "PUT", approve, json={})
+    await expect(405, "GET", approve)
+    # decisions for calls that are not pending: 409, nothing appended
+    message = await expect(409, "POST", f"{base}/calls/call_9_9/approve", json={})
+    assert message.startswith("rejected:") and "call_9_9" in message
+    assert "async" in await expect(409, "POST", complete, json={"text": "done"})
+    assert ui.file(turn_id) == before
+
+    # A decided call cannot be decided again, and a settled turn takes nothing more.
+    r = await ui.http.post(approve, json={})
+    assert r.status_code == 200 and r.json()["outcome"]["status"] == "completed", r.text
+    after = ui.file(turn_id)
+    assert "already ended" in await expect(409, "POST", approve, json={})
+    assert "already ended" in await expect(409, "POST", deny, json={"reason": "late"})
+    assert "already ended" in await expect(409, "POST", f"{base}/cancel", json={})
+    assert ui.file(turn_id) == after
+
+
+async def test_deny_reason_progress_complete_and_cancel(ui: Ui) -> None:
+    turn_id, view = await ui.suspended(SAVE)
+    call = view["pending"]["permissions"][0]["toolCallId"]
+    r = await ui.http.post(
+        f"/api/turns/{turn_id}/calls/{call}/deny", json={"reason": "not without a review"}
+    )
+    assert r.status_code == 200, r.text
+    assert "not without a review" in orjson.dumps(r.json()["outcome"]["output"]).decode()
+
+    asking, view = await ui.suspended("Ask me for my name")
+    (question,) = view["pending"]["asyncTools"]
+    assert question["question"] == "What is your name?"
+    base = f"/api/turns/{asking}/calls/{question['toolCallId']}"
+    r = await ui.http.post(f"{base}/progress", json={"data": {"typing": True}})
+    assert r.status_code == 200 and r.json()["outcome"]["status"] == "suspended", r.text
+    view = await ui.view(asking)
+    assert view["pending"]["asyncTools"][0]["progress"] == [{"typing": True}]
+    r = await ui.http.post(f"{base}/complete", json={"output": {"name": "Ada"}})
+    assert r.status_code == 200, r.text
+    assert "Ada" in orjson.dumps(r.json()["outcome"]).decode()
+
+    cancelled, _ = await ui.suspended(SAVE)
+    r = await ui.http.post(f"/api/turns/{cancelled}/cancel", json={"reason": "changed my mind"})
+    assert r.status_code == 200 and r.json()["outcome"] == {
+        "status": "cancelled",
+        "reason": "changed my mind",
+        "usage": r.json()["outcome"]["usage"],
+    }
+
+
+async def test_a_turn_continues_from_another(ui: Ui) -> None:
+    first = await ui.create("What is 6 * 7?")
+    await ui.until(first, lambda v: v["status"] == "completed")
+    second = await ui.create("What is 2 + 2?", continueFrom=first, session="s-9")
+    view = await ui.until(second, lambda v: v["status"] == "completed")
+    assert view["state"]["definition"]["context"] == {"previousTurnId": first}
+    assert view["session"] == "s-9"
+
+
+# ---------------------------------------------------------------- SSE
+
+
+async def test_sse_resumes_after_a_disconnect_without_gap_or_duplicate(ui: Ui) -> None:
+    turn_id, view = await ui.suspended(SAVE)
+    call = view["pending"]["permissions"][0]["toolCallId"]
+    events = f"/api/turns/{turn_id}/events?follow=1"
+    first = await read_sse(ui.http, events, stop=3)  # then the client goes away
+    assert [e.id for e in first] == ["1", "2", "3"]
+    r = await ui.http.post(f"/api/turns/{turn_id}/calls/{call}/approve", json={})
+    assert r.status_code == 200, r.text
+    rest = await read_sse(ui.http, events, last_id=first[-1].id)
+    durable = [e for e in first + rest if e.event == "turn-event"]
+    assert [int(e.id or 0) for e in durable] == list(range(1, len(lines(ui, turn_id)) + 1))
+    assert [e.data for e in durable] == lines(ui, turn_id)
+    assert rest[-1].event == "end" and rest[-2].event == "settled"
+    assert rest[-2].data["status"] == "completed"
+
+
+async def test_sse_without_follow_ends_at_the_settle_point(ui: Ui) -> None:
+    turn_id, _ = await ui.suspended(SAVE)
+    got = await read_sse(ui.http, f"/api/turns/{turn_id}/events")
+    assert [e.event for e in got][-2:] == ["settled", "end"]
+    assert got[-2].data["status"] == "suspended"
+    assert len([e for e in got if e.event == "turn-event"]) == len(lines(ui, turn_id))
+    # The JSON (non-SSE) form of the same endpoint pages by offset.
+    page = (await ui.http.get(f"/api/turns/{turn_id}/events", params={"after": 2})).json()
+    assert [e["offset"] for e in page["events"]] == list(range(3, len(lines(ui, turn_id)) + 1))
+
+
+async def test_the_surface_format_over_sse_and_json_lines(ui: Ui) -> None:
+    turn_id = await ui.create("What is 6 * 7?")
+    await ui.until(turn_id, lambda v: v["status"] == "completed")
+    sse = await read_sse(ui.http, f"/api/turns/{turn_id}/events?format=surface")
+    body = (await ui.http.get(f"/api/turns/{turn_id}/events?format=surface")).content
+    jsonl = [orjson.loads(x) for x in body.splitlines()]
+    assert [e.data for e in sse if e.event != "end"] == jsonl
+    assert jsonl[0]["type"] == "turn_started" and jsonl[-1]["type"] == "turn_completed"
+    assert jsonl[-1]["payload"]["final"] is True
+    # Resuming mid-way continues with the same item ids.
+    middle = next(e for e in sse if e.event == "item_completed")
+    resumed = await read_sse(
+        ui.http, f"/api/turns/{turn_id}/events?format=surface", last_id=middle.id
+    )
+    tail = [e.data for e in sse if e.id is not None and int(e.id) > int(middle.id or 0)]
+    assert [e.data for e in resumed if e.event != "end"] == tail
+
+
+# ---------------------------------------------------------------- security
+
+
+async def test_a_token_guards_every_request(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    token = "t0ken-" + "x" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        async with httpx.AsyncClient(base_url=ui.url) as anon:
+            for path in ("/", "/api/turns", "/static/app.js", f"/api/turns/{MISSING}"):
+                assert (await anon.get(path)).status_code == 401
+            assert (
+                await anon.get("/api/agents", headers={"X-Turns-Token": token + "x"})
+            ).status_code == 401
+            assert (
+                await anon.get("/api/agents", headers={"Authorization": f"Bearer {token}"})
+            ).status_code == 200
+            # Opening a page with ?token= sets the cookie and drops the token from the address.
+            r = await anon.get("/?token=" + token)
+            assert r.status_code == 303 and r.headers["location"] == "/"
+            assert (
+                "HttpOnly" in r.headers["set-cookie"]
+                and "SameSite=Strict" in r.headers["set-cookie"]
+            )
+            assert (await anon.get("/api/agents")).status_code == 200  # the cookie now
+            approve = f"/api/turns/{MISSING}/calls/c/approve"
+            # A cookie alone is not enough for a state change: it must come from our own page.
+            assert (await anon.post(approve, json={})).status_code == 403
+            assert (
+                await anon.post(approve, json={}, headers={"Origin": "http://evil.example"})
+            ).status_code == 403
+            assert (
+                await anon.post(approve, json={}, headers={"Origin": ui.url})
+            ).status_code == 404
+        r = await ui.http.get("/api/agents")
+        assert r.status_code == 200
+        assert "default-src 'self'" in r.headers["content-security-policy"]
+
+
+async def test_without_a_token_only_loopback_names_and_same_origin_posts(ui: Ui) -> None:
+    r = await ui.http.get("/api/agents", headers={"Host": "attacker.example:8300"})
+    assert r.status_code == 403  # DNS rebinding
+    r = await ui.http.post(
+        f"/api/turns/{MISSING}/cancel", json={}, headers={"Origin": "http://attacker.example"}
+    )
+    assert r.status_code == 403
+
+
+def test_binding_beyond_loopback_requires_a_token(capsys: pytest.CaptureFixture[str]) -> None:
+    with pytest.raises(UiConfigError, match="requires a token"):
+        check_token("0.0.0.0", None)
+    with pytest.raises(UiConfigError, match="16 to 512"):
+        check_token("127.0.0.1", "short")
+    assert check_token("127.0.0.1", None) is None
+    assert check_token("10.1.2.3", "a" * 16) == "a" * 16
+    assert main(["ui", "--host", "0.0.0.0", "--port", "0"]) == 2
+    assert "requires a token" in capsys.readouterr().err

@@ -1,0 +1,198 @@
+"""The web UI end to end in a real headless Chromium (Debian's, driven by Playwright).
+
+Each test serves the real app (uvicorn, a worker, the session's dev server,
+the demo model making real tool calls) and works the page as a person would:
+by role and name. Nothing reloads the page after it opens: a marker set on
+``window`` at the start must still be there at the end.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import shutil
+import uuid
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+from playwright.async_api import BrowserContext, Page, async_playwright, expect
+from temporalio.testing import WorkflowEnvironment
+
+from tests.stream_worker import stream_worker
+from tests.webui import Ui, running_ui
+
+ROOT = Path(__file__).resolve().parent.parent
+CHROMIUM = "/usr/bin/chromium"
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--no-first-run",
+]
+SCREENSHOT = ROOT / "docs" / "ui.png"
+WAIT = 30_000  # ms: every expectation waits on the page's state, never sleeps
+
+
+@pytest.fixture
+async def ui(temporal_env: WorkflowEnvironment, tmp_path: Path) -> AsyncIterator[Ui]:
+    async with running_ui(temporal_env, tmp_path) as running:
+        yield running
+
+
+@pytest.fixture
+async def browser(tmp_path: Path) -> AsyncIterator[BrowserContext]:
+    assert os.path.exists(CHROMIUM), "install Debian's chromium: apt-get install -y chromium"
+    profile = tmp_path / "chromium-profile"  # a fresh --user-data-dir every test
+    async with async_playwright() as p:
+        context = await p.chromium.launch_persistent_context(
+            str(profile),
+            executable_path=CHROMIUM,
+            args=FLAGS,
+            headless=True,
+            viewport={"width": 1100, "height": 900},
+        )
+        try:
+            yield context
+        finally:
+            await context.close()
+
+
+async def open_page(context: BrowserContext, url: str) -> Page:
+    page = await context.new_page()
+    problems: list[str] = []
+    page.on("pageerror", lambda exc: problems.append(str(exc)))
+    page.on("dialog", lambda d: problems.append(f"dialog: {d.message}"))
+    await page.goto(url)
+    await page.evaluate("window.__noReload = true")
+    page.problems = problems  # type: ignore[attr-defined]
+    return page
+
+
+async def still_same_page(page: Page) -> None:
+    assert await page.evaluate("window.__noReload === true"), "the page was reloaded"
+    assert await page.evaluate("window.__xss === undefined"), "a script from a turn ran"
+    assert page.problems == []  # type: ignore[attr-defined]
+
+
+SCRIPTED = "<script>window.__xss = 1</script><img src=x onerror=window.__xss=2>"
+
+
+async def test_approve_from_waiting_for_you_and_watch_it_complete(
+    ui: Ui, browser: BrowserContext, tmp_path: Path
+) -> None:
+    turn_id, _ = await ui.suspended(f"Save '{SCRIPTED}' to notes.txt")
+    page = await open_page(browser, ui.url + "/")
+    waiting = page.get_by_role("region", name="Waiting for you")
+    await expect(waiting.get_by_role("link", name=turn_id)).to_be_visible(timeout=WAIT)
+    await expect(page.get_by_role("table").get_by_text("suspended")).to_be_visible(timeout=WAIT)
+    await page.get_by_role("link", name=turn_id).first.click()
+    await expect(page.get_by_role("heading", name=f"Turn {turn_id}")).to_be_visible(timeout=WAIT)
+    await page.evaluate("window.__noReload = true")
+    # The tool input is shown as text: markup and script arrive verbatim and never run.
+    pending = page.get_by_role("region", name="Waiting for you")
+    await expect(pending.locator("pre.input")).to_contain_text(SCRIPTED, timeout=WAIT)
+    assert await page.locator("main img").count() == 0
+    await page.screenshot(path=str(tmp_path / "ui.png"), full_page=True)
+    if os.environ.get("TURNS_UPDATE_SCREENSHOT") or not SCREENSHOT.exists():
+        shutil.copyfile(tmp_path / "ui.png", SCREENSHOT)
+    assert (tmp_path / "ui.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+    await page.get_by_role("button", name="Approve").click()
+    outcome = page.get_by_role("region", name="Outcome")
+    await expect(outcome).to_contain_text("Wrote", timeout=WAIT)
+    await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+    conversation = page.get_by_role("region", name="Conversation")
+    await expect(conversation).to_contain_text('"created": true', timeout=WAIT)  # the tool result
+    await expect(conversation).to_contain_text("allowed by human")  # the permission record
+    await expect(page.get_by_role("button", name="Approve")).to_have_count(0)
+    await expect(page.get_by_role("button", name="Cancel turn")).to_be_hidden()
+    await still_same_page(page)
+
+
+async def test_deny_with_a_reason_the_model_sees(ui: Ui, browser: BrowserContext) -> None:
+    turn_id, _ = await ui.suspended("Save 'secrets' to notes.txt")
+    page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+    await page.get_by_label("Reason for denying").fill("not without a code review")
+    await page.get_by_role("button", name="Deny").click()
+    outcome = page.get_by_role("region", name="Outcome")
+    # The demo model quotes the tool result it received: the denial with its reason.
+    await expect(outcome).to_contain_text("not without a code review", timeout=WAIT)
+    await expect(outcome).to_contain_text("did not succeed")
+    await expect(page.get_by_role("status")).to_have_text("completed")
+    await still_same_page(page)
+
+
+async def test_complete_an_ask_human_with_text(ui: Ui, browser: BrowserContext) -> None:
+    turn_id, _ = await ui.suspended("Ask me for my name")
+    page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+    pending = page.get_by_role("region", name="Waiting for you")
+    await expect(pending.get_by_text("What is your name?")).to_be_visible(timeout=WAIT)
+    await page.get_by_label("Your answer").fill("Ada <Lovelace>")
+    await page.get_by_role("button", name="Complete").click()
+    outcome = page.get_by_role("region", name="Outcome")
+    await expect(outcome).to_contain_text("You answered: Ada <Lovelace>", timeout=WAIT)
+    await still_same_page(page)
+
+
+async def test_two_tabs_deciding_one_call_one_wins_one_is_told(
+    ui: Ui, browser: BrowserContext
+) -> None:
+    turn_id, _ = await ui.suspended("Save 'twice' to notes.txt")
+    tabs = [await open_page(browser, f"{ui.url}/turns/{turn_id}") for _ in range(2)]
+    for tab in tabs:
+        await expect(tab.get_by_role("button", name="Approve")).to_be_enabled(timeout=WAIT)
+    await asyncio.gather(*(tab.get_by_role("button", name="Approve").click() for tab in tabs))
+    for tab in tabs:
+        await expect(tab.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:  # the losing tab's answer may land after the turn completed
+        alerts = [await tab.locator("#alert").text_content() or "" for tab in tabs]
+        rejected = [a for a in alerts if a.startswith("Rejected:")]
+        if rejected or asyncio.get_running_loop().time() > deadline:
+            break
+        await asyncio.sleep(0.05)
+    assert len(rejected) == 1, alerts
+    await expect(tabs[alerts.index(rejected[0])].get_by_role("alert")).to_be_visible()
+    assert "already" in rejected[0]
+    assert [a for a in alerts if not a.startswith("Rejected:")] == [""]
+    text = ui.file(turn_id).decode()
+    assert text.count('"type":"tool_permission_resolved"') == 1  # exactly one decision recorded
+    for tab in tabs:
+        await still_same_page(tab)
+
+
+async def test_start_a_turn_from_the_page_and_see_it_stream(
+    ui: Ui, browser: BrowserContext
+) -> None:
+    page = await open_page(browser, ui.url + "/")
+    await page.get_by_label("Prompt").fill("What is 6 * 7?")
+    await page.get_by_role("button", name="Start turn").click()
+    await expect(page.get_by_role("region", name="Outcome")).to_contain_text("= 42", timeout=WAIT)
+    await expect(page.get_by_role("status")).to_have_text("completed")
+    await expect(page.get_by_role("region", name="Usage")).to_contain_text("totalTokens")
+
+
+async def test_text_streams_live_from_a_worker_in_another_process(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, browser: BrowserContext
+) -> None:
+    queue = f"stream-{uuid.uuid4()}"
+    home = tmp_path / "home"
+    home.mkdir()
+    async with (
+        stream_worker(temporal_env, queue, home),
+        running_ui(temporal_env, tmp_path, worker=False, task_queue=queue) as ui,
+    ):
+        turn_id = await ui.create("hello there")  # the demo answers with its help text
+        page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+        # The worker holds the call after its first chunk: the page shows it streaming.
+        streaming = page.locator(".msg.streaming .text")
+        await expect(streaming).to_contain_text("I am", timeout=WAIT)
+        await expect(page.get_by_role("status")).to_have_text("running")
+        (home / "gate").write_text("open")
+        outcome = page.get_by_role("region", name="Outcome")
+        await expect(outcome).to_contain_text("built-in demo model", timeout=WAIT)
+        await expect(streaming).to_have_count(0)
+        await still_same_page(page)
