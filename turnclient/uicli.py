@@ -9,7 +9,9 @@ command runs, and it is an optional extra — ``pip install 'turncore[ui]'``.
 from __future__ import annotations
 
 import argparse
+import asyncio
 import contextlib
+import signal
 from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
@@ -84,10 +86,30 @@ def ui(args: argparse.Namespace) -> int:
                     if not args.no_worker:
                         print(f"worker        task queue {runtime.task_queue}")
                     print("Ctrl-C to stop.", flush=True)
-                await web.stopped
+                await _until_stopped(web.stopped)
         return EXIT_OK
 
     return _run_async(args, body)
+
+
+async def _until_stopped(server: asyncio.Task[None]) -> None:
+    """Until SIGINT or SIGTERM (then the caller's blocks stop the server and worker), or
+    the server fails on its own."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError, RuntimeError):
+            loop.add_signal_handler(sig, stop.set)
+    waiter = asyncio.create_task(stop.wait())
+    try:
+        await asyncio.wait({server, waiter}, return_when=asyncio.FIRST_COMPLETED)
+        if server.done():
+            server.result()  # raises why it stopped
+    finally:
+        waiter.cancel()
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            with contextlib.suppress(NotImplementedError, RuntimeError):
+                loop.remove_signal_handler(sig)
 
 
 @contextlib.asynccontextmanager

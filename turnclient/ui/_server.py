@@ -3,6 +3,8 @@
 ``web_ui`` binds the socket itself (so a port already in use can fall back
 to a free one, and port 0 works), then runs a ``uvicorn.Server`` on it as a
 task for the block: ``turns ui``, ``turns dev`` and the tests all use it.
+The caller owns the signals; leaving the block stops the server (open SSE
+streams get ``timeout_graceful_shutdown`` seconds to finish).
 """
 
 from __future__ import annotations
@@ -14,7 +16,7 @@ import ipaddress
 import os
 import re
 import socket
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass
 
 import uvicorn
@@ -55,13 +57,22 @@ def token_from(given: str | None) -> str | None:
     return given if given is not None else (os.environ.get(TOKEN_ENV) or None)
 
 
+class _Server(uvicorn.Server):
+    """uvicorn without its own signal handling: the program that runs the loop owns
+    SIGINT/SIGTERM (``turns ui``, ``turns dev``) and ends the block to stop serving."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
+
+
 @dataclass(frozen=True)
 class WebUi:
     url: str
     host: str
     port: int
     stopped: asyncio.Task[None]
-    """Ends when the server stops (uvicorn handles SIGINT/SIGTERM itself)."""
+    """Ends if the server stops on its own (it failed)."""
 
 
 def _bind(host: str, port: int, *, fallback: bool) -> socket.socket:
@@ -95,7 +106,7 @@ async def web_ui(
         timeout_graceful_shutdown=2,
         ws="none",
     )
-    server = uvicorn.Server(config)
+    server = _Server(config)
     task = asyncio.create_task(server.serve(sockets=[sock]))
     try:
         while not server.started:
