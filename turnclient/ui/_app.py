@@ -551,7 +551,10 @@ async def create_endpoint(ctx: UiContext, request: Request) -> Response:
         raise HttpError(
             400, f"agent {agent_name!r} names no model and turns.toml sets no default_model"
         )
-    runtime.models.resolve(model)  # a missing key fails before any file exists
+    try:
+        runtime.models.resolve(model)  # a missing key fails before any file exists
+    except TurnError as exc:
+        raise HttpError(400, f"agent {agent_name!r} cannot run: {exc}") from None
     context = None
     if body.continue_from is not None:
         if not is_turn_id(body.continue_from):
