@@ -115,8 +115,11 @@ async def test_approve_from_waiting_for_you_and_watch_it_complete(
 async def test_deny_with_a_reason_the_model_sees(ui: Ui, browser: BrowserContext) -> None:
     turn_id, _ = await ui.suspended("Save 'secrets' to notes.txt")
     page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+    # By keyboard: type the reason, Tab to Deny, press Enter.
     await page.get_by_label("Reason for denying").fill("not without a code review")
-    await page.get_by_role("button", name="Deny").click()
+    await page.keyboard.press("Tab")
+    await expect(page.get_by_role("button", name="Deny")).to_be_focused()
+    await page.keyboard.press("Enter")
     outcome = page.get_by_role("region", name="Outcome")
     # The demo model quotes the tool result it received: the denial with its reason.
     await expect(outcome).to_contain_text("not without a code review", timeout=WAIT)

@@ -6,14 +6,17 @@ from typing import Any
 
 from turncore.reducer import ToolCallState, TurnState
 
+from . import render
+
 
 def status_of(state: TurnState) -> str:
-    """completed | failed | cancelled | suspended | running (from the file alone)."""
-    if state.terminal is not None:
-        return state.terminal.type.removeprefix("turn_")
-    if state.suspension is not None:
-        return "suspended"
-    return "running"
+    """completed | failed | cancelled | suspended | running (from the file alone).
+
+    The words of the ``TurnStatus`` search attribute, so the API's turn list
+    (from visibility) and a turn's own view (from its file) agree.
+    """
+    status = render.status_of(state)
+    return "running" if status == "in-progress" else status
 
 
 def _permission_reason(call: ToolCallState) -> str | None:

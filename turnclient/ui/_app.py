@@ -585,7 +585,10 @@ def create_app(
     decision_wait: float = DECISION_WAIT,
 ) -> Starlette:
     """The ASGI app; ``token`` is required on every request when given."""
-    ctx = UiContext(runtime, client, runtime.turn_client(client), decision_wait=decision_wait)
+    # No live hub: the UI reads deltas from the work dir's spool (whoever runs the
+    # call), so a hub subscription per decision would only queue what nobody reads.
+    turns = TurnClient(client, runtime.repository, runtime.resolver, task_queue=runtime.task_queue)
+    ctx = UiContext(runtime, client, turns, decision_wait=decision_wait)
 
     def get(path: str, handler: Callable[[UiContext, Request], Awaitable[Response]]) -> Route:
         return Route(path, _guarded(handler, ctx), methods=["GET", "HEAD"])

@@ -87,7 +87,8 @@ const index = {
       }
     }
     await Promise.all([index.loadWaiting(), index.loadTurns(false)]);
-    setInterval(() => { index.loadWaiting(); if (!index.before) index.loadTurns(false); }, 2000);
+    // Visibility has no push: look again every few seconds (the turn page streams instead).
+    setInterval(() => { index.loadWaiting(); if (!index.before) index.loadTurns(false); }, 3000);
   },
 
   async loadWaiting() {
