@@ -28,7 +28,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def environment(home: Path, **extra: str) -> dict[str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))}
+    ours = ("TURNS_HOME", "TURNS_TASK_QUEUE", "TURNS_UI_TOKEN", "TURNS_CONFIG")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_") and k not in ours}
     env.update({"TURNS_HOME": str(home), "PYTHONPATH": str(ROOT), "NO_COLOR": "1", **extra})
     return env
 
