@@ -8,6 +8,7 @@ without a gap or a duplicate.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,6 +19,7 @@ import orjson
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
 from turnclient.cli import main
 from turnclient.ui import MAX_BODY, check_token
@@ -331,3 +333,39 @@ def test_binding_beyond_loopback_requires_a_token(capsys: pytest.CaptureFixture[
     assert check_token("10.1.2.3", "a" * 16) == "a" * 16
     assert main(["ui", "--host", "0.0.0.0", "--port", "0"]) == 2
     assert "requires a token" in capsys.readouterr().err
+
+
+async def test_sse_carries_deltas_from_another_process_and_resumes_after_one(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    queue = f"sse-{uuid.uuid4()}"
+    home = tmp_path / "home"
+    home.mkdir()
+    async with (
+        stream_worker(temporal_env, queue, home),
+        running_ui(temporal_env, tmp_path, worker=False, task_queue=queue) as ui,
+    ):
+        turn_id = await ui.create("hello there")  # the demo streams its help text
+        events = f"/api/turns/{turn_id}/events?follow=1"
+        first: list[Sse] = []
+        while not first or first[-1].event != "delta":  # held at the gate after one chunk
+            first = await read_sse(ui.http, events, stop=len(first) + 1)
+        delta = first[-1]
+        offset = len([e for e in first if e.event == "turn-event"])
+        assert delta.id == f"{offset}:0:1" and delta.data["type"] == "text_delta"
+        assert delta.data["seq"] == 1 and delta.data["modelCallIndex"] == 0
+        (home / "gate").write_text("open")
+        rest = await read_sse(ui.http, events, last_id=delta.id)
+        assert all(e.data["seq"] > 1 for e in rest if e.event == "delta")  # none repeated
+        durable = [e for e in first + rest if e.event == "turn-event"]
+        assert [int(e.id or 0) for e in durable] == list(range(1, len(lines(ui, turn_id)) + 1))
+        completed = next(
+            i for i, e in enumerate(rest) if e.data.get("type") == "model_call_completed"
+        )
+        assert not [e for e in rest[completed:] if e.event == "delta"]
+        streamed = delta.data["delta"] + "".join(
+            e.data["delta"] for e in rest if e.event == "delta"
+        )
+        answer = rest[completed].data["message"]["content"]
+        text = answer if isinstance(answer, str) else "".join(p["text"] for p in answer)
+        assert text.startswith(streamed)
