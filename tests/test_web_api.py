@@ -144,6 +144,7 @@ async def test_every_error_path_has_its_status_and_appends_nothing(ui: Ui) -> No
     json_header = {"Content-Type": "application/json"}
     assert "not JSON" in await expect(400, "POST", approve, content=b"{nope", headers=json_header)
     assert "JSON object" in await expect(400, "POST", approve, content=b"[1]", headers=json_header)
+    assert "empty" in await expect(400, "POST", approve, content=b"", headers=json_header)
     assert "extra" in (await expect(400, "POST", approve, json={"decision": "allow"})).lower()
     deny = f"{base}/calls/{call}/deny"
     assert "reason" in await expect(400, "POST", deny, json={"reason": 7})
@@ -155,6 +156,8 @@ async def test_every_error_path_has_its_status_and_appends_nothing(ui: Ui) -> No
     await expect(400, "GET", "/api/turns", params={"before": "yesterday"})
     await expect(400, "GET", f"{base}/events", params={"after": "x"})
     await expect(400, "POST", "/api/turns", json={"prompt": ""})
+    await expect(400, "POST", "/api/turns", json={"prompt": "hi", "humanAvailable": "yes"})
+    await expect(400, "POST", "/api/turns", json={"prompt": "hi", "maxModelCalls": "3"})
     assert "unknown agent" in await expect(
         400, "POST", "/api/turns", json={"prompt": "hi", "agent": "nobody"}
     )
@@ -369,3 +372,17 @@ async def test_sse_carries_deltas_from_another_process_and_resumes_after_one(
         answer = rest[completed].data["message"]["content"]
         text = answer if isinstance(answer, str) else "".join(p["text"] for p in answer)
         assert text.startswith(streamed)
+
+
+async def test_a_corrupt_turn_file_is_reported_not_guessed(ui: Ui) -> None:
+    turn_id = await ui.create("What is 6 * 7?")
+    await ui.until(turn_id, lambda v: v["status"] == "completed")
+    path = ui.runtime.repository.path_for(turn_id)
+    path.write_bytes(path.read_bytes() + b'{"type": "nonsense"}\n')
+    before = path.read_bytes()
+    for where in (f"/api/turns/{turn_id}", f"/api/turns/{turn_id}/events"):
+        r = await ui.http.get(where)
+        assert r.status_code == 500 and "turns repair" in r.json()["error"], r.text
+    r = await ui.http.post(f"/api/turns/{turn_id}/cancel", json={})
+    assert r.status_code == 500, r.text
+    assert path.read_bytes() == before

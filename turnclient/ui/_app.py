@@ -34,8 +34,9 @@ from turnclient.api import CreateTurnInput, TurnClient
 from turnclient.deltaspool import spool_dir
 from turnclient.follow import Durable, Live, Settled, follow_turn
 from turnclient.listing import TurnListing, list_turns, pending_across
-from turnclient.turnview import status_of, turn_view
+from turnclient.turnview import pending_inputs, status_of, turn_view
 from turncore.errors import (
+    CorruptTurnError,
     DependencyError,
     InfrastructureError,
     InvalidInputError,
@@ -98,8 +99,14 @@ def _json(doc: Any, status: int = 200) -> Response:
 
 
 class _Body(BaseModel):
+    """A request body: wire names only, nothing unknown, nothing coerced ("1" is no number)."""
+
     model_config = ConfigDict(
-        alias_generator=to_camel, validate_by_name=False, validate_by_alias=True, extra="forbid"
+        alias_generator=to_camel,
+        validate_by_name=False,
+        validate_by_alias=True,
+        extra="forbid",
+        strict=True,
     )
 
 
@@ -155,7 +162,9 @@ async def _body(request: Request, model: type[B]) -> B:
         raise HttpError(400, "the request body was cut off") from None
     raw = b"".join(chunks)
     if not raw.strip():
-        raw = b"{}"
+        raise HttpError(
+            400, "the body is empty: send a JSON object ({} when there is nothing to say)"
+        )
     try:
         doc = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
@@ -220,6 +229,8 @@ def _guarded(
             return _error(404, str(exc))
         except InvalidInputError as exc:
             return _error(400, str(exc))
+        except CorruptTurnError as exc:
+            return _error(500, f"{exc} (see `turns validate` and `turns repair`)")
         except (DependencyError, InfrastructureError) as exc:
             return _error(503, str(exc))
         except RPCError as exc:
@@ -312,9 +323,7 @@ async def turn_pending_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     events = await _events_of(ctx, turn_id)
     state = TurnReducer.of(events).state
-    return _json(
-        {"turnId": turn_id, "status": status_of(state), **turn_view(state, len(events))["pending"]}
-    )
+    return _json({"turnId": turn_id, "status": status_of(state), **pending_inputs(state)})
 
 
 def _resume_point(request: Request) -> tuple[int, tuple[int, int]]:
