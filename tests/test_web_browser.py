@@ -87,7 +87,8 @@ async def test_approve_from_waiting_for_you_and_watch_it_complete(
     page = await open_page(browser, ui.url + "/")
     waiting = page.get_by_role("region", name="Waiting for you")
     await expect(waiting.get_by_role("link", name=turn_id)).to_be_visible(timeout=WAIT)
-    await expect(page.get_by_role("table").get_by_text("suspended")).to_be_visible(timeout=WAIT)
+    row = page.get_by_role("row").filter(has_text=turn_id)  # the session's server has others
+    await expect(row.get_by_text("suspended")).to_be_visible(timeout=WAIT)
     await page.get_by_role("link", name=turn_id).first.click()
     await expect(page.get_by_role("heading", name=f"Turn {turn_id}")).to_be_visible(timeout=WAIT)
     await page.evaluate("window.__noReload = true")
