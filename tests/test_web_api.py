@@ -105,6 +105,7 @@ async def test_a_suspended_turn_lists_what_it_waits_for(ui: Ui) -> None:
         await asyncio.sleep(0.1)
     assert ids == sorted(ids, reverse=True)  # newest first
     assert ids.index(newer) < ids.index(turn_id)
+    assert listed[ids.index(turn_id)]["input"] == "Save '<b>bold</b>' to notes.txt"  # the memo
     suspended = (await ui.http.get("/api/turns", params={"status": "suspended"})).json()["turns"]
     assert turn_id in [t["turnId"] for t in suspended]
     assert all(t["status"] == "suspended" for t in suspended)

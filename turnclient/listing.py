@@ -66,11 +66,13 @@ def turn_query(
     return " AND ".join(clauses)
 
 
-def _row(wf: WorkflowExecution) -> dict[str, Any]:
+async def _row(wf: WorkflowExecution) -> dict[str, Any]:
     attrs = wf.typed_search_attributes
     pending = attrs.get(_KEYS["TurnPendingInputs"]) or ""
+    memo = await wf.memo()  # listed with the execution: decoding it is no round trip
     return {
         "turnId": wf.id,
+        "input": memo.get("input") if isinstance(memo, dict) else None,
         "status": attrs.get(_KEYS["TurnStatus"]),
         "agent": attrs.get(_KEYS["TurnAgent"]),
         "model": attrs.get(_KEYS["TurnModel"]),
@@ -117,7 +119,7 @@ async def list_turns(
     latest, partial = await _latest_runs(client, query)
     ids = sorted(latest, reverse=True)
     page = ids[:page_size]
-    rows = [_row(latest[i]) for i in page]
+    rows = [await _row(latest[i]) for i in page]
     more = len(ids) > page_size or partial
     return TurnListing(rows, page[-1] if more and page else None, partial)
 

@@ -118,6 +118,7 @@ const index = {
     const rows = r.body.turns.map((t) => h("tr", {},
       h("td", {}, h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId)),
       h("td", {}, badge(t.status)),
+      h("td", { class: "prompt" }, t.input || ""),
       h("td", {}, (t.agent || "?") + " · " + (t.model || "?")),
       h("td", {}, t.session || ""),
       h("td", {}, (t.pendingInputs || []).join(", "))));
