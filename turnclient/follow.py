@@ -82,7 +82,9 @@ async def follow_turn(
     # model call appends its durable step events before it spools the deltas
     # they open, so every delta read has its durable context read right after.
     deltas = DeltaSpoolReader(spool, turn_id, delta_after)
-    spooled = await asyncio.to_thread(deltas.read)
+    # Read in the loop, not a thread: a spool is at most two small local files, and
+    # many watchers must not fill the default executor the repository reads need.
+    spooled = deltas.read()
     events = await asyncio.to_thread(repository.read, turn_id)
     after = max(0, min(after, len(events)))
     reducer = TurnReducer.of(events[:after])
@@ -113,7 +115,7 @@ async def follow_turn(
             # else: its call is closed, and its durable record says it all
         waiting = keep
         await asyncio.sleep(poll)
-        spooled = await asyncio.to_thread(deltas.read)
+        spooled = deltas.read()
         backlog = await asyncio.to_thread(repository.read_after, turn_id, offset)
 
 
