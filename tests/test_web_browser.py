@@ -134,7 +134,19 @@ async def test_complete_an_ask_human_with_text(ui: Ui, browser: BrowserContext) 
     page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
     pending = page.get_by_role("region", name="Waiting for you")
     await expect(pending.get_by_text("What is your name?")).to_be_visible(timeout=WAIT)
-    await page.get_by_label("Your answer").fill("Ada <Lovelace>")
+    answer = page.get_by_label("Your answer")
+    await answer.click()
+    await page.keyboard.type("Ada")
+    # A live update lands while the person types: progress from the tool's side.
+    view = await ui.view(turn_id)
+    call = view["pending"]["asyncTools"][0]["toolCallId"]
+    r = await ui.http.post(
+        f"/api/turns/{turn_id}/calls/{call}/progress", json={"data": {"note": "still waiting"}}
+    )
+    assert r.status_code == 200, r.text
+    await expect(pending.get_by_text("still waiting")).to_be_visible(timeout=WAIT)
+    await expect(answer).to_be_focused()  # the update left the field alone
+    await page.keyboard.type(" <Lovelace>")
     await page.get_by_role("button", name="Complete").click()
     outcome = page.get_by_role("region", name="Outcome")
     await expect(outcome).to_contain_text("You answered: Ada <Lovelace>", timeout=WAIT)

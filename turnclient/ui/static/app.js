@@ -211,9 +211,19 @@ const turn = {
     const cards = [];
     for (const p of v.pending.permissions) cards.push(turn.approvalCard(p));
     for (const p of v.pending.asyncTools) cards.push(turn.completeCard(p));
-    // Keep a card the user is typing in: replace only what changed.
-    const keep = new Map([...box.children].map((c) => [c.dataset.key, c]));
-    box.replaceChildren(...cards.map((c) => keep.get(c.dataset.key) || c));
+    // Touch only what changed: a card still pending stays the very same node, never
+    // even re-inserted, so text being typed into it and its focus survive every update.
+    const existing = new Map([...box.children].map((c) => [c.dataset.key, c]));
+    const wanted = new Set(cards.map((c) => c.dataset.key));
+    for (const [key, node] of existing) if (!wanted.has(key)) node.remove();
+    let anchor = box.firstChild;
+    for (const card of cards) {
+      const kept = existing.get(card.dataset.key);
+      if (kept) {
+        if (kept.update) kept.update(card); // new progress, say, shown in place
+        anchor = kept.nextSibling;
+      } else box.insertBefore(card, anchor);
+    }
     document.getElementById("pending-section").hidden = cards.length === 0;
   },
 
@@ -238,11 +248,11 @@ const turn = {
     const answer = h("textarea", { id: id + "-answer", rows: 3 });
     const asJson = h("input", { id: id + "-json", type: "checkbox" });
     const status = h("p", { class: "muted", "aria-live": "polite" });
-    const progress = (p.progress || []).map((x) => h("li", {}, json(x)));
+    const progress = h("ul", { class: "progress" }, (p.progress || []).map((x) => h("li", {}, json(x))));
     const card = h("article", { class: "card pending", "data-key": "async:" + p.toolCallId, "aria-labelledby": id + "-h" },
       h("h3", { id: id + "-h" }, p.question ? "Question from " + p.toolName + " " : "Result needed for " + p.toolName + " ", h("code", {}, p.toolCallId)),
       p.question ? h("p", { class: "question" }, p.question) : h("pre", { class: "input" }, json(p.input)),
-      progress.length ? h("ul", { class: "progress" }, progress) : null,
+      progress,
       h("div", { class: "stack" },
         h("label", { for: id + "-answer" }, "Your answer"), answer,
         h("label", { class: "inline" }, asJson, " Send as JSON"),
@@ -255,6 +265,8 @@ const turn = {
             turn.decide(card, status, p.toolCallId, "complete", body);
           } }, "Complete"))),
       status);
+    card.progress = progress;
+    card.update = (fresh) => progress.replaceChildren(...fresh.progress.children);
     return card;
   },
 
