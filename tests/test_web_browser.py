@@ -212,3 +212,21 @@ async def test_text_streams_live_from_a_worker_in_another_process(
         await expect(outcome).to_contain_text("built-in demo model", timeout=WAIT)
         await expect(streaming).to_have_count(0)
         await still_same_page(page)
+
+
+async def test_behind_a_token_the_page_works_from_its_link_and_nothing_without_it(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, browser: BrowserContext
+) -> None:
+    token = "browser-token-" + uuid.uuid4().hex
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        turn_id, _ = await ui.suspended("Save 'guarded' to notes.txt")
+        stranger = await browser.new_page()
+        response = await stranger.goto(f"{ui.url}/turns/{turn_id}")
+        assert response is not None and response.status == 401
+        await stranger.close()
+        # The link `turns ui` prints: the token becomes a cookie and leaves the address.
+        page = await open_page(browser, f"{ui.url}/turns/{turn_id}?token={token}")
+        assert page.url == f"{ui.url}/turns/{turn_id}"
+        await page.get_by_role("button", name="Approve").click()  # a same-origin JSON POST
+        await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+        await still_same_page(page)
