@@ -20,6 +20,7 @@ from typing import Any
 
 import httpx
 import orjson
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.test_embedded import kill_stragglers
@@ -102,6 +103,7 @@ def test_turns_ui_serves_the_api_with_its_own_worker_and_watch_speaks_surface(
     assert kinds[0] == "turn_started" and kinds[-1] == "turn_completed"
 
 
+@pytest.mark.temporal  # starts the work dir's embedded dev server
 def test_turns_dev_serves_the_web_ui_next_to_temporal_web(tmp_path: Path) -> None:
     home = tmp_path / "home"
     try:
