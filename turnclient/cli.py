@@ -1936,7 +1936,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = Fals
         @contextlib.asynccontextmanager
         async def serve_web(conn: Temporal) -> AsyncIterator[None]:
             async with dev_web_ui(runtime, conn.client, args.web_port) as url:
-                web_url.append(url)
+                web_url[:] = [url]  # a replaced embedded server serves the UI anew
                 yield
 
         def ready(conn: Temporal) -> None:
