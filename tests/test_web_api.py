@@ -74,7 +74,13 @@ def lines(ui: Ui, turn_id: str) -> list[dict[str, Any]]:
 # ---------------------------------------------------------------- reading
 
 
-async def test_a_suspended_turn_lists_what_it_waits_for(ui: Ui) -> None:
+async def test_a_suspended_turn_lists_what_it_waits_for(
+    ui: Ui, temporal_env: WorkflowEnvironment
+) -> None:
+    # A Turn workflow under an id that is no turn id is not a turn: never listed.
+    stray = await temporal_env.client.start_workflow(
+        "Turn", {"turnId": "zz-not-a-turn"}, id=f"zz-{uuid.uuid4()}", task_queue="nowhere"
+    )
     turn_id, view = await ui.suspended("Save '<b>bold</b>' to notes.txt")
     (permission,) = view["pending"]["permissions"]
     assert permission["toolName"] == "write_file"
@@ -103,6 +109,8 @@ async def test_a_suspended_turn_lists_what_it_waits_for(ui: Ui) -> None:
             break
         assert asyncio.get_running_loop().time() < deadline
         await asyncio.sleep(0.1)
+    assert stray.id not in ids
+    await stray.terminate("test over")
     assert ids == sorted(ids, reverse=True)  # newest first
     assert ids.index(newer) < ids.index(turn_id)
     assert listed[ids.index(turn_id)]["input"] == "Save '<b>bold</b>' to notes.txt"  # the memo

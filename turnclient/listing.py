@@ -23,6 +23,7 @@ from temporalio.client import Client, WorkflowExecution
 from temporalio.common import SearchAttributeKey
 
 from turncore.errors import TurnError, TurnNotFoundError
+from turncore.ids import is_turn_id
 from turncore.reducer import TurnReducer
 from turncore.repository import TurnRepository
 
@@ -100,6 +101,8 @@ async def _latest_runs(client: Client, query: str) -> tuple[dict[str, WorkflowEx
         seen += 1
         if seen > SCAN_LIMIT:
             return latest, True
+        if not is_turn_id(wf.id):
+            continue  # a Turn workflow under another id is no turn (the workflow refuses it)
         known = latest.get(wf.id)
         if known is None or (wf.start_time or datetime.min) > (known.start_time or datetime.min):
             latest[wf.id] = wf  # a recovered turn has a newer run than the one that failed
