@@ -2289,6 +2289,7 @@ def codec_server(args: argparse.Namespace) -> int:
 
     return _sync(args, body)
 
+
 # Commands kept in their own modules register themselves on import.
 from . import uicli as _uicli  # noqa: E402, F401  (`turns ui`; its web stack loads only when run)
 
