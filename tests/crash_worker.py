@@ -32,7 +32,7 @@ from turncore.model.scripted import ScriptedModel
 from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
 from turncore.reducer import TurnReducer
 from turncore.repository import FileTurnRepository
-from turncore.tools import FunctionTool, ToolContext, ToolRegistry
+from turncore.tools import ToolContext, ToolRegistry, tool
 from turncore_temporal.activities.payloads import (
     AppendInput,
     AppendResult,
@@ -92,20 +92,18 @@ def dependencies(work: Path, *, delay: float) -> TurnDependencies:
     repo = FileTurnRepository(work)
     executions = work / "executions"
 
-    async def slow(value: Any, ctx: ToolContext) -> Any:
+    @tool(permission="none", tool_id="builtin:slow")
+    async def slow(ctx: ToolContext, seconds: float = 0) -> Any:
+        """Takes its time."""
         with executions.open("a") as f:
             f.write(f"{ctx.tool_call_id} {os.getpid()} {ctx.turn_id}\n")
-        await asyncio.sleep(
-            float(value.get("seconds", 0)) + float(os.environ.get("SLOW_TOOL_SECONDS", "0"))
-        )
+        await asyncio.sleep(seconds + float(os.environ.get("SLOW_TOOL_SECONDS", "0")))
         return {"slept": True}
 
     return TurnDependencies(
         repository=repo,
         models=Models(delay),
-        tools=ToolRegistry(
-            {"builtin:slow": FunctionTool(slow), "builtin:guarded": FunctionTool(slow)}
-        ),
+        tools=ToolRegistry.of([slow, slow.with_(name="guarded", tool_id="builtin:guarded")]),
         checker=DeclaredPermissionChecker({"builtin:slow": "none"}),
         classifier=DeferAllClassifier(),
         contexts=ContextResolver(lambda tid: TurnReducer.of(repo.read(tid)).state),

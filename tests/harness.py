@@ -8,6 +8,7 @@ activities are the real ones.
 from __future__ import annotations
 
 import asyncio
+import inspect
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -26,6 +27,7 @@ from turncore.events import (
     ModelDescriptor,
     RequestedAgent,
     ToolDescriptor,
+    ToolResultData,
     TurnExternalInput,
     TurnOutcome,
     external_input_adapter,
@@ -42,11 +44,32 @@ from turncore.permissions import (
 )
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import FileTurnRepository
-from turncore.tools import FunctionTool, ToolFunction, ToolRegistry
+from turncore.tools import ToolContext, ToolRegistry
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.worker import build_worker
 
 MODEL = ModelDescriptor(provider="scripted", model="test")
+
+ToolFunction = Callable[[Any, ToolContext], Any]
+"""A test tool that takes the model's raw input (no schema, no validation)."""
+
+
+class RawTool:
+    """A ``SyncTool`` over ``fn(input, context)``: the workflow tests exercise the
+    runtime's handling of whatever the model sends, so no schema stands between.
+    Typed tools (``turncore.tools.tool``) are tested on their own."""
+
+    def __init__(self, fn: ToolFunction) -> None:
+        self._fn = fn
+
+    async def execute(self, input: Any, context: ToolContext) -> ToolResultData:
+        if inspect.iscoroutinefunction(self._fn):
+            value = await self._fn(input, context)
+        else:
+            value = await asyncio.to_thread(self._fn, input, context)
+        if isinstance(value, ToolResultData):
+            return value
+        return ToolResultData(output=value, is_error=False)
 
 
 def sync_tool(
@@ -108,7 +131,7 @@ class Harness:
         self.model = ScriptedModel(self.script, model="test", delay=self.delay, limits=self.limits)
         self.models = StaticModels({MODEL.label(): self.model})
         self.registry = ToolRegistry(
-            {f"builtin:{n}": FunctionTool(fn) for n, fn in self.implementations.items()},
+            {f"builtin:{n}": RawTool(fn) for n, fn in self.implementations.items()},
             {t.tool_id for t in self.tools if t.execution == "async"},
         )
         self.resolver = StaticAgentResolver(

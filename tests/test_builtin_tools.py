@@ -14,8 +14,8 @@ import httpx
 import pytest
 
 from turnclient.builtin_tools import (
-    BUILTIN_TOOLS,
-    builtin_implementations,
+    BUILTIN_NAMES,
+    builtin_tools,
     evaluate,
     http_get_tool,
 )
@@ -31,35 +31,40 @@ from turncore.messages import (
     UserMessage,
 )
 from turncore.model import ModelCallRequest, ToolDefinition
-from turncore.tools import FunctionTool, ToolContext, ToolFunction
+from turncore.tools import Tool, ToolContext
 
 NOON_UTC = datetime(2025, 7, 4, 17, 30, 5, tzinfo=UTC)
 
 
-def call(fn: ToolFunction, input: Any) -> ToolResultData:
+def call(tool: Tool, input: Any) -> ToolResultData:
     context = ToolContext("turn", "call_1", asyncio.Event(), lambda p: asyncio.sleep(0))
-    return asyncio.run(FunctionTool(fn).execute(input, context))
+    return asyncio.run(tool.execute(input, context))
 
 
 @pytest.fixture
-def tools(tmp_path: Path) -> dict[str, ToolFunction]:
+def tools(tmp_path: Path) -> dict[str, Tool]:
     root = tmp_path / "ws"
     root.mkdir()
     (root / "a.txt").write_text("alpha\n")
     (root / "sub").mkdir()
     (root / "sub" / "b.txt").write_text("beta")
     (tmp_path / "secret.txt").write_text("do not read")
-    return builtin_implementations(root, now=lambda: NOON_UTC)
+    return builtin_tools(root, now=lambda: NOON_UTC)
 
 
-def test_every_builtin_is_declared_and_implemented_or_async(tools: dict[str, ToolFunction]) -> None:
-    for name, spec in BUILTIN_TOOLS.items():
-        assert spec.input_schema["type"] == "object"
-        assert (name in tools) == (spec.execution == "sync")
-    assert BUILTIN_TOOLS["ask_human"].requires_human
+def test_every_builtin_is_declared_and_implemented_or_async(tools: dict[str, Tool]) -> None:
+    assert tuple(tools) == BUILTIN_NAMES
+    for name, t in tools.items():
+        assert t.input_schema["type"] == "object" and t.tool_id == f"builtin:{name}"
+        assert (t.function is not None) == (t.execution == "sync")
+    assert tools["ask_human"].requires_human and tools["ask_human"].execution == "async"
+    assert tools["clock"].input_schema["properties"] == {
+        "timeZone": {"type": "string", "description": "An IANA time zone name.", "default": "UTC"}
+    }
+    assert [n for n, t in tools.items() if t.permission == "ask"] == ["write_file", "http_get"]
 
 
-def test_clock_in_a_time_zone(tools: dict[str, ToolFunction]) -> None:
+def test_clock_in_a_time_zone(tools: dict[str, Tool]) -> None:
     r = call(tools["clock"], {"timeZone": "America/Chicago"})
     assert not r.is_error
     assert r.output == {
@@ -100,12 +105,12 @@ def test_calculator(expression: str, result: float) -> None:
         ("sqrt(-1)", "cannot evaluate"),
     ],
 )
-def test_calculator_refuses(tools: dict[str, ToolFunction], expression: str, problem: str) -> None:
+def test_calculator_refuses(tools: dict[str, Tool], expression: str, problem: str) -> None:
     r = call(tools["calculator"], {"expression": expression})
     assert r.is_error and problem in str(r.output)
 
 
-def test_files_inside_the_workspace(tools: dict[str, ToolFunction], tmp_path: Path) -> None:
+def test_files_inside_the_workspace(tools: dict[str, Tool], tmp_path: Path) -> None:
     r = call(tools["read_file"], {"path": "a.txt"})
     assert r.output == {"path": "a.txt", "size": 6, "content": "alpha\n", "truncated": False}
     r = call(tools["list_dir"], {})
@@ -126,21 +131,22 @@ def test_files_inside_the_workspace(tools: dict[str, ToolFunction], tmp_path: Pa
 
 @pytest.mark.parametrize("tool", ["read_file", "list_dir", "write_file"])
 @pytest.mark.parametrize("path", ["../secret.txt", "/etc/passwd", "sub/../../secret.txt", "link"])
-def test_escapes_are_refused(
-    tools: dict[str, ToolFunction], tmp_path: Path, tool: str, path: str
-) -> None:
+def test_escapes_are_refused(tools: dict[str, Tool], tmp_path: Path, tool: str, path: str) -> None:
     os.symlink(tmp_path / "secret.txt", tmp_path / "ws" / "link")
     before = (tmp_path / "secret.txt").read_text()
-    r = call(tools[tool], {"path": path, "content": "overwritten"})
+    args = {"path": path, "content": "overwritten"} if tool == "write_file" else {"path": path}
+    r = call(tools[tool], args)
     assert r.is_error and "outside the workspace" in str(r.output)
     assert (tmp_path / "secret.txt").read_text() == before
 
 
-def test_file_tool_problems_are_error_results(tools: dict[str, ToolFunction]) -> None:
+def test_file_tool_problems_are_error_results(tools: dict[str, Tool]) -> None:
     assert "does not exist" in str(call(tools["read_file"], {"path": "nope.txt"}).output)
     assert "is not a file" in str(call(tools["read_file"], {"path": "sub"}).output)
-    assert "needs 'path'" in str(call(tools["read_file"], {}).output)
-    assert "must be a str" in str(call(tools["write_file"], {"path": "x", "content": 3}).output)
+    assert "path: Field required" in str(call(tools["read_file"], {}).output)
+    assert "content: Input should be a valid string" in str(
+        call(tools["write_file"], {"path": "x", "content": 3}).output
+    )
     assert "is a directory" in str(call(tools["write_file"], {"path": ".", "content": ""}).output)
 
 
@@ -294,7 +300,7 @@ class _Flipper:
 
 
 def test_read_file_never_follows_a_link_swapped_in_meanwhile(
-    tools: dict[str, ToolFunction], tmp_path: Path
+    tools: dict[str, Tool], tmp_path: Path
 ) -> None:
     secret = tmp_path / "secret.txt"
     with _Flipper(tmp_path / "ws" / "race.txt", secret) as flipper:
@@ -306,7 +312,7 @@ def test_read_file_never_follows_a_link_swapped_in_meanwhile(
 
 
 def test_write_file_never_follows_a_link_swapped_in_meanwhile(
-    tools: dict[str, ToolFunction], tmp_path: Path
+    tools: dict[str, Tool], tmp_path: Path
 ) -> None:
     secret = tmp_path / "secret.txt"
     before = secret.read_text()
@@ -318,7 +324,7 @@ def test_write_file_never_follows_a_link_swapped_in_meanwhile(
 
 
 def test_list_dir_never_follows_a_link_swapped_in_meanwhile(
-    tools: dict[str, ToolFunction], tmp_path: Path
+    tools: dict[str, Tool], tmp_path: Path
 ) -> None:
     outside = tmp_path / "outside"
     outside.mkdir()
@@ -334,7 +340,7 @@ def test_list_dir_never_follows_a_link_swapped_in_meanwhile(
 
 
 def test_a_link_inside_the_workspace_is_not_followed_either(
-    tools: dict[str, ToolFunction], tmp_path: Path
+    tools: dict[str, Tool], tmp_path: Path
 ) -> None:
     os.symlink(tmp_path / "ws" / "a.txt", tmp_path / "ws" / "alias")
     r = call(tools["read_file"], {"path": "alias"})

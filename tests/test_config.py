@@ -47,6 +47,7 @@ def test_no_file_means_the_built_ins(tmp_path: Path) -> None:
 
 
 def test_a_full_file_layers_over_the_built_ins(tmp_path: Path) -> None:
+    (tmp_path / "mytools_full.py").write_text("def word_count(text: str) -> int:\n    return 1\n")
     write(
         tmp_path,
         """
@@ -79,7 +80,7 @@ def test_a_full_file_layers_over_the_built_ins(tmp_path: Path) -> None:
 
         [tools.word_count]
         execution = "sync"
-        callable = "mytools:word_count"
+        callable = "mytools_full:word_count"
         permission = "none"
 
         [tools.write_file]
@@ -115,7 +116,7 @@ def test_a_full_file_layers_over_the_built_ins(tmp_path: Path) -> None:
     )
     assert config.tools["word_count"].tool_id == "user:word_count"
     assert config.tools["write_file"].permission == "none"
-    assert config.tools["write_file"].builtin
+    assert config.tools["write_file"].tool_id == "builtin:write_file"
     assert config.providers["local"].base_url == "http://127.0.0.1:11434/v1"
     assert (config.auto_allow, config.auto_deny) == (("write_file",), ("http_get",))
     assert config.context.elide_historic_tool_results_threshold_chars == 100
@@ -146,6 +147,20 @@ def test_a_full_file_layers_over_the_built_ins(tmp_path: Path) -> None:
         ("[providers.p]\nkind = 'grpc'", "unknown provider kind 'grpc'"),
         ("[permissions]\nallow = ['nope']", "permissions.allow: unknown tool 'nope'"),
         ("[context]\nelide_everything = true", "context:"),
+        ("[context]\nelide_everything = true", "context: unknown key elide_everything"),
+        (
+            "[tools.t]\nexecution = 'async'\nrequires_human = 'yes'",
+            "tools.t.requires_human must be a boolean",
+        ),
+        (
+            "[agents.x]\nsystem_prompt = 's'\ntools = ['clock', 3]",
+            "agents.x.tools[1] must be a string",
+        ),
+        ("[permissions]\nallow = ['clock']\nask = []", "permissions: unknown key ask"),
+        (
+            "[context]\nelide_historic_images = 'no'",
+            "context.elide_historic_images must be a boolean",
+        ),
         ("this is not toml", "is not valid TOML"),
     ],
 )
@@ -159,7 +174,7 @@ def test_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
 
 def test_the_runtime_wires_user_tools_agents_and_the_classifier(tmp_path: Path) -> None:
     (tmp_path / "mytools_cfgtest.py").write_text(
-        "def word_count(input):\n    return {'words': len(input['text'].split())}\n"
+        "def word_count(text: str) -> dict[str, int]:\n    return {'words': len(text.split())}\n"
     )
     write(
         tmp_path,
@@ -297,3 +312,72 @@ def test_any_agent_may_list_spawn_agent(tmp_path: Path) -> None:
     assert [t.tool_id for t in resolved.tools] == ["workflow:spawn_agent", "builtin:clock"]
     runtime.tools.check_all(resolved.tools)  # implemented by the workflow itself
     assert runtime.deps.agents is runtime.resolver and runtime.deps.ids is not None
+
+
+def test_a_callable_is_a_typed_tool_whose_schema_is_inferred_and_checked(tmp_path: Path) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "typed_cfgtools.py").write_text(
+        textwrap.dedent(
+            '''
+            from typing import Literal
+            from turncore.tools import tool
+
+            def greet(name: str, tone: Literal["warm", "dry"] = "warm") -> str:
+                """Greet someone.
+
+                Args:
+                    name: who
+                """
+                return f"hello {name}"
+
+            @tool(permission="none", requires_human=True)
+            def declared(n: int) -> int:
+                """Declared next to the function."""
+                return n
+            '''
+        )
+    )
+    write(
+        tmp_path,
+        """
+        [tools.greet]
+        callable = "typed_cfgtools:greet"
+        input_schema = { type = "object", required = ["name"] }
+
+        [tools.declared]
+        callable = "typed_cfgtools:declared"
+        """,
+    )
+    config = load_config(tmp_path)
+    greet = config.tools["greet"]
+    assert (greet.tool_id, greet.execution, greet.permission) == ("user:greet", "sync", "ask")
+    assert greet.description == "Greet someone."
+    assert greet.input_schema["properties"]["name"] == {"type": "string", "description": "who"}
+    assert greet.input_schema["properties"]["tone"]["enum"] == ["warm", "dry"]
+    declared = config.tools["declared"]
+    assert (declared.permission, declared.requires_human) == ("none", True)
+
+    write(
+        tmp_path,
+        """
+        [tools.greet]
+        callable = "typed_cfgtools:greet"
+        input_schema = { type = "object", properties = { name = { type = "integer" } } }
+        """,
+    )
+    with pytest.raises(
+        ConfigError,
+        match="tools.greet: input_schema.properties.name.type is 'integer' but the function "
+        "gives 'string'",
+    ):
+        load_config(tmp_path)
+
+
+def test_an_untyped_callable_is_refused_by_name(tmp_path: Path) -> None:
+    tmp_path.mkdir(exist_ok=True)
+    (tmp_path / "untyped_cfgtools.py").write_text("def f(x):\n    return x\n")
+    write(tmp_path, '[tools.f]\ncallable = "untyped_cfgtools:f"\n')
+    with pytest.raises(
+        ConfigError, match="tools.f: untyped_cfgtools:f: .*'x' .* has no type annotation"
+    ):
+        load_config(tmp_path)

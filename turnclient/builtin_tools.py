@@ -1,199 +1,91 @@
 """The built-in tools: clock, calculator, read_file, list_dir, write_file, http_get, ask_human.
 
-Each is a plain function ``fn(input, context)`` wrapped in a ``FunctionTool``
-(``ask_human`` is async: it has no implementation, a human answers it with
-``turns complete``). File tools are confined to one directory, the
-workspace: a path that leads outside it through ``..`` or an absolute path
-is refused with an error result, and symbolic links are never followed at
-all. Every component is opened relative to its directory with
-``O_NOFOLLOW``, so a link swapped in while a tool runs (a race against a
-concurrent writer) fails the call instead of leading elsewhere.
+Each is a typed tool (``turncore.tools.tool``): its schema comes from its
+signature, its arguments are validated before it runs. ``ask_human`` is
+async: it has no body, a human answers it with ``turns complete``. File tools
+are confined to one directory, the workspace: a path that leads outside it
+through ``..`` or an absolute path is refused with an error result, and
+symbolic links are never followed at all. Every component is opened relative
+to its directory with ``O_NOFOLLOW``, so a link swapped in while a tool runs
+(a race against a concurrent writer) fails the call instead of leading
+elsewhere.
 
-A tool's problem (a bad argument, a refused path, an unreachable URL) is an
-error *result* the model can read and correct (§21.2), not an exception.
+A tool's problem (a refused path, an unreachable URL) is a ``ToolError``:
+an error *result* the model can read and correct (§21.2), not a bug.
 """
 
 from __future__ import annotations
 
 import ast
 import errno
-import inspect
 import math
 import operator
 import os
 import stat
 from collections.abc import Callable
-from dataclasses import dataclass
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import httpx
+from pydantic import Field
 
-from turncore.events import ToolResultData
-from turncore.tools import ToolContext, ToolFunction
+from turncore.tools import Tool, ToolError, tool
 
 MAX_READ_BYTES = 256 * 1024
 MAX_LIST_ENTRIES = 500
 MAX_HTTP_BYTES = 64 * 1024
 HTTP_TIMEOUT = 15.0
 
+ToolProblem = ToolError
+"""The name the built-ins have always raised; an error result, not a bug."""
 
-class ToolProblem(Exception):
-    """A problem the model should read as an error result."""
+BUILTIN_NAMES = (
+    "clock",
+    "calculator",
+    "read_file",
+    "list_dir",
+    "write_file",
+    "http_get",
+    "ask_human",
+)
 
-
-@dataclass(frozen=True)
-class BuiltinTool:
-    """The declaration of a built-in tool (what ``turns.toml`` may override is marked)."""
-
-    name: str
-    description: str
-    """Overridable in ``[tools.NAME]``."""
-    input_schema: dict[str, Any]
-    execution: Literal["sync", "async"]
-    permission: Literal["none", "ask"]
-    """Overridable in ``[tools.NAME]``."""
-    requires_human: bool = False
+WorkspacePath = Annotated[str, Field(description="A path relative to the workspace.")]
 
 
-def _obj(properties: dict[str, Any], required: list[str]) -> dict[str, Any]:
-    return {
-        "type": "object",
-        "properties": properties,
-        "required": required,
-        "additionalProperties": False,
-    }
-
-
-_PATH = {"type": "string", "description": "A path relative to the workspace."}
-
-BUILTIN_TOOLS: dict[str, BuiltinTool] = {
-    t.name: t
-    for t in (
-        BuiltinTool(
-            "clock",
-            "The current date and time in an IANA time zone such as America/Chicago "
-            "(UTC when no zone is given).",
-            _obj({"timeZone": {"type": "string", "description": "An IANA time zone name."}}, []),
-            "sync",
-            "none",
-        ),
-        BuiltinTool(
-            "calculator",
-            "Evaluate an arithmetic expression: numbers, + - * / // % **, parentheses, "
-            "pi, e, and sqrt, exp, log, log10, sin, cos, tan, abs, round, floor, ceil.",
-            _obj({"expression": {"type": "string"}}, ["expression"]),
-            "sync",
-            "none",
-        ),
-        BuiltinTool(
-            "read_file",
-            "Read a text file in the workspace.",
-            _obj({"path": _PATH}, ["path"]),
-            "sync",
-            "none",
-        ),
-        BuiltinTool(
-            "list_dir",
-            "List a directory in the workspace ('.' is the workspace itself).",
-            _obj({"path": _PATH}, []),
-            "sync",
-            "none",
-        ),
-        BuiltinTool(
-            "write_file",
-            "Write (or with append=true, append to) a text file in the workspace. "
-            "Needs a human's approval.",
-            _obj(
-                {"path": _PATH, "content": {"type": "string"}, "append": {"type": "boolean"}},
-                ["path", "content"],
-            ),
-            "sync",
-            "ask",
-        ),
-        BuiltinTool(
-            "http_get",
-            "Fetch an http(s) URL and return its status, content type and (text) body. "
-            "Needs a human's approval.",
-            _obj({"url": {"type": "string"}}, ["url"]),
-            "sync",
-            "ask",
-        ),
-        BuiltinTool(
-            "ask_human",
-            "Ask the human a question and wait for the answer.",
-            _obj({"question": {"type": "string"}}, ["question"]),
-            "async",
-            "none",
-            requires_human=True,
-        ),
-    )
-}
-
-
-def _field(input: Any, name: str, kind: type, default: Any = None, required: bool = True) -> Any:
-    if not isinstance(input, dict):
-        raise ToolProblem("the input must be a JSON object")
-    if name not in input:
-        if required:
-            raise ToolProblem(f"the input needs {name!r}")
-        return default
-    value = input[name]
-    if not isinstance(value, kind) or (kind is int and isinstance(value, bool)):
-        raise ToolProblem(f"{name!r} must be a {kind.__name__}")
-    return value
-
-
-def _problems_as_results(fn: Callable[[Any, ToolContext], Any]) -> ToolFunction:
-    """Turn a ToolProblem into an error result; anything else propagates (a tool bug)."""
-    if _is_async(fn):
-
-        async def run_async(input: Any, context: ToolContext) -> Any:
-            try:
-                return await fn(input, context)
-            except ToolProblem as exc:
-                return ToolResultData(output=str(exc), is_error=True)
-
-        return run_async
-
-    def run(input: Any, context: ToolContext) -> Any:
-        try:
-            return fn(input, context)
-        except ToolProblem as exc:
-            return ToolResultData(output=str(exc), is_error=True)
-
-    return run
-
-
-def _is_async(fn: Callable[..., Any]) -> bool:
-    return inspect.iscoroutinefunction(fn)
+def _builtin(t: Tool) -> Tool:
+    return t.with_(tool_id=f"builtin:{t.name}")
 
 
 # ---------------------------------------------------------------- clock
 
 
-def clock_tool(now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> ToolFunction:
-    def clock(input: Any, context: ToolContext) -> Any:
-        zone_name = _field(input, "timeZone", str, "UTC", required=False)
+def clock_tool(now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Tool:
+    @tool(permission="none")
+    def clock(
+        time_zone: Annotated[
+            str, Field(alias="timeZone", description="An IANA time zone name.")
+        ] = "UTC",
+    ) -> dict[str, str]:
+        """The current date and time in an IANA time zone such as America/Chicago (UTC when no zone is given)."""
         try:
-            zone = ZoneInfo(zone_name)
+            zone = ZoneInfo(time_zone)
         except (ZoneInfoNotFoundError, ValueError):
-            raise ToolProblem(
-                f"unknown time zone {zone_name!r}; use an IANA name such as America/Chicago"
+            raise ToolError(
+                f"unknown time zone {time_zone!r}; use an IANA name such as America/Chicago"
             ) from None
         local = now().astimezone(zone)
         hour = local.hour % 12 or 12
         return {
-            "timeZone": zone_name,
+            "timeZone": time_zone,
             "iso": local.isoformat(timespec="seconds"),
             "display": f"{hour}:{local:%M} {local:%p} on {local:%A}, {local.day} {local:%B %Y}",
             "abbreviation": local.tzname() or "",
             "utcOffset": local.strftime("%z")[:3] + ":" + local.strftime("%z")[3:],
         }
 
-    return _problems_as_results(clock)
+    return _builtin(clock)
 
 
 # ---------------------------------------------------------------- calculator
@@ -281,12 +173,13 @@ def _check(value: Any) -> Any:
     return value
 
 
-def calculator_tool() -> ToolFunction:
-    def calculator(input: Any, context: ToolContext) -> Any:
-        expression = _field(input, "expression", str)
+def calculator_tool() -> Tool:
+    @tool(permission="none")
+    def calculator(expression: str) -> dict[str, Any]:
+        """Evaluate an arithmetic expression: numbers, + - * / // % **, parentheses, pi, e, and sqrt, exp, log, log10, sin, cos, tan, abs, round, floor, ceil."""
         return {"expression": expression, "result": evaluate(expression)}
 
-    return _problems_as_results(calculator)
+    return _builtin(calculator)
 
 
 # ---------------------------------------------------------------- files
@@ -389,41 +282,45 @@ def _is_link(name: str, dir_fd: int) -> bool:
         return False
 
 
-def read_file_tool(root: Path) -> ToolFunction:
-    def read_file(input: Any, context: ToolContext) -> Any:
-        path = confine(root, _field(input, "path", str))
+def read_file_tool(root: Path) -> Tool:
+    @tool(permission="none")
+    def read_file(path: WorkspacePath) -> dict[str, Any]:
+        """Read a text file in the workspace."""
+        found = confine(root, path)
         # O_NONBLOCK: a FIFO must not hang the tool; only regular files are read.
-        fd = _open_in(root, path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = _open_in(root, found, os.O_RDONLY | os.O_NONBLOCK)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode):
             os.close(fd)
-            raise ToolProblem(f"{_relative(root, path)} is not a file")
+            raise ToolProblem(f"{_relative(root, found)} is not a file")
         os.set_blocking(fd, True)
         with os.fdopen(fd, "rb") as f:
             data = f.read(MAX_READ_BYTES + 1)
         truncated = len(data) > MAX_READ_BYTES
         data = data[:MAX_READ_BYTES]
         if b"\0" in data:
-            raise ToolProblem(f"{_relative(root, path)} is a binary file")
+            raise ToolProblem(f"{_relative(root, found)} is a binary file")
         return {
-            "path": _relative(root, path),
+            "path": _relative(root, found),
             "size": st.st_size,
             "content": data.decode("utf-8", errors="replace"),
             "truncated": truncated,
         }
 
-    return _problems_as_results(read_file)
+    return _builtin(read_file)
 
 
-def list_dir_tool(root: Path) -> ToolFunction:
-    def list_dir(input: Any, context: ToolContext) -> Any:
-        path = confine(root, _field(input, "path", str, ".", required=False))
+def list_dir_tool(root: Path) -> Tool:
+    @tool(permission="none")
+    def list_dir(path: WorkspacePath = ".") -> dict[str, Any]:
+        """List a directory in the workspace ('.' is the workspace itself)."""
+        found = confine(root, path)
         try:
-            fd = _open_in(root, path, os.O_RDONLY | os.O_DIRECTORY)
+            fd = _open_in(root, found, os.O_RDONLY | os.O_DIRECTORY)
         except ToolProblem as problem:
             if "does not exist" in str(problem) or "symbolic link" in str(problem):
                 raise
-            raise ToolProblem(f"{_relative(root, path)} is not a directory") from None
+            raise ToolProblem(f"{_relative(root, found)} is not a directory") from None
         try:
             entries: list[dict[str, Any]] = []
             names = sorted(os.listdir(fd))
@@ -449,45 +346,45 @@ def list_dir_tool(root: Path) -> ToolFunction:
         finally:
             os.close(fd)
         return {
-            "path": _relative(root, path),
+            "path": _relative(root, found),
             "entries": entries,
             "truncated": len(names) > MAX_LIST_ENTRIES,
         }
 
-    return _problems_as_results(list_dir)
+    return _builtin(list_dir)
 
 
-def write_file_tool(root: Path) -> ToolFunction:
-    def write_file(input: Any, context: ToolContext) -> Any:
-        path = confine(root, _field(input, "path", str))
-        content = _field(input, "content", str)
-        append = _field(input, "append", bool, False, required=False)
-        if path == root.resolve():
-            raise ToolProblem(f"{_relative(root, path)} is a directory")
+def write_file_tool(root: Path) -> Tool:
+    @tool(permission="ask")
+    def write_file(path: WorkspacePath, content: str, append: bool = False) -> dict[str, Any]:
+        """Write (or with append=true, append to) a text file in the workspace. Needs a human's approval."""
+        found = confine(root, path)
+        if found == root.resolve():
+            raise ToolProblem(f"{_relative(root, found)} is a directory")
         # O_NONBLOCK: opening a FIFO for writing fails at once instead of waiting.
         flags = os.O_WRONLY | os.O_NONBLOCK
         try:
-            fd = _open_in(root, path, flags | os.O_CREAT | os.O_EXCL, make_parents=True)
+            fd = _open_in(root, found, flags | os.O_CREAT | os.O_EXCL, make_parents=True)
             created = True
         except FileExistsError:
-            fd = _open_in(root, path, flags | (os.O_APPEND if append else 0))
+            fd = _open_in(root, found, flags | (os.O_APPEND if append else 0))
             created = False
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             os.close(fd)
-            raise ToolProblem(f"{_relative(root, path)} is not a regular file")
+            raise ToolProblem(f"{_relative(root, found)} is not a regular file")
         os.set_blocking(fd, True)
         if not append:
             os.ftruncate(fd, 0)  # only now that it is known to be a regular file
         with os.fdopen(fd, "wb") as f:
             f.write(content.encode("utf-8"))
         return {
-            "path": _relative(root, path),
+            "path": _relative(root, found),
             "bytes": len(content.encode("utf-8")),
             "created": created,
             "appended": append,
         }
 
-    return _problems_as_results(write_file)
+    return _builtin(write_file)
 
 
 # ---------------------------------------------------------------- http
@@ -495,14 +392,15 @@ def write_file_tool(root: Path) -> ToolFunction:
 
 def http_get_tool(
     client_factory: Callable[[], httpx.AsyncClient] | None = None,
-) -> ToolFunction:
+) -> Tool:
     def make_client() -> httpx.AsyncClient:
         if client_factory is not None:
             return client_factory()
         return httpx.AsyncClient(timeout=HTTP_TIMEOUT, follow_redirects=True, max_redirects=5)
 
-    async def http_get(input: Any, context: ToolContext) -> Any:
-        url = _field(input, "url", str)
+    @tool(permission="ask")
+    async def http_get(url: str) -> dict[str, Any]:
+        """Fetch an http(s) URL and return its status, content type and (text) body. Needs a human's approval."""
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL:
@@ -527,28 +425,44 @@ def http_get_tool(
             "truncated": truncated,
         }
 
-    return _problems_as_results(http_get)
+    return _builtin(http_get)
 
 
-def builtin_implementations(
-    workspace: Path, now: Callable[[], datetime] | None = None
-) -> dict[str, ToolFunction]:
-    """The sync built-ins by name, over ``workspace``."""
-    return {
-        "clock": clock_tool(now) if now is not None else clock_tool(),
-        "calculator": calculator_tool(),
-        "read_file": read_file_tool(workspace),
-        "list_dir": list_dir_tool(workspace),
-        "write_file": write_file_tool(workspace),
-        "http_get": http_get_tool(),
-    }
+# ---------------------------------------------------------------- ask_human
+
+
+@tool(execution="async", requires_human=True, permission="none", tool_id="builtin:ask_human")
+def ask_human(question: str) -> None:
+    """Ask the human a question and wait for the answer."""
+
+
+def builtin_tools(
+    workspace: Path,
+    *,
+    now: Callable[[], datetime] | None = None,
+    http_client: Callable[[], httpx.AsyncClient] | None = None,
+) -> dict[str, Tool]:
+    """The built-in tools by name, with the file tools over ``workspace``."""
+    tools = (
+        clock_tool(now) if now is not None else clock_tool(),
+        calculator_tool(),
+        read_file_tool(workspace),
+        list_dir_tool(workspace),
+        write_file_tool(workspace),
+        http_get_tool(http_client),
+        ask_human,
+    )
+    out = {t.name: t for t in tools}
+    assert tuple(out) == BUILTIN_NAMES
+    return out
 
 
 __all__ = [
-    "BUILTIN_TOOLS",
-    "BuiltinTool",
+    "BUILTIN_NAMES",
     "ToolProblem",
-    "builtin_implementations",
+    "ask_human",
+    "builtin_tools",
     "confine",
     "evaluate",
+    "http_get_tool",
 ]

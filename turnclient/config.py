@@ -2,75 +2,85 @@
 
 The file lives in the work dir (``TURNS_HOME``, default ``./.turns``), or
 wherever ``TURNS_CONFIG`` names; a missing file means the built-ins alone.
-Relative paths in it are taken from the work dir. Every table is checked when the file is loaded: an unknown
-key, a wrong type, an agent naming an unknown tool or provider is a
-``ConfigError`` that names the key, so a typo never silently changes what
-an agent can do.
+Relative paths in it are taken from the work dir.
+
+The file is validated by pydantic models, one per table (``TurnsFile``,
+``AgentTable``, ``ToolTable``, ``PermissionsTable``; ``[context]`` is the
+``ElisionPolicy`` itself), each forbidding unknown keys, and one validator
+for what crosses tables (an agent naming an unknown tool or provider, a
+default agent that is not an agent...). Every problem is a ``ConfigError``
+naming the key path (``agents.coder.tools: unknown tool 'bash'``), so a typo
+never silently changes what an agent can do. To add a section, add a table
+model and a field of ``TurnsFile``.
 
 Layering: built-in tools and agents come first; ``[tools.NAME]`` and
 ``[agents.NAME]`` with a built-in name override the given keys of that
 built-in (for a built-in tool only ``description`` and ``permission``); any
-other name adds a tool or an agent. See README "Configuration".
+other name adds a tool or an agent. A sync tool is ``callable =
+"module:function"``: its input schema is inferred from the function's
+signature (``turncore.tools.tool``); an ``input_schema`` given next to it
+must agree with the inferred one. See README "Configuration".
 """
 
 from __future__ import annotations
 
+import importlib
 import os
 import re
+import sys
 import tomllib
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal, cast
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
+from pydantic_core import ErrorDetails
 
 from turncore.context import ElisionPolicy
 from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
+from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagreement, tool
 
-from .builtin_tools import BUILTIN_TOOLS
-from .cost import PriceConfigError, ProviderPrice
+from .builtin_tools import BUILTIN_NAMES, builtin_tools
 from .demo import DEMO_MODEL
 
 CONFIG_FILE = "turns.toml"
 DEFAULT_WORK_DIR = ".turns"
 DEFAULT_TASK_QUEUE = "turns"
-TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+SPAWN_AGENT = "spawn_agent"
+"""The workflow-native sub-agent tool any agent may list."""
 EFFORTS = ("low", "medium", "high")
+Effort = Literal["low", "medium", "high"]
 
 
 class ConfigError(DependencyError):
-    """``turns.toml`` is unusable; the message names the key."""
+    """``turns.toml`` (or an agent defined in Python) is unusable; the message names the key."""
 
 
 @dataclass(frozen=True)
-class ToolConfig:
-    name: str
-    execution: Literal["sync", "async"]
-    description: str
-    input_schema: Any
-    permission: Literal["none", "ask"]
-    requires_human: bool = False
-    callable: str | None = None
-    """``module:function`` of a sync user tool."""
-    builtin: bool = False
+class Agent:
+    """An agent: the same whether it comes from ``[agents.NAME]`` or from Python.
 
-    @property
-    def tool_id(self) -> str:
-        """The stable registry identity snapshotted in each turn (§6.3)."""
-        if self.builtin:
-            return f"builtin:{self.name}"
-        return f"user:{self.name}" if self.execution == "sync" else f"external:{self.name}"
+    ``tools`` are tool names (built-ins, ``[tools.*]``, ``spawn_agent``) or
+    ``Tool`` objects, which a runtime then registers under their names.
+    """
 
-
-@dataclass(frozen=True)
-class AgentConfig:
     name: str
     system_prompt: str
-    tools: tuple[str, ...] = ()
+    tools: tuple[str | Tool, ...] = ()
     model: str | None = None
     """``provider/model``; None means the configured ``default_model``."""
-    reasoning_effort: Literal["low", "medium", "high"] | None = None
+    reasoning_effort: Effort | None = None
     description: str = ""
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(t if isinstance(t, str) else t.name for t in self.tools)
+
+
+AgentConfig = Agent
+"""The name the configuration has always used for an agent."""
 
 
 DEMO_PROMPT = (
@@ -82,18 +92,18 @@ ASSISTANT_PROMPT = (
     "when they help; file paths are relative to the workspace. Answer concisely."
 )
 
-BUILTIN_AGENTS: dict[str, AgentConfig] = {
-    "demo": AgentConfig(
+BUILTIN_AGENTS: dict[str, Agent] = {
+    "demo": Agent(
         name="demo",
         system_prompt=DEMO_PROMPT,
-        tools=tuple(BUILTIN_TOOLS),
+        tools=BUILTIN_NAMES,
         model=f"scripted/{DEMO_MODEL}",
         description="the built-in demo: a scripted model that makes real tool calls, no key needed",
     ),
-    "assistant": AgentConfig(
+    "assistant": Agent(
         name="assistant",
         system_prompt=ASSISTANT_PROMPT,
-        tools=tuple(BUILTIN_TOOLS),
+        tools=BUILTIN_NAMES,
         description="a general assistant on default_model (or --model) with the built-in tools",
     ),
 }
@@ -108,9 +118,9 @@ class Config:
     default_model: str | None = None
     task_queue: str = DEFAULT_TASK_QUEUE
     workspace: Path = Path()
-    agents: dict[str, AgentConfig] = field(default_factory=dict)
+    agents: dict[str, Agent] = field(default_factory=dict)
     providers: dict[str, ProviderConfig] = field(default_factory=dict)
-    tools: dict[str, ToolConfig] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
     auto_allow: tuple[str, ...] = ()
     auto_deny: tuple[str, ...] = ()
     context: ElisionPolicy = field(default_factory=ElisionPolicy)
@@ -119,21 +129,6 @@ class Config:
     """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
     prices: dict[str, ProviderPrice] = field(default_factory=dict)
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
-
-
-def builtin_tool_configs() -> dict[str, ToolConfig]:
-    return {
-        name: ToolConfig(
-            name=name,
-            execution=t.execution,
-            description=t.description,
-            input_schema=t.input_schema,
-            permission=t.permission,
-            requires_human=t.requires_human,
-            builtin=True,
-        )
-        for name, t in BUILTIN_TOOLS.items()
-    }
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -154,136 +149,328 @@ def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = N
     return here / DEFAULT_WORK_DIR
 
 
-# ---------------------------------------------------------------- checking
+# ---------------------------------------------------------------- the file's shape
 
 
-def _check_keys(where: str, table: Mapping[str, Any], allowed: set[str]) -> None:
-    unknown = sorted(set(table) - allowed)
-    if unknown:
-        raise ConfigError(
-            f"{where}: unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-            f"(known: {', '.join(sorted(allowed))})"
+class _Table(BaseModel):
+    """A TOML table: strict types, and an unknown key named with the keys that exist."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                    f"(known: {', '.join(sorted(cls.model_fields))})"
+                )
+        return data
+
+
+class ToolTable(_Table):
+    """``[tools.NAME]``."""
+
+    execution: Literal["sync", "async"] | None = None
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    permission: Literal["none", "ask"] | None = None
+    requires_human: bool | None = None
+    callable: str | None = None
+    """``module:function`` of a sync tool (a typed function or a ``Tool``)."""
+
+
+class AgentTable(_Table):
+    """``[agents.NAME]``."""
+
+    system_prompt: str | None = None
+    model: str | None = None
+    tools: list[str] | None = None
+    reasoning_effort: Effort | None = None
+    description: str | None = None
+
+
+class PermissionsTable(_Table):
+    """``[permissions]``: what ``--auto-permission`` allows or denies by tool name."""
+
+    allow: list[str] = []
+    deny: list[str] = []
+
+
+# Where turn logs live (docs/operations.md, "Choosing turn storage"): the URL
+# itself is never in the file, only the name of the variable that holds it.
+DEFAULT_DATABASE_URL_ENV = "TURNS_DATABASE_URL"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """``[storage]``: ``kind`` ``file`` (the default) or ``postgres``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str = DEFAULT_DATABASE_URL_ENV
+    """The environment variable holding the database URL (kind = "postgres")."""
+    pool_size: int = 16
+    """Connections each process may open to the database."""
+
+
+class StorageTable(_Table):
+    """``[storage]``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str | None = None
+    pool_size: int | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> StorageTable:
+        if self.url_env is not None:
+            if not ENV_NAME.fullmatch(self.url_env):
+                # Never repeat the value: it may be the URL, password included.
+                raise ValueError(
+                    "url_env names an environment variable (letters, digits, '_'), "
+                    "not the URL itself: put the URL in that variable"
+                )
+            if self.kind == "file":
+                raise ValueError('url_env applies only to kind = "postgres"')
+        if self.pool_size is not None and not 1 <= self.pool_size <= 1000:
+            raise ValueError("pool_size must be between 1 and 1000")
+        return self
+
+    def config(self) -> StorageConfig:
+        return StorageConfig(
+            kind=self.kind,
+            url_env=self.url_env or DEFAULT_DATABASE_URL_ENV,
+            pool_size=self.pool_size or 16,
         )
 
 
-def _get(where: str, table: Mapping[str, Any], key: str, kind: type | tuple[type, ...]) -> Any:
-    value = table.get(key)
-    if value is None:
-        return None
-    if not isinstance(value, kind) or (kind is not bool and isinstance(value, bool)):
-        names = kind.__name__ if isinstance(kind, type) else " or ".join(k.__name__ for k in kind)
-        raise ConfigError(f"{where}.{key} must be a {names.replace('str', 'string')}")
-    return value
-
-
-def _table(where: str, value: Any) -> dict[str, Any]:
-    if not isinstance(value, dict):
-        raise ConfigError(f"{where} must be a table")
-    return value
-
-
-def _model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> str:
+def parse_storage(value: Any) -> StorageConfig:
+    """A ``[storage]`` table on its own (as ``turns.toml`` would hold it)."""
     try:
-        descriptor = parse_model_ref(ref)
-    except ProviderConfigError as exc:
-        raise ConfigError(f"{where}: {exc}") from None
-    if descriptor.provider != "scripted" and descriptor.provider not in providers:
-        known = ", ".join(sorted({*providers, "scripted"}))
+        return StorageTable.model_validate(value, strict=True).config()
+    except ValidationError as exc:
         raise ConfigError(
-            f"{where}: provider {descriptor.provider!r} is not configured "
-            f"(add [providers.{descriptor.provider}]; configured: {known})"
-        )
-    return ref
+            "; ".join(_describe(e, "storage") for e in exc.errors(include_url=False))
+        ) from None
 
 
-def _tool(name: str, table: dict[str, Any], base: ToolConfig | None) -> ToolConfig:
+class TurnsFile(_Table):
+    """The whole ``turns.toml``."""
+
+    default_agent: str | None = None
+    default_model: str | None = None
+    task_queue: str | None = None
+    workspace: str | None = None
+    agents: dict[str, AgentTable] = {}
+    providers: dict[str, dict[str, Any]] = {}
+    tools: dict[str, ToolTable] = {}
+    permissions: PermissionsTable = PermissionsTable()
+    context: ElisionPolicy = ElisionPolicy()
+    storage: StorageTable = StorageTable()
+
+    _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
+
+    @property
+    def provider_configs(self) -> dict[str, ProviderConfig]:
+        return self._providers
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> TurnsFile:
+        """What one table says about another, and about the built-ins."""
+        for name, table in self.providers.items():
+            try:
+                self._providers[name] = ProviderConfig.from_table(name, table)
+            except ProviderConfigError as exc:
+                raise ValueError(f"providers.{name}: {exc}") from None
+        tools = set(BUILTIN_NAMES) | set(self.tools)
+        for name, t in self.tools.items():
+            _check_tool_table(name, t)
+        for name, a in self.agents.items():
+            where = f"agents.{name}"
+            if a.system_prompt is None and name not in BUILTIN_AGENTS:
+                raise ValueError(f"{where} needs a system_prompt")
+            _check_tool_names(f"{where}.tools", a.tools or [], tools)
+            if a.model is not None:
+                _check_model_ref(f"{where}.model", a.model, self._providers)
+        if self.default_model is not None:
+            _check_model_ref("default_model", self.default_model, self._providers)
+        agents = set(BUILTIN_AGENTS) | set(self.agents)
+        if self.default_agent is not None and self.default_agent not in agents:
+            raise ValueError(
+                f"default_agent {self.default_agent!r} is not an agent "
+                f"(known: {', '.join(sorted(agents))})"
+            )
+        for key in ("allow", "deny"):
+            for n in getattr(self.permissions, key):
+                if n not in tools:
+                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+        return self
+
+
+def _check_tool_table(name: str, t: ToolTable) -> None:
     where = f"tools.{name}"
     if not TOOL_NAME.fullmatch(name):
-        raise ConfigError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
-    permission = _get(where, table, "permission", str)
-    if permission is not None and permission not in ("none", "ask"):
-        raise ConfigError(f'{where}.permission must be "none" or "ask"')
-    description = _get(where, table, "description", str)
-    if base is not None:
-        if set(table) - {"description", "permission"}:
-            raise ConfigError(
+        raise ValueError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
+    if name in BUILTIN_NAMES:
+        given = t.model_dump(exclude_none=True)
+        if set(given) - {"description", "permission"}:
+            raise ValueError(
                 f"{where}: {name} is a built-in tool; only its description and permission "
                 "can be changed"
             )
-        return replace(
-            base,
-            description=description if description is not None else base.description,
-            permission=permission or base.permission,
-        )
-    _check_keys(
-        where,
-        table,
-        {"execution", "description", "input_schema", "permission", "requires_human", "callable"},
-    )
-    execution = _get(where, table, "execution", str)
-    if execution not in ("sync", "async"):
-        raise ConfigError(f'{where}.execution must be "sync" or "async"')
-    target = _get(where, table, "callable", str)
-    if execution == "sync" and (target is None or ":" not in target):
-        raise ConfigError(f'{where}: a sync tool needs callable = "module:function"')
-    if execution == "async" and target is not None:
-        raise ConfigError(
+        return
+    execution = t.execution or ("sync" if t.callable is not None else None)
+    if execution is None:
+        raise ValueError(f'{where}.execution must be "sync" or "async"')
+    if execution == "sync" and (t.callable is None or ":" not in t.callable):
+        raise ValueError(f'{where}: a sync tool needs callable = "module:function"')
+    if execution == "async" and t.callable is not None:
+        raise ValueError(
             f"{where}: an async tool has no callable; its result arrives with `turns complete`"
         )
-    schema = table.get("input_schema", {"type": "object"})
-    if not isinstance(schema, dict):
-        raise ConfigError(f"{where}.input_schema must be a table (a JSON Schema object)")
-    return ToolConfig(
-        name=name,
-        execution=cast(Literal["sync", "async"], execution),
-        description=description or "",
-        input_schema=schema,
-        permission=cast(Literal["none", "ask"], permission or "ask"),  # fail closed
-        requires_human=bool(_get(where, table, "requires_human", bool)),
-        callable=target,
-    )
 
 
-def _agent(
-    name: str,
-    table: dict[str, Any],
-    base: AgentConfig | None,
-    tools: Mapping[str, ToolConfig],
-    providers: Mapping[str, ProviderConfig],
-) -> AgentConfig:
-    where = f"agents.{name}"
-    _check_keys(
-        where, table, {"system_prompt", "model", "tools", "reasoning_effort", "description"}
-    )
-    prompt = _get(where, table, "system_prompt", str)
-    if prompt is None and base is None:
-        raise ConfigError(f"{where} needs a system_prompt")
-    listed = _get(where, table, "tools", list)
-    if listed is not None:
-        for t in listed:
-            if not isinstance(t, str):
-                raise ConfigError(f"{where}.tools must be a list of tool names")
-            if t not in tools and t != "spawn_agent":  # the workflow-native sub-agent tool
-                raise ConfigError(
-                    f"{where}.tools: unknown tool {t!r} "
-                    f"(known: {', '.join(sorted([*tools, 'spawn_agent']))})"
-                )
-        if len(set(listed)) != len(listed):
-            raise ConfigError(f"{where}.tools lists a tool twice")
-    model = _get(where, table, "model", str)
-    if model is not None:
-        _model_ref(f"{where}.model", model, providers)
-    effort = _get(where, table, "reasoning_effort", str)
-    if effort is not None and effort not in EFFORTS:
-        raise ConfigError(f"{where}.reasoning_effort must be one of {', '.join(EFFORTS)}")
-    start = base or AgentConfig(name=name, system_prompt="")
+def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None:
+    for t in names:
+        if t not in known and t != SPAWN_AGENT:
+            raise ValueError(
+                f"{where}: unknown tool {t!r} (known: {', '.join(sorted([*known, SPAWN_AGENT]))})"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
+    try:
+        descriptor = parse_model_ref(ref)
+    except ProviderConfigError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if descriptor.provider != "scripted" and descriptor.provider not in providers:
+        known = ", ".join(sorted({*providers, "scripted"}))
+        raise ValueError(
+            f"{where}: provider {descriptor.provider!r} is not configured "
+            f"(add [providers.{descriptor.provider}]; configured: {known})"
+        )
+
+
+_KINDS = {
+    "string_type": "a string",
+    "list_type": "a list",
+    "bool_type": "a boolean",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+    "int_type": "an integer",
+    "float_type": "a number",
+}
+
+
+def _path(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _describe(error: ErrorDetails, table: str = "") -> str:
+    """One pydantic error as the key path (under ``table``) and what is wrong there."""
+    loc = (table, *error["loc"]) if table else tuple(error["loc"])
+    path = _path(loc)
+    kind = error["type"]
+    if kind == "value_error":
+        message = str(error.get("ctx", {}).get("error", error["msg"]))
+        if message.startswith("unknown key"):
+            return f"{path or CONFIG_FILE}: {message}"
+        return f"{path}: {message}" if path else message
+    if kind in _KINDS:
+        return f"{path} must be {_KINDS[kind]}"
+    if kind == "literal_error":
+        expected = str(error.get("ctx", {}).get("expected", "")).replace("'", '"')
+        return f"{path} must be {expected}"
+    if kind == "extra_forbidden":  # tables that are not _Table, such as [context]
+        return f"{_path(loc[:-1]) or CONFIG_FILE}: unknown key {loc[-1]}"
+    return f"{path}: {error['msg']}" if path else str(error["msg"])
+
+
+def parse_file(data: Mapping[str, Any]) -> TurnsFile:
+    """The validated file, or a ``ConfigError`` naming every problem's key path."""
+    try:
+        return TurnsFile.model_validate(data, strict=True)  # TOML has types: no coercion
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_describe(e) for e in exc.errors(include_url=False))) from None
+
+
+# ---------------------------------------------------------------- resolving tools
+
+
+def import_callable(name: str, target: str, search: Path) -> Any:
+    """What ``callable = "module:function"`` names (the work dir is importable)."""
+    module_name, _, attr = target.partition(":")
+    if str(search) not in sys.path:
+        sys.path.insert(0, str(search))
+    try:
+        module = importlib.import_module(module_name)
+        fn = getattr(module, attr)
+    except Exception as exc:
+        raise ConfigError(
+            f"tools.{name}: cannot load {target}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(fn) and not isinstance(fn, Tool):
+        raise ConfigError(f"tools.{name}: {target} is not callable")
+    return fn
+
+
+def _tool_from_table(name: str, t: ToolTable, base: Tool | None, root: Path) -> Tool:
+    where = f"tools.{name}"
+    if base is not None:  # a built-in: only description and permission change
+        return base.with_(
+            description=t.description if t.description is not None else base.description,
+            permission=t.permission or base.permission,
+        )
+    permission = t.permission or "ask"  # fail closed
+    if t.callable is None:
+        return Tool.external(
+            name,
+            description=t.description or "",
+            input_schema=t.input_schema,
+            permission=permission,
+            requires_human=bool(t.requires_human),
+        )
+    target = import_callable(name, t.callable, root)
+    try:
+        if isinstance(target, Tool):
+            declared = target.with_(name=name, tool_id=f"user:{name}")
+        else:
+            declared = tool(target, name=name)
+    except ToolDeclarationError as exc:
+        raise ConfigError(f"{where}: {t.callable}: {exc}") from None
+    if declared.execution != "sync":
+        raise ConfigError(f'{where}: {t.callable} is declared async; set execution = "async"')
+    if t.input_schema is not None:
+        problem = schema_disagreement(t.input_schema, declared.input_schema)
+        if problem is not None:
+            raise ConfigError(f"{where}: {problem} ({t.callable})")
+    changes: dict[str, Any] = {"permission": permission}
+    if t.description is not None:
+        changes["description"] = t.description
+    if t.requires_human is not None:
+        changes["requires_human"] = t.requires_human
+    if isinstance(target, Tool) and t.permission is None:
+        changes["permission"] = target.permission  # declared next to the function
+    return declared.with_(**changes)
+
+
+def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
+    start = base or Agent(name=name, system_prompt="")
     return replace(
         start,
-        system_prompt=prompt if prompt is not None else start.system_prompt,
-        tools=tuple(listed) if listed is not None else start.tools,
-        model=model if model is not None else start.model,
-        reasoning_effort=cast(Any, effort) if effort is not None else start.reasoning_effort,
-        description=_get(where, table, "description", str) or start.description,
+        system_prompt=t.system_prompt if t.system_prompt is not None else start.system_prompt,
+        tools=tuple(t.tools) if t.tools is not None else start.tools,
+        model=t.model if t.model is not None else start.model,
+        reasoning_effort=t.reasoning_effort or start.reasoning_effort,
+        description=t.description or start.description,
     )
 
 
@@ -308,134 +495,34 @@ def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None 
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} cannot be read: {exc}") from None
     try:
-        return _build(root, source, data, env)
+        return _build(root, source, parse_file(data), env)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
 
 
-def _build(root: Path, source: Path | None, data: dict[str, Any], env: Mapping[str, str]) -> Config:
-    _check_keys(
-        "turns.toml",
-        data,
-        {
-            "default_agent",
-            "default_model",
-            "task_queue",
-            "workspace",
-            "agents",
-            "providers",
-            "tools",
-            "permissions",
-            "context",
-            "storage",
-            "temporal",
-            "prices",
-        },
-    )
-    providers: dict[str, ProviderConfig] = {}
-    for name, table in _table("providers", data.get("providers", {})).items():
-        try:
-            providers[name] = ProviderConfig.from_table(name, _table(f"providers.{name}", table))
-        except ProviderConfigError as exc:
-            raise ConfigError(str(exc)) from None
-
-    tools = builtin_tool_configs()
-    for name, table in _table("tools", data.get("tools", {})).items():
-        tools[name] = _tool(name, _table(f"tools.{name}", table), tools.get(name))
-
+def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, str]) -> Config:
+    workspace = Path(file.workspace or "workspace")
+    workspace = workspace if workspace.is_absolute() else root / workspace
+    tools = builtin_tools(workspace)
+    for name, table in file.tools.items():
+        tools[name] = _tool_from_table(name, table, tools.get(name), root)
     agents = dict(BUILTIN_AGENTS)
-    for name, table in _table("agents", data.get("agents", {})).items():
-        agents[name] = _agent(
-            name, _table(f"agents.{name}", table), agents.get(name), tools, providers
-        )
-
-    top = data
-    default_model = _get("turns.toml", top, "default_model", str)
-    if default_model is not None:
-        _model_ref("default_model", default_model, providers)
-    default_agent = _get("turns.toml", top, "default_agent", str) or "demo"
-    if default_agent not in agents:
-        raise ConfigError(
-            f"default_agent {default_agent!r} is not an agent (known: {', '.join(sorted(agents))})"
-        )
-    workspace = Path(_get("turns.toml", top, "workspace", str) or "workspace")
-    task_queue = env.get("TURNS_TASK_QUEUE") or _get("turns.toml", top, "task_queue", str)
-
-    permissions = _table("permissions", data.get("permissions", {}))
-    _check_keys("permissions", permissions, {"allow", "deny"})
-    rules: dict[str, tuple[str, ...]] = {}
-    for key in ("allow", "deny"):
-        names = _get("permissions", permissions, key, list) or []
-        for n in names:
-            if n not in tools:
-                raise ConfigError(f"permissions.{key}: unknown tool {n!r}")
-        rules[key] = tuple(names)
-
-    try:
-        context = ElisionPolicy.model_validate(_table("context", data.get("context", {})))
-    except ValueError as exc:
-        raise ConfigError(f"context: {exc}") from None
-
-    payload_key_env, prices = _observability(data, providers)
+    for name, a in file.agents.items():
+        agents[name] = _agent_from_table(name, a, agents.get(name))
     return Config(
         work_dir=root,
         source=source,
-        default_agent=default_agent,
-        default_model=default_model,
-        task_queue=task_queue or DEFAULT_TASK_QUEUE,
-        workspace=workspace if workspace.is_absolute() else root / workspace,
+        default_agent=file.default_agent or "demo",
+        default_model=file.default_model,
+        task_queue=env.get("TURNS_TASK_QUEUE") or file.task_queue or DEFAULT_TASK_QUEUE,
+        workspace=workspace,
         agents=agents,
-        providers=providers,
+        providers=file.provider_configs,
         tools=tools,
-        auto_allow=rules["allow"],
-        auto_deny=rules["deny"],
-        context=context,
-        storage=parse_storage(data.get("storage", {})),
-        payload_key_env=payload_key_env,
-        prices=prices,
-    )
-
-
-# ---------------------------------------------------------------- [storage]
-# Where turn logs live (docs/operations.md, "Choosing turn storage"). Kept in
-# one block: the URL itself is never in the file, only the variable's name.
-
-DEFAULT_DATABASE_URL_ENV = "TURNS_DATABASE_URL"
-ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
-
-
-@dataclass(frozen=True)
-class StorageConfig:
-    """``[storage]``: ``kind`` ``file`` (the default) or ``postgres``."""
-
-    kind: Literal["file", "postgres"] = "file"
-    url_env: str = DEFAULT_DATABASE_URL_ENV
-    """The environment variable holding the database URL (kind = "postgres")."""
-    pool_size: int = 16
-    """Connections each process may open to the database."""
-
-
-def parse_storage(value: Any) -> StorageConfig:
-    table = _table("storage", value)
-    _check_keys("storage", table, {"kind", "url_env", "pool_size"})
-    kind = _get("storage", table, "kind", str) or "file"
-    if kind not in ("file", "postgres"):
-        raise ConfigError('storage.kind must be "file" or "postgres"')
-    url_env = _get("storage", table, "url_env", str) or DEFAULT_DATABASE_URL_ENV
-    if not ENV_NAME.fullmatch(url_env):
-        raise ConfigError(
-            "storage.url_env names an environment variable (letters, digits, '_'), "
-            "not the URL itself: put the URL in that variable"
-        )
-    if kind == "file" and "url_env" in table:
-        raise ConfigError('storage.url_env applies only to kind = "postgres"')
-    pool_size = _get("storage", table, "pool_size", int)
-    if pool_size is not None and not 1 <= pool_size <= 1000:
-        raise ConfigError("storage.pool_size must be between 1 and 1000")
-    return StorageConfig(
-        kind=cast(Literal["file", "postgres"], kind),
-        url_env=url_env,
-        pool_size=pool_size or 16,
+        auto_allow=tuple(file.permissions.allow),
+        auto_deny=tuple(file.permissions.deny),
+        context=file.context,
+        storage=file.storage.config(),
     )
 
 
@@ -471,13 +558,19 @@ def _observability(
 __all__ = [
     "BUILTIN_AGENTS",
     "CONFIG_FILE",
+    "Agent",
     "AgentConfig",
+    "AgentTable",
     "Config",
     "ConfigError",
+    "PermissionsTable",
     "StorageConfig",
-    "ToolConfig",
-    "builtin_tool_configs",
+    "StorageTable",
+    "ToolTable",
+    "TurnsFile",
+    "import_callable",
     "load_config",
+    "parse_file",
     "parse_storage",
     "work_dir_from_env",
 ]

@@ -19,13 +19,9 @@ worker``, ``python worker.py`` and the tests all wire through here.
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import importlib
-import inspect
 import logging
 import os
 import re
-import sys
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,15 +49,12 @@ from turncore.permissions import (
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import JsonlRepository, TurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
-from turncore.tools import FunctionTool, SyncTool, ToolFunction, ToolRegistry
-from turncore_temporal.activities import DATA_CONVERTER
+from turncore.tools import ToolRegistry
 from turncore_temporal.activities.turn_activities import ModelResolver, TurnDependencies
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 from .api import TurnClient, iso_now
-from .builtin_tools import builtin_implementations
-from .config import Config, ConfigError, ToolConfig, load_config, work_dir_from_env
-from .deltaspool import DeltaSpool, spool_dir
+from .config import Config, load_config, work_dir_from_env
 from .demo import DEMO_MODEL, demo_model
 from .embedded import NAMESPACE, EmbeddedServer
 from .storage import open_repository
@@ -96,37 +89,6 @@ class RuleClassifier:
                 )
             )
         return out
-
-
-def import_callable(tool: ToolConfig, search: Path) -> ToolFunction:
-    """The function named by ``callable = "module:function"`` (the work dir is importable)."""
-    assert tool.callable is not None
-    module_name, _, attr = tool.callable.partition(":")
-    if str(search) not in sys.path:
-        sys.path.insert(0, str(search))
-    try:
-        module = importlib.import_module(module_name)
-        fn = getattr(module, attr)
-    except Exception as exc:
-        raise ConfigError(
-            f"tools.{tool.name}: cannot load {tool.callable}: {type(exc).__name__}: {exc}"
-        ) from None
-    if not callable(fn):
-        raise ConfigError(f"tools.{tool.name}: {tool.callable} is not callable")
-    takes_context = len(inspect.signature(fn).parameters) >= 2
-    if takes_context:
-        return fn  # type: ignore[no-any-return]
-    if inspect.iscoroutinefunction(fn):
-
-        async def without_context_async(input: Any, context: Any) -> Any:
-            return await fn(input)
-
-        return without_context_async
-
-    def without_context(input: Any, context: Any) -> Any:
-        return fn(input)
-
-    return without_context
 
 
 @dataclass(frozen=True)
@@ -177,27 +139,11 @@ class Runtime:
         models.register_function(DEMO_MODEL, demo_model)
 
         config.workspace.mkdir(parents=True, exist_ok=True)
-        builtins = builtin_implementations(config.workspace)
-        catalog: dict[str, ToolDescriptor] = {}
-        sync: dict[str, SyncTool] = {}
-        async_ids: set[str] = set()
-        declarations: dict[str, Any] = {}
-        for name, tool in config.tools.items():
-            catalog[name] = ToolDescriptor(
-                tool_id=tool.tool_id,
-                name=name,
-                description=tool.description,
-                input_schema=tool.input_schema,
-                execution=tool.execution,
-                requires_human=tool.requires_human,
-            )
-            declarations[tool.tool_id] = tool.permission
-            if tool.execution == "async":
-                async_ids.add(tool.tool_id)
-            elif tool.builtin:
-                sync[tool.tool_id] = FunctionTool(builtins[name])
-            else:
-                sync[tool.tool_id] = FunctionTool(import_callable(tool, root))
+        # One declaration per tool: the catalog (what agents snapshot), the
+        # registry (what runs) and the permissions all derive from it.
+        catalog: dict[str, ToolDescriptor] = {n: t.descriptor() for n, t in config.tools.items()}
+        declarations: dict[str, Any] = {t.tool_id: t.permission for t in config.tools.values()}
+        registry = ToolRegistry.of(config.tools.values())
 
         # Sub-agents: every agent may list the workflow-native spawn_agent tool;
         # spawning needs no approval (what the child does is gated in the child).
@@ -212,7 +158,7 @@ class Runtime:
                 name: AgentDefinition(
                     agent_id=name,
                     system_prompt=a.system_prompt,
-                    tools=a.tools,
+                    tools=a.tool_names,
                     model=parse_model_ref(a.model) if a.model is not None else None,
                 )
                 for name, a in config.agents.items()
@@ -224,7 +170,7 @@ class Runtime:
         deps = turn_dependencies(
             repository,
             models,
-            ToolRegistry(sync, async_ids),
+            registry,
             resolver,
             # Deltas also go to the work dir's spool, so watchers in other
             # processes on this host (the web UI, `turns watch`) see them live.
@@ -478,7 +424,6 @@ __all__ = [
     "TemporalUnreachableError",
     "data_converter",
     "server_idle_grace",
-    "import_callable",
     "temporal",
     "turn_dependencies",
     "uses_embedded",

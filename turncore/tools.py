@@ -1,25 +1,59 @@
-"""Live tool implementations and their registry (spec §6.5, §10.1).
+"""Tools: one declaration per tool, and the registry that runs them (spec §6.5, §10.1).
 
-Descriptors are snapshotted in ``turn_created``; the registry materializes
-them into live implementations when a turn advances. Only sync tools have an
-executor; an async tool's request is exposed and its result arrives later as
-an external input.
+A tool is a plain typed Python function, sync or async, turned into a
+``Tool`` by the ``tool`` decorator (or ``tool(fn, ...)`` as a call). The
+function's signature is the tool's input: each parameter becomes a property
+of a pydantic model whose JSON schema the model sees; the docstring's first
+paragraph is the description and its ``Args:`` (or ``:param x:``) entries
+describe the parameters. A parameter annotated ``ToolContext`` is not part of
+the input; it receives the turn id, the call id, a cancellation event and a
+progress callback.
+
+When the model calls the tool, its arguments are validated against that
+model (strictly, as JSON: ``"6"`` is not an ``int``) before the function
+runs; invalid arguments become an error result that quotes pydantic's
+messages, so the model can correct itself (§21.2). An exception raised by the
+function becomes an error result too, and is logged with its traceback where
+the tool ran (the worker); a ``ToolError`` is an expected problem and is
+reported without a traceback. The return value may be any JSON value, a
+pydantic model, a dataclass, or a ``ToolResultData`` for full control.
+
+Everything the runtime needs about a tool is on the ``Tool``: its stable id,
+name, description, schema, execution mode (``"sync"`` runs here;
+``"async"`` is completed later by an external input and has no body),
+permission (``"none"`` or ``"ask"``) and ``requires_human``. The wire
+snapshot in ``turn_created`` is ``Tool.descriptor()``; the registry maps
+snapshotted ids back to live tools when a turn advances.
 """
 
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import inspect
-from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
-from typing import Any, Protocol
+import logging
+import re
+import typing
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal, Protocol
+
+import orjson
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
+from pydantic_core import PydanticSerializationError, core_schema, to_jsonable_python
 
 from .errors import DependencyError
 from .events import ToolDescriptor, ToolResultData
 from .jsonvalue import JsonValue, json_problem
 from .subagents import SPAWN_AGENT_TOOL_ID, WORKFLOW_TOOL_PREFIX
 
+log = logging.getLogger("turncore.tools")
+
 ReportProgress = Callable[[JsonValue], Awaitable[None]]
+Execution = Literal["sync", "async"]
+Permission = Literal["none", "ask"]
+TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 @dataclass(frozen=True)
@@ -33,33 +67,411 @@ class ToolContext:
     report_progress: ReportProgress
 
 
+class ToolError(Exception):
+    """An expected problem the model should read as an error result (no traceback is logged)."""
+
+
+class ToolDeclarationError(DependencyError):
+    """A function cannot be a tool as declared (bad name, untypeable parameter, schema mismatch)."""
+
+
 class SyncTool(Protocol):
+    """What the registry runs: the port a sync tool implements."""
+
     async def execute(self, input: JsonValue, context: ToolContext) -> ToolResultData: ...
 
 
-ToolFunction = Callable[[Any, ToolContext], Any]
-"""``fn(input, context)``, sync or async, returning a JSON output or a ToolResultData."""
+# ---------------------------------------------------------------- schema from a signature
 
 
-class FunctionTool:
-    """A sync tool from a plain function. Exceptions become error results (§21.2)."""
+class _NoTitles(GenerateJsonSchema):
+    """Schemas without pydantic's generated titles: they repeat the names and cost tokens."""
 
-    def __init__(self, fn: ToolFunction) -> None:
-        self._fn = fn
+    def field_title_should_be_set(self, schema: Any) -> bool:
+        return False
+
+    def generate(self, schema: core_schema.CoreSchema, mode: Any = "validation") -> JsonSchemaValue:
+        out = super().generate(schema, mode)
+        out.pop("title", None)
+        return out
+
+    def model_schema(self, schema: core_schema.ModelSchema) -> JsonSchemaValue:
+        out = super().model_schema(schema)
+        out.pop("title", None)  # nested models too (their $defs keep the class name as key)
+        return out
+
+
+_ARGS_HEADER = re.compile(r"^(Args|Arguments|Parameters|Params)\s*:\s*$")
+_OTHER_HEADER = re.compile(
+    r"^(Returns?|Raises|Yields?|Examples?|Notes?|Attributes|See Also)\s*:\s*$"
+)
+_GOOGLE_ARG = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
+_SPHINX_ARG = re.compile(r"^:param\s+(?:[^:\s]+\s+)?(\w+)\s*:\s*(.*)$")
+
+
+def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
+    """The description (the text before any section) and per-parameter descriptions.
+
+    Google style (an ``Args:`` section of ``name: text`` lines, continuations
+    indented deeper) and Sphinx style (``:param name: text``) are understood.
+    """
+    if not doc:
+        return "", {}
+    description: list[str] = []
+    params: dict[str, str] = {}
+    section = "description"
+    current: str | None = None
+    arg_indent: int | None = None
+    for line in inspect.cleandoc(doc).splitlines():
+        text = line.strip()
+        indent = len(line) - len(line.lstrip())
+        if indent == 0 and _ARGS_HEADER.match(text):
+            section, current, arg_indent = "args", None, None
+            continue
+        if indent == 0 and (
+            _OTHER_HEADER.match(text) or (text.startswith(":") and not _SPHINX_ARG.match(text))
+        ):
+            section, current = "other", None
+            continue
+        sphinx = _SPHINX_ARG.match(text) if indent == 0 else None
+        if sphinx:
+            section, current = "sphinx", sphinx.group(1)
+            params[current] = sphinx.group(2).strip()
+            continue
+        if section == "description":
+            description.append(line)
+        elif section == "args" and text:
+            google = _GOOGLE_ARG.match(text)
+            if google and (arg_indent is None or indent <= arg_indent):
+                arg_indent = indent
+                current = google.group(1)
+                params[current] = google.group(2).strip()
+            elif current is not None:
+                params[current] = f"{params[current]} {text}".strip()
+        elif section == "sphinx" and current is not None and text and indent > 0:
+            params[current] = f"{params[current]} {text}".strip()
+    return "\n".join(description).strip(), params
+
+
+class _Annotated:
+    """Something ``typing.get_type_hints`` reads annotations from."""
+
+    def __init__(self, annotations: dict[str, Any]) -> None:
+        self.__annotations__ = annotations
+
+
+def _is_context(annotation: Any) -> bool:
+    return annotation is ToolContext
+
+
+@dataclass(frozen=True)
+class _Signature:
+    model: type[BaseModel]
+    context_param: str | None
+    positional: tuple[str, ...]
+    """Parameters passed by position (positional-only ones)."""
+    is_async: bool
+
+
+def _signature_of(fn: Callable[..., Any], name: str, docs: Mapping[str, str]) -> _Signature:
+    try:
+        # Only the parameters matter; the return annotation may name anything.
+        params_only = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != "return"}
+        hints = typing.get_type_hints(
+            _Annotated(params_only),
+            globalns=getattr(fn, "__globals__", None),
+            localns=inspect.getclosurevars(fn).nonlocals if inspect.isfunction(fn) else None,
+            include_extras=True,
+        )
+    except Exception as exc:  # an annotation that does not resolve
+        raise ToolDeclarationError(
+            f"tool {name!r}: cannot resolve the annotations of {_where(fn)}: {exc}"
+        ) from None
+    fields: dict[str, Any] = {}
+    context_param: str | None = None
+    positional: list[str] = []
+    for p in inspect.signature(fn).parameters.values():
+        annotation = hints.get(p.name, Any)
+        if _is_context(annotation):
+            if context_param is not None:
+                raise ToolDeclarationError(f"tool {name!r}: two ToolContext parameters")
+            context_param = p.name
+            continue
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD):
+            raise ToolDeclarationError(
+                f"tool {name!r}: *{p.name} cannot be described to a model; "
+                "declare each argument as a typed parameter"
+            )
+        if p.name not in hints:
+            raise ToolDeclarationError(
+                f"tool {name!r}: parameter {p.name!r} of {_where(fn)} has no type annotation"
+            )
+        if p.kind is p.POSITIONAL_ONLY:
+            positional.append(p.name)
+        default = ... if p.default is p.empty else p.default
+        description = docs.get(p.name)
+        fields[p.name] = (
+            annotation,
+            Field(default, description=description) if description else Field(default),
+        )
+    model = create_model(
+        f"{name}_input",
+        __config__=ConfigDict(extra="forbid", strict=True),
+        **fields,
+    )
+    is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
+        getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
+    )
+    return _Signature(model, context_param, tuple(positional), is_async)
+
+
+def _where(fn: Callable[..., Any]) -> str:
+    code = getattr(fn, "__code__", None)
+    qualname = getattr(fn, "__qualname__", repr(fn))
+    if code is None:
+        return qualname
+    return f"{qualname} ({code.co_filename}:{code.co_firstlineno})"
+
+
+def _validation_message(name: str, exc: ValidationError) -> str:
+    """Pydantic's messages, one per problem, each naming the argument."""
+    problems = []
+    for e in exc.errors(include_url=False):
+        where = ".".join(str(part) for part in e["loc"]) or "input"
+        problems.append(f"{where}: {e['msg']}")
+    count = len(problems)
+    return (
+        f"Invalid arguments for tool {name} ({count} problem{'s' if count > 1 else ''}): "
+        + "; ".join(problems)
+    )
+
+
+# ---------------------------------------------------------------- the Tool
+
+
+@dataclass(frozen=True)
+class Tool:
+    """One tool: its declaration, and for a sync tool its implementation.
+
+    Build one with ``tool`` (from a typed function) or ``Tool.external``
+    (an async tool described by a schema alone). ``with_`` changes the
+    declaration (description, permission, ...) and keeps the function.
+    """
+
+    name: str
+    description: str
+    input_schema: dict[str, Any]
+    execution: Execution = "sync"
+    permission: Permission = "ask"
+    """``"ask"`` (the default, failing closed) needs a decision before the call runs."""
+    requires_human: bool = False
+    tool_id: str = ""
+    """The stable registry identity snapshotted in each turn (§6.3); derived when empty."""
+    function: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
+    _signature: _Signature | None = field(default=None, compare=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if not TOOL_NAME.fullmatch(self.name):
+            raise ToolDeclarationError(
+                f"tool {self.name!r}: a tool name is 1-64 letters, digits, '_' or '-'"
+            )
+        if not self.tool_id:
+            prefix = "user" if self.execution == "sync" else "external"
+            object.__setattr__(self, "tool_id", f"{prefix}:{self.name}")
+        if self.execution == "sync" and self.function is None:
+            raise ToolDeclarationError(f"tool {self.name!r}: a sync tool needs a function")
+
+    # ------------------------------------------------------------ building
+
+    @classmethod
+    def external(
+        cls,
+        name: str,
+        *,
+        description: str = "",
+        input_schema: dict[str, Any] | None = None,
+        permission: Permission = "ask",
+        requires_human: bool = False,
+        tool_id: str = "",
+    ) -> Tool:
+        """An async tool described by a JSON schema: its result arrives later as an input."""
+        return cls(
+            name=name,
+            description=description,
+            input_schema=input_schema if input_schema is not None else {"type": "object"},
+            execution="async",
+            permission=permission,
+            requires_human=requires_human,
+            tool_id=tool_id,
+        )
+
+    def with_(self, **changes: Any) -> Tool:
+        """The same tool with other declaration fields (the function is kept)."""
+        return dataclasses.replace(self, **changes)
+
+    def descriptor(self) -> ToolDescriptor:
+        """The snapshot written into ``turn_created``."""
+        return ToolDescriptor(
+            tool_id=self.tool_id,
+            name=self.name,
+            description=self.description,
+            input_schema=self.input_schema,
+            execution=self.execution,
+            requires_human=self.requires_human,
+        )
+
+    # ------------------------------------------------------------ running
 
     async def execute(self, input: JsonValue, context: ToolContext) -> ToolResultData:
-        if inspect.iscoroutinefunction(self._fn):
-            value = await self._fn(input, context)
-        else:
-            value = await asyncio.to_thread(self._fn, input, context)
-        if isinstance(value, ToolResultData):
-            return value
-        problem = json_problem(value, "output")
-        if problem is not None:
+        """Validate the arguments, run the function, and make its outcome a result (§21.2)."""
+        sig, fn = self._signature, self.function
+        if sig is None or fn is None:
+            return ToolResultData(output=f"Tool {self.name} has no implementation", is_error=True)
+        try:
+            # Validated as JSON, strictly: what the model sent is JSON, and a
+            # string is never quietly turned into a number.
+            args = sig.model.model_validate_json(orjson.dumps(input), strict=True)
+        except ValidationError as exc:
+            return ToolResultData(output=_validation_message(self.name, exc), is_error=True)
+        except orjson.JSONEncodeError as exc:
             return ToolResultData(
-                output=f"Tool returned a non-JSON value: {problem}", is_error=True
+                output=f"Invalid arguments for tool {self.name}: {exc}", is_error=True
             )
-        return ToolResultData(output=value, is_error=False)
+        values = {k: getattr(args, k) for k in type(args).model_fields}
+        positional = [values.pop(k) for k in sig.positional]
+        if sig.context_param is not None:
+            values[sig.context_param] = context
+        try:
+            if sig.is_async:
+                value = await fn(*positional, **values)
+            else:
+                value = await asyncio.to_thread(fn, *positional, **values)
+        except asyncio.CancelledError:
+            raise
+        except ToolError as exc:
+            return ToolResultData(output=str(exc), is_error=True)
+        except Exception as exc:
+            # The model gets the message; whoever runs the worker gets file:line.
+            log.exception(
+                "tool %s (call %s of turn %s) raised %s",
+                self.name,
+                context.tool_call_id,
+                context.turn_id,
+                type(exc).__name__,
+            )
+            return ToolResultData(output=f"Tool raised {type(exc).__name__}: {exc}", is_error=True)
+        return _as_result(value)
+
+
+def _as_result(value: Any) -> ToolResultData:
+    if isinstance(value, ToolResultData):
+        return value
+    try:
+        output = to_jsonable_python(value, by_alias=True)
+    except PydanticSerializationError as exc:
+        return ToolResultData(output=f"Tool returned a non-JSON value: {exc}", is_error=True)
+    problem = json_problem(output, "output")
+    if problem is not None:
+        return ToolResultData(output=f"Tool returned a non-JSON value: {problem}", is_error=True)
+    return ToolResultData(output=output, is_error=False)
+
+
+@typing.overload
+def tool(fn: Callable[..., Any], /) -> Tool: ...
+
+
+@typing.overload
+def tool(
+    fn: Callable[..., Any],
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: Permission = "ask",
+    execution: Execution = "sync",
+    requires_human: bool = False,
+    tool_id: str = "",
+) -> Tool: ...
+
+
+@typing.overload
+def tool(
+    fn: None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: Permission = "ask",
+    execution: Execution = "sync",
+    requires_human: bool = False,
+    tool_id: str = "",
+) -> Callable[[Callable[..., Any]], Tool]: ...
+
+
+def tool(
+    fn: Callable[..., Any] | None = None,
+    /,
+    *,
+    name: str | None = None,
+    description: str | None = None,
+    permission: Permission = "ask",
+    execution: Execution = "sync",
+    requires_human: bool = False,
+    tool_id: str = "",
+) -> Tool | Callable[[Callable[..., Any]], Tool]:
+    """Declare a tool from a typed function: ``@tool``, ``@tool(permission="none")`` or ``tool(fn)``.
+
+    ``execution="async"`` declares a tool whose result arrives later (``turns
+    complete``, ``Turns.complete``); the function then only describes the
+    input and never runs.
+    """
+
+    def build(f: Callable[..., Any]) -> Tool:
+        tool_name = name or str(getattr(f, "__name__", ""))
+        summary, docs = _parse_docstring(inspect.getdoc(f))
+        sig = _signature_of(f, tool_name, docs)
+        schema = sig.model.model_json_schema(schema_generator=_NoTitles)
+        return Tool(
+            name=tool_name,
+            description=description if description is not None else summary,
+            input_schema=schema,
+            execution=execution,
+            permission=permission,
+            requires_human=requires_human,
+            tool_id=tool_id,
+            function=f if execution == "sync" else None,
+            _signature=sig if execution == "sync" else None,
+        )
+
+    return build(fn) if fn is not None else build
+
+
+def schema_disagreement(declared: Any, inferred: Any, where: str = "input_schema") -> str | None:
+    """Where a hand-written schema disagrees with the inferred one, or None.
+
+    The declared schema may say less (omit descriptions) but not differently:
+    every key it gives must equal the inferred value at the same place.
+    """
+    if isinstance(declared, dict) and isinstance(inferred, dict):
+        for key, value in declared.items():
+            if key not in inferred:
+                if key in ("description", "title", "examples"):
+                    continue
+                return f"{where}.{key} is not in the schema inferred from the function"
+            problem = schema_disagreement(value, inferred[key], f"{where}.{key}")
+            if problem is not None:
+                return problem
+        return None
+    if isinstance(declared, list) and isinstance(inferred, list):
+        if sorted(map(repr, declared)) != sorted(map(repr, inferred)):
+            return f"{where} is {declared!r} but the function gives {inferred!r}"
+        return None
+    if declared != inferred:
+        return f"{where} is {declared!r} but the function gives {inferred!r}"
+    return None
+
+
+# ---------------------------------------------------------------- the registry
 
 
 class ToolRegistry:
@@ -77,6 +489,14 @@ class ToolRegistry:
     ) -> None:
         self._sync = dict(sync_tools or {})
         self._async = frozenset(async_tools)
+
+    @classmethod
+    def of(cls, tools: Iterable[Tool]) -> ToolRegistry:
+        listed = list(tools)
+        return cls(
+            {t.tool_id: t for t in listed if t.execution == "sync"},
+            {t.tool_id for t in listed if t.execution == "async"},
+        )
 
     def register(self, tool_id: str, tool: SyncTool) -> None:
         self._sync[tool_id] = tool
@@ -105,3 +525,16 @@ class ToolRegistry:
     def check_all(self, descriptors: list[ToolDescriptor]) -> None:
         for d in descriptors:
             self.check(d)
+
+
+__all__ = [
+    "ReportProgress",
+    "SyncTool",
+    "Tool",
+    "ToolContext",
+    "ToolDeclarationError",
+    "ToolError",
+    "ToolRegistry",
+    "schema_disagreement",
+    "tool",
+]
