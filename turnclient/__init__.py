@@ -1,6 +1,73 @@
-"""The client side of turncore: the ``turns`` command line and the Temporal client API.
+"""The client side of turncore: the ``turns`` command line, the Temporal client API,
+and the library entry point ``Turns``.
 
 Modules here may import ``temporalio`` (``turncore`` may not). ``cli`` keeps
 its Temporal imports inside the commands that need them, so file-only
-commands such as ``turns validate`` start quickly and work without a server.
+commands such as ``turns validate`` start quickly and work without a server;
+for the same reason the library names below are imported on first use.
+
+    from turnclient import Agent, Turns, tool
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from turncore.errors import (
+        DependencyError,
+        InvalidInputError,
+        InvalidTurnIdError,
+        RejectedInputError,
+        TurnError,
+        TurnNotFoundError,
+    )
+    from turncore.tools import Tool, ToolContext, ToolError, tool
+
+    from .config import Agent, ConfigError
+    from .turns import TurnResult, Turns, TurnSummary
+
+_EXPORTS = {
+    "Agent": ".config",
+    "ConfigError": ".config",
+    "Turns": ".turns",
+    "TurnResult": ".turns",
+    "TurnSummary": ".turns",
+    "Tool": "turncore.tools",
+    "ToolContext": "turncore.tools",
+    "ToolError": "turncore.tools",
+    "tool": "turncore.tools",
+    "DependencyError": "turncore.errors",
+    "InvalidInputError": "turncore.errors",
+    "InvalidTurnIdError": "turncore.errors",
+    "RejectedInputError": "turncore.errors",
+    "TurnError": "turncore.errors",
+    "TurnNotFoundError": "turncore.errors",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'turnclient' has no attribute {name!r}")
+    return getattr(importlib.import_module(module, __name__), name)
+
+
+__all__ = [
+    "Agent",
+    "ConfigError",
+    "DependencyError",
+    "InvalidInputError",
+    "InvalidTurnIdError",
+    "RejectedInputError",
+    "Tool",
+    "ToolContext",
+    "ToolError",
+    "TurnError",
+    "TurnNotFoundError",
+    "TurnResult",
+    "TurnSummary",
+    "Turns",
+    "tool",
+]

@@ -36,13 +36,20 @@ from temporalio.service import RPCError, RPCStatusCode
 from turncore.advance import check_input, outcome_of
 from turncore.agents import AgentResolver
 from turncore.context import ContextResolver
-from turncore.errors import InfrastructureError, InvalidInputError, RejectedInputError
+from turncore.errors import (
+    InfrastructureError,
+    RejectedInputError,
+    TurnError,
+    TurnNotFoundError,
+)
 from turncore.events import (
     DEFAULT_MAX_MODEL_CALLS,
     SCHEMA_VERSION,
     AgentSnapshot,
+    ContextRef,
+    InheritedAgentSnapshot,
     RequestedAgent,
-    SuspendedOutcome,
+    ResolvedAgent,
     TurnConfig,
     TurnContext,
     TurnCreated,
@@ -98,6 +105,28 @@ def _transient(exc: BaseException) -> bool:
         return False
     return exc.status in _TRANSIENT or (
         exc.status == RPCStatusCode.FAILED_PRECONDITION and _WFT_RETRYING in exc.message
+    )
+
+
+def open_turn_message(state: TurnState) -> str:
+    """Why an open turn cannot be continued, and how to finish it."""
+    turn_id = state.definition.turn_id
+    waiting = [
+        f"approval of {p.tool_name} ({p.tool_call_id}): turns approve|deny {turn_id} {p.tool_call_id}"
+        for p in state.pending_permissions()
+    ] + [
+        f"the result of {p.tool_name} ({p.tool_call_id}): turns complete {turn_id} "
+        f"{p.tool_call_id} --text ..."
+        for p in state.pending_async_tools()
+    ]
+    if waiting:
+        return (
+            f"turn {turn_id} is still open and cannot be continued until it ends; it awaits "
+            f"{'; '.join(waiting)}; or end it with: turns cancel {turn_id}"
+        )
+    return (
+        f"turn {turn_id} is still running and cannot be continued until it ends; follow it "
+        f"with: turns watch {turn_id}, or end it with: turns cancel {turn_id}"
     )
 
 
@@ -170,6 +199,7 @@ class TurnClient:
         tail_interval: float = 0.05,
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
+        contexts: ContextResolver | None = None,
     ) -> None:
         self._client = client
         self._repo = repository
@@ -179,6 +209,8 @@ class TurnClient:
         self._clock = clock
         self._hub = hub
         self._tail_interval = tail_interval
+        self._contexts = contexts
+        """Materializes a predecessor's agent for §6.7 inheritance (None: never inherit)."""
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
@@ -210,6 +242,11 @@ class TurnClient:
                 delay = min(delay * 2, 2.0)
 
     @property
+    def temporal(self) -> Client:
+        """The Temporal client turns are started and signalled through."""
+        return self._client
+
+    @property
     def repository(self) -> TurnRepository:
         return self._repo
 
@@ -217,13 +254,10 @@ class TurnClient:
 
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
-        context = request.context if request.context is not None else []
-        refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
-        if refused is not None:
-            raise InvalidInputError(f"the turn cannot be created: {refused}")
-        snapshot = await asyncio.to_thread(
-            self._contexts.snapshot_for, resolved, context, request.session_id
-        )
+        snapshot: ResolvedAgent | InheritedAgentSnapshot = resolved
+        if isinstance(request.context, ContextRef):
+            previous = await self._closed_predecessor(request.context.previous_turn_id)
+            snapshot = self._inherit(resolved, previous)
         turn_id = self._ids.next_id()
         created = TurnCreated(
             turn_id=turn_id,
@@ -231,7 +265,7 @@ class TurnClient:
             schema_version=SCHEMA_VERSION,
             session_id=request.session_id,
             agent=AgentSnapshot(requested=request.agent, resolved=snapshot),
-            context=context,
+            context=request.context if request.context is not None else [],
             input=request.input,
             config=TurnConfig(
                 auto_permission=request.auto_permission,
@@ -242,6 +276,36 @@ class TurnClient:
         )
         await asyncio.to_thread(self._repo.create, created)
         return turn_id
+
+    async def _closed_predecessor(self, turn_id: str) -> TurnState:
+        """The turn a new one continues: it must exist and have ended (§6.6)."""
+        validate_turn_id(turn_id)
+        try:
+            events = await asyncio.to_thread(self._repo.read, turn_id)
+        except TurnNotFoundError:
+            raise RejectedInputError(f"there is no turn {turn_id} to continue") from None
+        state = TurnReducer.of(events).state
+        if state.terminal is None:
+            raise RejectedInputError(open_turn_message(state))
+        return state
+
+    def _inherit(
+        self, resolved: ResolvedAgent, previous: TurnState
+    ) -> ResolvedAgent | InheritedAgentSnapshot:
+        """§6.7: the inherited form when prompt and tools equal the predecessor's."""
+        if self._contexts is None:
+            return resolved
+        try:
+            before = self._contexts.resolve_agent(previous.definition)
+        except TurnError:
+            return resolved  # an unreadable chain falls back to the full snapshot
+        if before.system_prompt != resolved.system_prompt or before.tools != resolved.tools:
+            return resolved
+        return InheritedAgentSnapshot(
+            agent_id=resolved.agent_id,
+            model=resolved.model,
+            inherited_from=previous.definition.turn_id,
+        )
 
     # ---------------------------------------------------------------- read
 
@@ -462,24 +526,4 @@ class TurnClient:
                 self._hub.detach(turn_id, deltas)
 
 
-def _input_attributes(input: TurnExternalInput) -> dict[str, Any]:
-    """What a span may say about an input: its type, target and decision, never its content."""
-    attributes: dict[str, Any] = {"turncore.input.type": input.type}
-    call_id = getattr(input, "tool_call_id", None)
-    if call_id is not None:
-        attributes["gen_ai.tool.call.id"] = call_id
-    decision = getattr(input, "decision", None)
-    if isinstance(decision, str):
-        attributes["decision"] = decision
-    return attributes
-
-
-def _pending_of(outcome: TurnOutcome) -> list[str]:
-    if not isinstance(outcome, SuspendedOutcome):
-        return []
-    return [f"permission:{p.tool_call_id}" for p in outcome.pending_permissions] + [
-        f"async:{p.tool_call_id}" for p in outcome.pending_async_tools
-    ]
-
-
-__all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "iso_now"]
+__all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "iso_now", "open_turn_message"]

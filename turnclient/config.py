@@ -572,5 +572,54 @@ __all__ = [
     "load_config",
     "parse_file",
     "parse_storage",
+    "with_python",
     "work_dir_from_env",
 ]
+
+
+# ---------------------------------------------------------------- agents and tools from Python
+
+
+def with_python(
+    config: Config,
+    *,
+    agents: Sequence[Agent] = (),
+    tools: Sequence[Tool] = (),
+    default_agent: str | None = None,
+    default_model: str | None = None,
+) -> Config:
+    """``config`` plus agents and tools defined in Python, checked by the file's rules.
+
+    A ``Tool`` listed in an agent's ``tools`` is registered under its name; two
+    different tools under one name are refused, as is an agent naming a tool
+    or provider that does not exist.
+    """
+    known = dict(config.tools)
+    for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
+        existing = known.get(t.name)
+        if existing is not None and existing != t and existing.tool_id != t.tool_id:
+            raise ConfigError(f"tools.{t.name}: two different tools are named {t.name!r}")
+        known[t.name] = t
+    merged = dict(config.agents)
+    try:
+        for a in agents:
+            _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
+            if a.model is not None:
+                _check_model_ref(f"agents.{a.name}.model", a.model, config.providers)
+            merged[a.name] = replace(a, tools=a.tool_names)
+        if default_model is not None:
+            _check_model_ref("default_model", default_model, config.providers)
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    agent = default_agent or config.default_agent
+    if agent not in merged:
+        raise ConfigError(
+            f"default_agent {agent!r} is not an agent (known: {', '.join(sorted(merged))})"
+        )
+    return replace(
+        config,
+        agents=merged,
+        tools=known,
+        default_agent=agent,
+        default_model=default_model or config.default_model,
+    )

@@ -193,7 +193,12 @@ class Runtime:
 
     def turn_client(self, client: Client) -> TurnClient:
         return TurnClient(
-            client, self.repository, self.resolver, task_queue=self.task_queue, hub=self.hub
+            client,
+            self.repository,
+            self.resolver,
+            task_queue=self.task_queue,
+            hub=self.hub,
+            contexts=self.contexts,
         )
 
     def model_for(self, agent: str, override: str | None) -> ModelDescriptor | None:

@@ -1,0 +1,428 @@
+"""``Turns``: turncore as a library, in one object.
+
+    async with Turns(agents=[Agent(...)], tools=[...]) as turns:
+        result = await turns.run("What is 6 times 7?", agent="math")
+        print(result.text)
+
+``models`` registers Python functions as scripted models (``scripted/NAME``):
+a function gets the composed request and returns ``{"text": ...,
+"toolCalls": [...]}``, so an app can be tested without a provider.
+
+``Turns`` wraps everything a process needs: the configuration (the work
+dir's ``turns.toml`` over the built-ins, plus agents and tools defined in
+Python, checked by the same rules), the connection (the work dir's embedded
+dev server by default, ``TEMPORAL_ADDRESS`` when set, or a ``Client`` you
+pass), a worker in this process (unless ``worker=False``), and the turn
+files. Its methods are the operations of the CLI: start and run turns,
+continue a conversation, approve/deny/complete/progress/cancel, read state
+and events, watch live, list, recover, and serve.
+
+Errors an application maps to responses are typed (all from
+``turncore.errors``): ``RejectedInputError`` (the input targets nothing
+pending, the turn ended, an unknown agent; HTTP 409/422),
+``TurnNotFoundError`` (404), ``InvalidTurnIdError`` (400) and
+``DependencyError`` (a model, tool or agent that cannot be resolved, or
+a bad configuration: 500/503).
+
+This module may import the worker (``turncore_temporal.worker``);
+``turnclient.runtime`` may not, so there is no import cycle.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from types import TracebackType
+from typing import Any, Literal
+
+from temporalio.client import Client
+from temporalio.common import SearchAttributeKey
+
+from turncore.advance import outcome_of
+from turncore.errors import RejectedInputError, TurnNotFoundError
+from turncore.events import (
+    AgentOverrides,
+    AsyncToolProgressInput,
+    AsyncToolResultInput,
+    CancelInput,
+    ContextRef,
+    PermissionDecisionInput,
+    ToolResultData,
+    TurnEvent,
+    TurnExternalInput,
+    TurnOutcome,
+    TurnStreamEvent,
+)
+from turncore.events import RequestedAgent as _RequestedAgent
+from turncore.ids import validate_turn_id
+from turncore.messages import UserMessage
+from turncore.model import parse_model_ref
+from turncore.model.scripted import ScriptFunction
+from turncore.reducer import TurnReducer, TurnState
+from turncore.tools import Tool
+from turncore_temporal.worker import serving
+
+from .api import CreateTurnInput, TurnClient, open_turn_message
+from .config import Agent, load_config, with_python, work_dir_from_env
+from .runtime import Runtime, temporal
+
+Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
+_TERMINAL = ("turn_completed", "turn_failed", "turn_cancelled")
+
+
+@dataclass(frozen=True)
+class TurnResult:
+    """A turn at a settle point: its id and its §16.4 outcome."""
+
+    turn_id: str
+    outcome: TurnOutcome
+
+    @property
+    def status(self) -> str:
+        return self.outcome.status
+
+    @property
+    def text(self) -> str:
+        """The final assistant text of a completed turn ("" otherwise)."""
+        return self.outcome.output.text() if self.outcome.status == "completed" else ""
+
+
+@dataclass(frozen=True)
+class TurnSummary:
+    """One row of ``Turns.list`` (from Temporal visibility)."""
+
+    turn_id: str
+    status: str | None
+    agent: str | None
+    model: str | None
+    session: str | None
+    pending: tuple[str, ...]
+
+
+class Turns:
+    """The runtime object: configuration, connection, worker and turn files in one."""
+
+    def __init__(
+        self,
+        work_dir: str | os.PathLike[str] | None = None,
+        *,
+        agents: Sequence[Agent] = (),
+        tools: Sequence[Tool] = (),
+        default_agent: str | None = None,
+        default_model: str | None = None,
+        models: Mapping[str, ScriptFunction] = {},  # noqa: B006 - never mutated
+        client: Client | None = None,
+        worker: bool = True,
+        env: Mapping[str, str] | None = None,
+    ) -> None:
+        self._env = os.environ if env is None else env
+        root = Path(work_dir).absolute() if work_dir is not None else work_dir_from_env(self._env)
+        config = with_python(
+            load_config(root, self._env),
+            agents=agents,
+            tools=tools,
+            default_agent=default_agent,
+            default_model=default_model,
+        )
+        self.runtime = Runtime.from_config(config, env=self._env)
+        for name, fn in models.items():
+            self.runtime.models.register_function(name, fn)  # model "scripted/NAME"
+        self._client = client
+        self._worker = worker
+        self._stack: contextlib.AsyncExitStack | None = None
+        self._turns: TurnClient | None = None
+
+    # ---------------------------------------------------------------- lifecycle
+
+    async def __aenter__(self) -> Turns:
+        stack = contextlib.AsyncExitStack()
+        try:
+            client = self._client
+            if client is None:
+                conn = await stack.enter_async_context(
+                    temporal(self.runtime.work_dir, env=self._env)
+                )
+                client = conn.client
+            if self._worker:
+                await stack.enter_async_context(serving(self.runtime, client))
+        except BaseException:
+            await stack.aclose()
+            raise
+        self._stack = stack
+        self._turns = self.runtime.turn_client(client)
+        return self
+
+    async def __aexit__(
+        self,
+        exc_type: type[BaseException] | None,
+        exc: BaseException | None,
+        tb: TracebackType | None,
+    ) -> None:
+        stack, self._stack, self._turns = self._stack, None, None
+        if stack is not None:
+            await stack.aclose()
+
+    @property
+    def client(self) -> TurnClient:
+        """The underlying ``TurnClient`` (inside ``async with``)."""
+        if self._turns is None:
+            raise RuntimeError("use Turns inside `async with Turns(...) as turns:`")
+        return self._turns
+
+    @property
+    def work_dir(self) -> Path:
+        return self.runtime.work_dir
+
+    async def serve(self) -> None:
+        """Serve turns (the worker runs already inside ``async with``) until cancelled."""
+        self.client  # noqa: B018 - raises outside `async with`
+        await asyncio.Event().wait()
+
+    # ---------------------------------------------------------------- starting
+
+    async def start(
+        self,
+        prompt: str,
+        *,
+        agent: str | None = None,
+        model: str | None = None,
+        session: str | None = None,
+        continue_from: str | None = None,
+        auto_permission: bool = False,
+        human_available: bool = True,
+        max_model_calls: int | None = None,
+    ) -> str:
+        """Create a turn (nothing runs yet; ``advance`` or ``wait`` runs it). Returns its id.
+
+        ``continue_from`` continues a conversation after a terminal turn (§6.6):
+        context is a reference to it, the session is its session (or, if it had
+        none, its id), and the agent defaults to its agent. ``session`` alone
+        continues the session's latest turn, or starts the session.
+        """
+        request = await self._request(
+            prompt,
+            agent=agent,
+            model=model,
+            session=session,
+            continue_from=continue_from,
+            auto_permission=auto_permission,
+            human_available=human_available,
+            max_model_calls=max_model_calls,
+        )
+        return await self.client.create_turn(request)
+
+    async def run(self, prompt: str, **options: Any) -> TurnResult:
+        """Start a turn (same options as ``start``) and advance it until it settles."""
+        turn_id = await self.start(prompt, **options)
+        return TurnResult(turn_id, await self.advance(turn_id))
+
+    async def _request(
+        self,
+        prompt: str,
+        *,
+        agent: str | None,
+        model: str | None,
+        session: str | None,
+        continue_from: str | None,
+        auto_permission: bool,
+        human_available: bool,
+        max_model_calls: int | None,
+    ) -> CreateTurnInput:
+        if continue_from is None and session is not None:
+            continue_from = await self.latest_in_session(session)
+        context = None
+        if continue_from is not None:
+            previous = await self._state(continue_from)
+            if previous.terminal is None:
+                raise RejectedInputError(open_turn_message(previous))
+            definition = previous.definition
+            context = ContextRef(previous_turn_id=continue_from)
+            session = definition.session_id or session or continue_from
+            agent = agent or definition.agent.requested.agent_id
+        config = self.runtime.config
+        name = agent or config.default_agent
+        if name not in config.agents:
+            known = ", ".join(sorted(config.agents))
+            raise RejectedInputError(f"unknown agent {name!r} (known: {known})")
+        descriptor = parse_model_ref(model) if model is not None else None
+        resolved = self.runtime.model_for(name, model)
+        if resolved is not None:
+            self.runtime.models.resolve(resolved)  # a missing key fails before any file exists
+        options: dict[str, Any] = {}
+        if max_model_calls is not None:
+            options["max_model_calls"] = max_model_calls
+        return CreateTurnInput(
+            agent=_RequestedAgent(
+                agent_id=name,
+                overrides=AgentOverrides(model=descriptor) if descriptor is not None else None,
+            ),
+            input=UserMessage(content=prompt),
+            human_available=human_available,
+            auto_permission=auto_permission,
+            session_id=session,
+            context=context,
+            reasoning_effort=config.agents[name].reasoning_effort,
+            **options,
+        )
+
+    # ---------------------------------------------------------------- advancing
+
+    async def advance(self, turn_id: str, input: TurnExternalInput | None = None) -> TurnOutcome:
+        """Advance the turn by at most one input until it settles; its outcome."""
+        return await self.client.advance_turn(turn_id, input).outcome
+
+    async def approve(self, turn_id: str, tool_call_id: str) -> TurnOutcome:
+        return await self.advance(
+            turn_id, PermissionDecisionInput(tool_call_id=tool_call_id, decision="allow")
+        )
+
+    async def deny(self, turn_id: str, tool_call_id: str, reason: str | None = None) -> TurnOutcome:
+        metadata = {"reason": reason} if reason else None
+        return await self.advance(
+            turn_id,
+            PermissionDecisionInput(tool_call_id=tool_call_id, decision="deny", metadata=metadata),
+        )
+
+    async def complete(
+        self, turn_id: str, tool_call_id: str, output: Any, *, is_error: bool = False
+    ) -> TurnOutcome:
+        """Supply the result of an async tool call (such as ``ask_human``)."""
+        return await self.advance(
+            turn_id,
+            AsyncToolResultInput(
+                tool_call_id=tool_call_id, result=ToolResultData(output=output, is_error=is_error)
+            ),
+        )
+
+    async def progress(self, turn_id: str, tool_call_id: str, data: Any) -> TurnOutcome:
+        return await self.advance(
+            turn_id, AsyncToolProgressInput(tool_call_id=tool_call_id, progress=data)
+        )
+
+    async def cancel(self, turn_id: str, reason: str | None = None) -> TurnOutcome:
+        return await self.advance(turn_id, CancelInput(reason=reason))
+
+    async def recover(self, turn_id: str) -> TurnOutcome:
+        """Serve a turn until it settles, starting its workflow from the file if none runs."""
+        return await self.client.recover(turn_id)
+
+    # ---------------------------------------------------------------- reading
+
+    async def events(self, turn_id: str) -> list[TurnEvent]:
+        return (await self.client.get_turn(turn_id)).events
+
+    async def state(self, turn_id: str) -> TurnState:
+        return await self._state(turn_id)
+
+    async def outcome(self, turn_id: str) -> TurnOutcome | None:
+        """The outcome at the last settle point recorded in the file; None while running."""
+        return outcome_of(await self._state(turn_id))
+
+    async def _state(self, turn_id: str) -> TurnState:
+        validate_turn_id(turn_id)
+        events = await asyncio.to_thread(self.runtime.repository.read, turn_id)
+        return TurnReducer.of(events).state
+
+    async def watch(
+        self, turn_id: str, *, until: Literal["ended", "settled"] = "ended", interval: float = 0.05
+    ) -> AsyncIterator[TurnStreamEvent]:
+        """Every durable event of the turn from the first, then new ones and this process's
+        deltas as they come, until the turn ends (or, with ``until="settled"``, until it
+        also suspends). Nothing is skipped or repeated."""
+        validate_turn_id(turn_id)
+        repo, hub = self.runtime.repository, self.runtime.hub
+        if not await asyncio.to_thread(repo.exists, turn_id):
+            raise TurnNotFoundError(f"no turn {turn_id} in {self.work_dir}")
+        deltas = hub.attach(turn_id)
+        try:
+            offset = 0
+            while True:
+                while not deltas.empty():
+                    yield deltas.get_nowait()
+                new = await asyncio.to_thread(repo.read_after, turn_id, offset)
+                for event in new:
+                    offset += 1
+                    yield event
+                    if event.type in _TERMINAL or (
+                        until == "settled" and event.type == "turn_suspended"
+                    ):
+                        return
+                await asyncio.sleep(interval)
+        finally:
+            hub.detach(turn_id, deltas)
+
+    async def list(
+        self,
+        *,
+        status: Status | None = None,
+        agent: str | None = None,
+        session: str | None = None,
+        limit: int = 100,
+    ) -> list[TurnSummary]:
+        """Turns from Temporal visibility, newest first; a session's turns in order."""
+        clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
+        if status:
+            clauses.append(f"TurnStatus = '{_quote(status)}'")
+        if agent:
+            clauses.append(f"TurnAgent = '{_quote(agent)}'")
+        if session:
+            # A conversation without a session is named after its first turn.
+            clauses.append(
+                f"(TurnSession = '{_quote(session)}' OR WorkflowId = '{_quote(session)}')"
+            )
+        keys = {
+            n: SearchAttributeKey.for_keyword(n)
+            for n in ("TurnStatus", "TurnAgent", "TurnModel", "TurnSession", "TurnPendingInputs")
+        }
+        rows: dict[str, TurnSummary] = {}
+        async for wf in self.client.temporal.list_workflows(" AND ".join(clauses), limit=limit * 4):
+            if wf.id in rows:
+                continue  # a later run of the same turn came first
+            a = wf.typed_search_attributes
+            rows[wf.id] = TurnSummary(
+                turn_id=wf.id,
+                status=a.get(keys["TurnStatus"]),
+                agent=a.get(keys["TurnAgent"]),
+                model=a.get(keys["TurnModel"]),
+                session=a.get(keys["TurnSession"]),
+                pending=tuple(p for p in (a.get(keys["TurnPendingInputs"]) or "").split(",") if p),
+            )
+            if len(rows) >= limit:
+                break
+        listed = list(rows.values())
+        if session:
+            listed.sort(key=lambda r: r.turn_id)  # ids are minted in creation order
+        return listed
+
+    async def latest_in_session(self, session: str) -> str | None:
+        """The session's latest turn (None: the session has none yet)."""
+        turns = await self.list(session=session)
+        return turns[-1].turn_id if turns else None
+
+    async def pending_approvals(self) -> list[dict[str, Any]]:
+        """Every tool call that awaits a human's approval, across suspended turns."""
+        out: list[dict[str, Any]] = []
+        for row in await self.list(status="suspended"):
+            with contextlib.suppress(TurnNotFoundError):
+                state = await self._state(row.turn_id)
+                for p in state.pending_permissions():
+                    out.append(
+                        {
+                            "turnId": row.turn_id,
+                            "toolCallId": p.tool_call_id,
+                            "toolName": p.tool_name,
+                            "request": p.request,
+                        }
+                    )
+        return out
+
+
+def _quote(value: str) -> str:
+    return value.replace("\\", "\\\\").replace("'", "\\'")
+
+
+__all__ = ["TurnResult", "TurnSummary", "Turns"]
