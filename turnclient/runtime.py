@@ -198,7 +198,6 @@ class Runtime:
             self.resolver,
             task_queue=self.task_queue,
             hub=self.hub,
-            contexts=self.contexts,
         )
 
     def model_for(self, agent: str, override: str | None) -> ModelDescriptor | None:

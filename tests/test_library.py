@@ -1,0 +1,157 @@
+"""turncore as a library: ``Turns`` with Python agents and typed tools, on the real dev server."""
+
+from __future__ import annotations
+
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from turnclient import (
+    Agent,
+    ConfigError,
+    RejectedInputError,
+    ToolContext,
+    TurnNotFoundError,
+    Turns,
+    tool,
+)
+from turncore.events import ResolvedAgent
+from turncore.model import ModelCallRequest
+from turncore.model.scripted import call_index
+
+seen: list[int] = []
+
+
+@tool(permission="none")
+async def multiply(a: int, b: int, ctx: ToolContext) -> dict[str, int]:
+    """Multiply two integers.
+
+    Args:
+        a: the first factor
+        b: the second factor
+    """
+    seen.append(a)
+    await ctx.report_progress({"multiplying": [a, b]})
+    return {"product": a * b}
+
+
+@tool  # permission "ask" by default
+def delete_file(path: str) -> str:
+    """Delete a file (needs approval)."""
+    return f"deleted {path}"
+
+
+def scripted(calls: list[dict[str, Any]]) -> Any:
+    """A scripted model: the given tool calls first, then the last result as text."""
+
+    def model(request: ModelCallRequest) -> dict[str, Any]:
+        if call_index(request.messages) == 0:
+            return {"text": "working", "toolCalls": calls}
+        last = request.messages[-1]
+        return {"text": f"result: {last.content[-1].output.value}"}  # type: ignore[union-attr]
+
+    return model
+
+
+def runtime(env: WorkflowEnvironment, tmp_path: Path, **kwargs: Any) -> Turns:
+    return Turns(
+        tmp_path,
+        client=env.client,
+        env={"TURNS_TASK_QUEUE": f"tq-{uuid.uuid4()}"},
+        **kwargs,
+    )
+
+
+async def test_a_python_agent_with_a_typed_tool(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    seen.clear()
+    math = Agent(
+        name="math",
+        system_prompt="You multiply.",
+        tools=(multiply,),
+        model="scripted/math",
+    )
+    model = scripted(
+        [
+            {"toolName": "multiply", "input": {"a": "six", "b": 7}},
+            {"toolName": "multiply", "input": {"a": 6, "b": 7}},
+        ]
+    )
+    async with runtime(temporal_env, tmp_path, agents=[math], models={"math": model}) as turns:
+        result = await turns.run("What is 6 times 7?", agent="math")
+        assert result.status == "completed"
+        assert result.text == "result: {'product': 42}"
+        assert seen == [6]  # the invalid call never reached the function
+        events = await turns.events(result.turn_id)
+        outputs = [e.result.output for e in events if e.type == "tool_result"]  # type: ignore[union-attr]
+        assert outputs[0].startswith("Invalid arguments for tool multiply (1 problem): a: ")
+        assert outputs[1] == {"product": 42}
+        assert any(e.type == "tool_progress" for e in events)
+        created = events[0]
+        assert created.type == "turn_created"
+        snapshot = created.agent.resolved
+        assert isinstance(snapshot, ResolvedAgent)
+        assert (
+            snapshot.tools[0].input_schema["properties"]["a"]["description"] == "the first factor"
+        )
+        state = await turns.state(result.turn_id)
+        assert state.terminal is not None
+
+        # A conversation: the next turn continues this one by reference.
+        second = await turns.run("and again?", continue_from=result.turn_id)
+        assert second.status == "completed"
+        events2 = await turns.events(second.turn_id)
+        created2 = events2[0]
+        assert created2.type == "turn_created"
+        assert created2.context.previous_turn_id == result.turn_id  # type: ignore[union-attr]
+        assert created2.session_id == result.turn_id  # named after its first turn
+        assert isinstance(created2.agent.resolved, ResolvedAgent)  # full snapshot (docs)
+
+        listed = await turns.list(session=result.turn_id)
+        assert [r.turn_id for r in listed] == [result.turn_id, second.turn_id]
+        third = await turns.run("once more", session=result.turn_id)
+        assert (await turns.events(third.turn_id))[0].context.previous_turn_id == second.turn_id  # type: ignore[union-attr]
+
+
+async def test_an_approval_suspends_and_typed_errors(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    ops = Agent(name="ops", system_prompt="Ops.", tools=(delete_file,), model="scripted/ops")
+    model = scripted([{"toolName": "delete_file", "input": {"path": "a.txt"}}])
+    async with runtime(temporal_env, tmp_path, agents=[ops], models={"ops": model}) as turns:
+        turn_id = await turns.start("clean up", agent="ops")
+        outcome = await turns.advance(turn_id)
+        assert outcome.status == "suspended"
+        [pending] = outcome.pending_permissions  # type: ignore[union-attr]
+        approvals = await turns.pending_approvals()
+        assert {"turnId": turn_id, "toolCallId": pending.tool_call_id}.items() <= approvals[
+            0
+        ].items()
+
+        with pytest.raises(
+            RejectedInputError, match=f"turn {turn_id} is still open .* turns approve"
+        ):
+            await turns.start("next", continue_from=turn_id)
+        with pytest.raises(RejectedInputError):
+            await turns.approve(turn_id, "call_nope")
+        with pytest.raises(RejectedInputError, match="unknown agent 'nobody'"):
+            await turns.start("hi", agent="nobody")
+        with pytest.raises(TurnNotFoundError):
+            await turns.state("2025-01-01T00-00-00Z-0000001-000")
+
+        done = await turns.approve(turn_id, pending.tool_call_id)
+        assert done.status == "completed"
+        assert done.output.text() == "result: deleted a.txt"  # type: ignore[union-attr]
+        watched = [e.type async for e in turns.watch(turn_id)]
+        assert watched[0] == "turn_created" and watched[-1] == "turn_completed"
+
+
+def test_python_agents_are_checked_like_the_file(tmp_path: Path) -> None:
+    with pytest.raises(ConfigError, match="agents.x.tools: unknown tool 'nope'"):
+        Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", tools=("nope",))], env={})
+    with pytest.raises(ConfigError, match="agents.x.model: provider 'openai' is not configured"):
+        Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", model="openai/gpt")], env={})
