@@ -41,9 +41,7 @@ def test_a_readme_example_runs_as_written(tmp_path: Path, index: int) -> None:
     code, expected = examples()[index]
     script = tmp_path / "example.py"
     script.write_text(code, encoding="utf-8")
-    env = {
-        k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))
-    }
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))}
     done = subprocess.run(
         [sys.executable, str(script)],
         cwd=tmp_path,
