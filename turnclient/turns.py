@@ -40,7 +40,6 @@ from types import TracebackType
 from typing import Any, Literal
 
 from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
 
 from turncore.advance import outcome_of
 from turncore.errors import RejectedInputError, TurnNotFoundError
@@ -49,7 +48,6 @@ from turncore.events import (
     AsyncToolProgressInput,
     AsyncToolResultInput,
     CancelInput,
-    ContextRef,
     PermissionDecisionInput,
     ToolResultData,
     TurnEvent,
@@ -66,8 +64,9 @@ from turncore.reducer import TurnReducer, TurnState
 from turncore.tools import Tool
 from turncore_temporal.worker import serving
 
-from .api import CreateTurnInput, TurnClient, open_turn_message
+from .api import CreateTurnInput, TurnClient
 from .config import Agent, load_config, with_python, work_dir_from_env
+from .conversations import TurnSummary, continuation, list_turns
 from .runtime import Runtime, temporal
 
 Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
@@ -89,18 +88,6 @@ class TurnResult:
     def text(self) -> str:
         """The final assistant text of a completed turn ("" otherwise)."""
         return self.outcome.output.text() if self.outcome.status == "completed" else ""
-
-
-@dataclass(frozen=True)
-class TurnSummary:
-    """One row of ``Turns.list`` (from Temporal visibility)."""
-
-    turn_id: str
-    status: str | None
-    agent: str | None
-    model: str | None
-    session: str | None
-    pending: tuple[str, ...]
 
 
 class Turns:
@@ -232,17 +219,13 @@ class Turns:
         human_available: bool,
         max_model_calls: int | None,
     ) -> CreateTurnInput:
-        if continue_from is None and session is not None:
-            continue_from = await self.latest_in_session(session)
-        context = None
-        if continue_from is not None:
-            previous = await self._state(continue_from)
-            if previous.terminal is None:
-                raise RejectedInputError(open_turn_message(previous))
-            definition = previous.definition
-            context = ContextRef(previous_turn_id=continue_from)
-            session = definition.session_id or session or continue_from
-            agent = agent or definition.agent.requested.agent_id
+        after = await continuation(
+            self.runtime.repository,
+            self.client.temporal,
+            continue_from=continue_from,
+            session=session,
+        )
+        context, session, agent = after.context, after.session, agent or after.agent
         config = self.runtime.config
         name = agent or config.default_agent
         if name not in config.agents:
@@ -364,44 +347,9 @@ class Turns:
         limit: int = 100,
     ) -> list[TurnSummary]:
         """Turns from Temporal visibility, newest first; a session's turns in order."""
-        clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
-        if status:
-            clauses.append(f"TurnStatus = '{_quote(status)}'")
-        if agent:
-            clauses.append(f"TurnAgent = '{_quote(agent)}'")
-        if session:
-            # A conversation without a session is named after its first turn.
-            clauses.append(
-                f"(TurnSession = '{_quote(session)}' OR WorkflowId = '{_quote(session)}')"
-            )
-        keys = {
-            n: SearchAttributeKey.for_keyword(n)
-            for n in ("TurnStatus", "TurnAgent", "TurnModel", "TurnSession", "TurnPendingInputs")
-        }
-        rows: dict[str, TurnSummary] = {}
-        async for wf in self.client.temporal.list_workflows(" AND ".join(clauses), limit=limit * 4):
-            if wf.id in rows:
-                continue  # a later run of the same turn came first
-            a = wf.typed_search_attributes
-            rows[wf.id] = TurnSummary(
-                turn_id=wf.id,
-                status=a.get(keys["TurnStatus"]),
-                agent=a.get(keys["TurnAgent"]),
-                model=a.get(keys["TurnModel"]),
-                session=a.get(keys["TurnSession"]),
-                pending=tuple(p for p in (a.get(keys["TurnPendingInputs"]) or "").split(",") if p),
-            )
-            if len(rows) >= limit:
-                break
-        listed = list(rows.values())
-        if session:
-            listed.sort(key=lambda r: r.turn_id)  # ids are minted in creation order
-        return listed
-
-    async def latest_in_session(self, session: str) -> str | None:
-        """The session's latest turn (None: the session has none yet)."""
-        turns = await self.list(session=session)
-        return turns[-1].turn_id if turns else None
+        return await list_turns(
+            self.client.temporal, status=status, agent=agent, session=session, limit=limit
+        )
 
     async def pending_approvals(self) -> list[dict[str, Any]]:
         """Every tool call that awaits a human's approval, across suspended turns."""
@@ -419,10 +367,6 @@ class Turns:
                         }
                     )
         return out
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 __all__ = ["TurnResult", "TurnSummary", "Turns"]
