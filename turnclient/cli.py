@@ -67,11 +67,12 @@ from turncore.ids import is_turn_id, turn_path, validate_turn_id
 if TYPE_CHECKING:
     import asyncio
 
-    from turncore.events import TurnEvent, TurnExternalInput, TurnOutcome
+    from turncore.events import ModelDescriptor, TurnEvent, TurnExternalInput, TurnOutcome
     from turncore.reducer import TurnState
 
-    from .api import TurnClient
+    from .api import CreateTurnInput, TurnClient
     from .config import Config
+    from .conversations import Continuation
     from .render import StreamRenderer
     from .runtime import Runtime, Temporal
 
@@ -1302,13 +1303,17 @@ def _finish(
     arg("--auto-permission", action="store_true", help="let the classifier decide approvals first"),
     arg("--no-human", action="store_true", help="no human is available: deny what needs one"),
     arg("--max-model-calls", type=_positive, metavar="N", help="limit model calls (default 20)"),
-    arg("--session", metavar="ID", help="the session the turn belongs to"),
+    arg(
+        "--session",
+        metavar="ID",
+        help="continue the session's latest turn, or start the session",
+    ),
     arg(
         "--continue",
         dest="continue_from",
         metavar="TURN",
         help="continue the conversation of TURN (an id, `last` or a unique prefix of a turn "
-        "that has ended) in this new turn",
+        "that has ended) in this new turn: same session, its agent",
     ),
     JSON,
     NO_WORKER,
@@ -1316,65 +1321,23 @@ def _finish(
 )
 def run(args: argparse.Namespace) -> int:
     async def body() -> int:
-        from turncore.events import AgentOverrides, ContextRef, RequestedAgent
-        from turncore.messages import UserMessage
-        from turncore.reducer import reduce_turn
-
-        from .api import CreateTurnInput
         from .render import StreamRenderer, wants_color
 
-        prompt = _prompt(args)
+        if args.continue_from and args.session:
+            raise Failure(
+                "give --continue TURN_ID or --session ID, not both "
+                "(a continued turn joins its predecessor's session)",
+                EXIT_USAGE,
+            )
         runtime = _runtime()
-        agent_name = args.agent or runtime.config.default_agent
-        agent = runtime.config.agents.get(agent_name)
-        if agent is None:
-            known = ", ".join(sorted(runtime.config.agents))
-            raise Failure(f"unknown agent {agent_name!r} (known: {known})", EXIT_USAGE)
-        try:
-            model = runtime.model_for(agent_name, args.model)
-        except TurnError as exc:
-            raise Failure(str(exc), EXIT_USAGE) from None
-        if model is None:
-            raise Failure(
-                f"agent {agent_name!r} names no model: pass --model PROVIDER/MODEL or set "
-                "default_model in turns.toml",
-                EXIT_USAGE,
-            )
-        configured = {*runtime.config.providers, "scripted"}
-        if model.provider not in configured:
-            # Like an unknown agent, an unknown provider is a mistake in what was asked.
-            raise Failure(
-                f"unknown model provider {model.provider!r} in {model.label()} "
-                f"(configured: {', '.join(sorted(configured))})",
-                EXIT_USAGE,
-            )
-        runtime.models.resolve(model)  # a missing key fails before any file exists
-        context = None
-        session = args.session
-        if args.continue_from is not None:
-            previous = reduce_turn(_load(_turn_id(args.continue_from))[1])
-            if previous.terminal is None:
-                raise Failure(
-                    f"turn {previous.definition.turn_id} has not ended; only a completed, "
-                    "failed or cancelled turn can be continued",
-                    EXIT_USAGE,
-                )
-            context = ContextRef(previous_turn_id=previous.definition.turn_id)
-            session = session or previous.definition.session_id  # the same conversation
-        request = CreateTurnInput(
-            agent=RequestedAgent(
-                agent_id=agent_name,
-                overrides=AgentOverrides(model=model) if args.model else None,
-            ),
-            input=UserMessage(content=prompt),
-            human_available=not args.no_human,
-            auto_permission=args.auto_permission,
-            session_id=session,
-            context=context,
-            reasoning_effort=agent.reasoning_effort,
-            **({"max_model_calls": args.max_model_calls} if args.max_model_calls else {}),
-        )
+        prompt = _prompt(args)
+        if args.continue_from:  # the file decides: no server needed to refuse
+            after = await _continuation(runtime, None, continue_from=_turn_id(args.continue_from))
+            request, agent_name, model = _turn_request(args, runtime, prompt, after)
         async with _session(args, runtime) as (_, turns):
+            if not args.continue_from:
+                after = await _continuation(runtime, turns.temporal, session=args.session)
+                request, agent_name, model = _turn_request(args, runtime, prompt, after)
             turn_id = await turns.create_turn(request)
             renderer = None
             if not args.json:
@@ -1424,6 +1387,92 @@ def _prompt(args: argparse.Namespace) -> str:
             EXIT_USAGE,
         )
     return text
+
+
+async def _continuation(
+    runtime: Runtime, client: Any, *, continue_from: str | None = None, session: str | None = None
+) -> Continuation:
+    """Where the new turn starts; continuing a turn that has not ended is a usage error."""
+    from .conversations import continuation
+
+    try:
+        return await continuation(
+            runtime.repository, client, continue_from=continue_from, session=session
+        )
+    except RejectedInputError as exc:
+        raise Failure(str(exc), EXIT_USAGE) from None
+
+
+def _turn_request(
+    args: argparse.Namespace, runtime: Runtime, prompt: str, after: Continuation
+) -> tuple[CreateTurnInput, str, ModelDescriptor]:
+    """The new turn of ``turns run``/``turns chat``: agent, model and context checked."""
+    from turncore.events import AgentOverrides, RequestedAgent
+    from turncore.messages import UserMessage
+
+    from .api import CreateTurnInput
+
+    agent_name = args.agent or after.agent or runtime.config.default_agent
+    agent = runtime.config.agents.get(agent_name)
+    if agent is None:
+        known = ", ".join(sorted(runtime.config.agents))
+        raise Failure(f"unknown agent {agent_name!r} (known: {known})", EXIT_USAGE)
+    override = getattr(args, "model", None)
+    try:
+        model = runtime.model_for(agent_name, override)
+    except TurnError as exc:  # InvalidInputError is one
+        raise Failure(str(exc), EXIT_USAGE) from None
+    if model is None:
+        raise Failure(
+            f"agent {agent_name!r} names no model: pass --model PROVIDER/MODEL or set "
+            "default_model in turns.toml",
+            EXIT_USAGE,
+        )
+    configured = {*runtime.config.providers, "scripted"}
+    if model.provider not in configured:
+        # Like an unknown agent, an unknown provider is a mistake in what was asked.
+        raise Failure(
+            f"unknown model provider {model.provider!r} in {model.label()} "
+            f"(configured: {', '.join(sorted(configured))})",
+            EXIT_USAGE,
+        )
+    runtime.models.resolve(model)  # a missing key fails before any file exists
+    max_calls = getattr(args, "max_model_calls", None)
+    request = CreateTurnInput(
+        agent=RequestedAgent(
+            agent_id=agent_name,
+            overrides=AgentOverrides(model=model) if override else None,
+        ),
+        input=UserMessage(content=prompt),
+        human_available=not getattr(args, "no_human", False),
+        auto_permission=getattr(args, "auto_permission", False),
+        session_id=after.session,
+        context=after.context,
+        reasoning_effort=agent.reasoning_effort,
+        **({"max_model_calls": max_calls} if max_calls else {}),
+    )
+    return request, agent_name, model
+
+
+@command(
+    "chat",
+    "talk with an agent in the terminal: each line is a turn continuing the last (Ctrl-D ends)",
+    arg(
+        "--agent", metavar="NAME", help="the agent (default: the conversation's, or default_agent)"
+    ),
+    arg("--model", metavar="PROVIDER/MODEL", help="override the agent's model"),
+    arg(
+        "--continue",
+        dest="continue_from",
+        metavar="TURN_ID",
+        help="continue the conversation after this ended turn",
+    ),
+    NO_WORKER,
+)
+def chat(args: argparse.Namespace) -> int:
+    from .chat import run_chat
+
+    return run_chat(args)
 
 
 def _send(
@@ -1774,60 +1823,39 @@ LIST_SCAN = 5000
 )
 def list_turns(args: argparse.Namespace) -> int:
     async def body() -> int:
-        from turncore_temporal.workflows.turn import (
-            TURN_AGENT,
-            TURN_MODEL,
-            TURN_PENDING,
-            TURN_SESSION,
-            TURN_STATUS,
-        )
-
+        from . import conversations
         from .runtime import temporal
         from .summary import clip
 
-        # A run that continued as new hands the turn to its successor: list only the latest.
-        clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
-        if args.status:
-            clauses.append(f"{TURN_STATUS.name} = '{args.status}'")
-        if args.agent:
-            clauses.append(f"{TURN_AGENT.name} = '{_quote(args.agent)}'")
-        if args.session:
-            clauses.append(f"{TURN_SESSION.name} = '{_quote(args.session)}'")
-        query = " AND ".join(clauses)
-        found: dict[str, Any] = {}
         async with temporal(_work_dir()) as conn:
-            # Visibility orders running workflows first; the turn id starts with its
-            # creation time, so sorting by it gives creation order exactly.
-            async for wf in conn.client.list_workflows(query, limit=LIST_SCAN):
-                if wf.id not in found:  # a later run of the same turn came first
-                    found[wf.id] = wf
-            chosen = sorted(found, reverse=not args.session)[: args.limit]
-            rows: list[dict[str, Any]] = []
-            for turn_id in chosen:
-                wf = found[turn_id]
-                attrs = wf.typed_search_attributes
-                memo = await wf.memo()
-                rows.append(
-                    {
-                        "turnId": turn_id,
-                        "created": _created(turn_id),
-                        "status": attrs.get(TURN_STATUS),
-                        "agent": attrs.get(TURN_AGENT),
-                        "model": attrs.get(TURN_MODEL),
-                        "session": attrs.get(TURN_SESSION),
-                        "input": memo.get("input") if isinstance(memo, dict) else None,
-                        "pendingInputs": [
-                            p for p in (attrs.get(TURN_PENDING) or "").split(",") if p
-                        ],
-                        "workflowStatus": wf.status.name.lower() if wf.status is not None else None,
-                        "startTime": wf.start_time.isoformat() if wf.start_time else None,
-                    }
-                )
+            listed = await conversations.list_turns(
+                conn.client,
+                status=args.status,
+                agent=args.agent,
+                session=args.session,
+                limit=args.limit,
+                scan=LIST_SCAN,
+            )
+        rows = [
+            {
+                "turnId": r.turn_id,
+                "created": _created(r.turn_id),
+                "status": r.status,
+                "agent": r.agent,
+                "model": r.model,
+                "session": r.session,
+                "input": r.input,
+                "pendingInputs": list(r.pending),
+                "workflowStatus": r.workflow_status,
+                "startTime": r.start_time,
+            }
+            for r in listed
+        ]
         if args.json:
             _emit_json(rows)
             return EXIT_OK
         if not rows:
-            print(f"no turns match ({query})")
+            print("no turns match")
             return EXIT_OK
         for r in rows:
             pending = f" · waiting: {', '.join(r['pendingInputs'])}" if r["pendingInputs"] else ""
@@ -1849,10 +1877,6 @@ def _created(turn_id: str) -> str:
     """``2026-05-04T15-09-26Z-…`` → ``2026-05-04 15:09:26Z``."""
     day, _, clock = turn_id[:20].partition("T")
     return f"{day} {clock[:8].replace('-', ':')}Z"
-
-
-def _quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
 
 
 # ---------------------------------------------------------------- serving

@@ -18,21 +18,22 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from temporalio.client import Client
-from temporalio.common import SearchAttributeKey
+from temporalio.client import Client, WorkflowExecution
 
 from turncore.errors import RejectedInputError, TurnNotFoundError
 from turncore.events import ContextRef
 from turncore.ids import validate_turn_id
 from turncore.reducer import TurnReducer
 from turncore.repository import TurnRepository
+from turncore_temporal.workflows.turn import (
+    TURN_AGENT,
+    TURN_MODEL,
+    TURN_PENDING,
+    TURN_SESSION,
+    TURN_STATUS,
+)
 
 from .api import open_turn_message
-
-_KEYS = {
-    n: SearchAttributeKey.for_keyword(n)
-    for n in ("TurnStatus", "TurnAgent", "TurnModel", "TurnSession", "TurnPendingInputs")
-}
 
 
 @dataclass(frozen=True)
@@ -47,6 +48,8 @@ class TurnSummary:
     pending: tuple[str, ...]
     workflow_status: str | None = None
     start_time: str | None = None
+    input: str | None = None
+    """The preview of the turn's input (from its memo)."""
 
 
 @dataclass(frozen=True)
@@ -70,43 +73,52 @@ async def list_turns(
     agent: str | None = None,
     session: str | None = None,
     limit: int = 100,
+    scan: int = 5000,
 ) -> list[TurnSummary]:
-    """Turns from visibility, newest first; a session's turns in the order they were created."""
+    """Turns from visibility, newest first; a session's turns oldest first (its order).
+
+    Visibility orders running workflows first; a turn id starts with its creation
+    time, so up to ``scan`` workflows are read and sorted by id.
+    """
     # A run that continued as new hands the turn to its successor: list only the latest.
     clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
     if status:
-        clauses.append(f"TurnStatus = '{quote(status)}'")
+        clauses.append(f"{TURN_STATUS.name} = '{quote(status)}'")
     if agent:
-        clauses.append(f"TurnAgent = '{quote(agent)}'")
+        clauses.append(f"{TURN_AGENT.name} = '{quote(agent)}'")
     if session:
         # The first turn of a conversation started without a session names it.
-        clauses.append(f"(TurnSession = '{quote(session)}' OR WorkflowId = '{quote(session)}')")
-    rows: dict[str, TurnSummary] = {}
-    async for wf in client.list_workflows(" AND ".join(clauses), limit=limit * 4):
-        if wf.id in rows:
-            continue  # a later run of the same turn came first
-        a = wf.typed_search_attributes
-        rows[wf.id] = TurnSummary(
-            turn_id=wf.id,
-            status=a.get(_KEYS["TurnStatus"]),
-            agent=a.get(_KEYS["TurnAgent"]),
-            model=a.get(_KEYS["TurnModel"]),
-            session=a.get(_KEYS["TurnSession"]),
-            pending=tuple(p for p in (a.get(_KEYS["TurnPendingInputs"]) or "").split(",") if p),
-            workflow_status=wf.status.name.lower() if wf.status is not None else None,
-            start_time=wf.start_time.isoformat() if wf.start_time else None,
+        clauses.append(
+            f"({TURN_SESSION.name} = '{quote(session)}' OR WorkflowId = '{quote(session)}')"
         )
-        if len(rows) >= limit:
-            break
-    listed = list(rows.values())
-    if session:
-        listed.sort(key=lambda r: r.turn_id)  # turn ids are minted in creation order
-    return listed
+    found: dict[str, WorkflowExecution] = {}
+    async for wf in client.list_workflows(" AND ".join(clauses), limit=scan):
+        if wf.id not in found:  # a later run of the same turn came first
+            found[wf.id] = wf
+    rows: list[TurnSummary] = []
+    for turn_id in sorted(found, reverse=not session)[:limit]:
+        wf = found[turn_id]
+        a = wf.typed_search_attributes
+        memo = await wf.memo()
+        rows.append(
+            TurnSummary(
+                turn_id=turn_id,
+                status=a.get(TURN_STATUS),
+                agent=a.get(TURN_AGENT),
+                model=a.get(TURN_MODEL),
+                session=a.get(TURN_SESSION),
+                pending=tuple(p for p in (a.get(TURN_PENDING) or "").split(",") if p),
+                workflow_status=wf.status.name.lower() if wf.status is not None else None,
+                start_time=wf.start_time.isoformat() if wf.start_time else None,
+                input=memo.get("input") if isinstance(memo, dict) else None,
+            )
+        )
+    return rows
 
 
 async def continuation(
     repository: TurnRepository,
-    client: Client,
+    client: Client | None,
     *,
     continue_from: str | None = None,
     session: str | None = None,
@@ -114,7 +126,9 @@ async def continuation(
     """Where a new turn starts: after ``continue_from``, after the session's latest turn,
     or (neither) fresh. An open predecessor is refused, naming what it awaits."""
     if continue_from is None and session is not None:
-        turns = await list_turns(client, session=session)
+        if client is None:
+            raise ValueError("finding a session's latest turn needs a Temporal client")
+        turns = await list_turns(client, session=session, limit=5000)
         continue_from = turns[-1].turn_id if turns else None
         if continue_from is None:
             return Continuation(context=None, session=session, agent=None)
