@@ -32,9 +32,16 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, PrivateAttr, ValidationError, model_validator
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    model_validator,
+)
 from pydantic_core import ErrorDetails
 
 from turncore.context import ElisionPolicy
@@ -125,10 +132,8 @@ class Config:
     auto_deny: tuple[str, ...] = ()
     context: ElisionPolicy = field(default_factory=ElisionPolicy)
     storage: StorageConfig = field(default_factory=lambda: StorageConfig())
-    payload_key_env: str | None = None
-    """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
-    prices: dict[str, ProviderPrice] = field(default_factory=dict)
-    """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    max_concurrent_subagents: int | None = None
+    """``[subagents] max_concurrent``; None: the workflow's default."""
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -256,6 +261,13 @@ def parse_storage(value: Any) -> StorageConfig:
         ) from None
 
 
+class SubagentsTable(_Table):
+    """``[subagents]``: how ``spawn_agent`` children run."""
+
+    max_concurrent: Annotated[int, Field(ge=1)] | None = None
+    """Children of one turn running at once (None: the workflow's default, 8)."""
+
+
 class TurnsFile(_Table):
     """The whole ``turns.toml``."""
 
@@ -269,6 +281,7 @@ class TurnsFile(_Table):
     permissions: PermissionsTable = PermissionsTable()
     context: ElisionPolicy = ElisionPolicy()
     storage: StorageTable = StorageTable()
+    subagents: SubagentsTable = SubagentsTable()
 
     _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
 
@@ -523,6 +536,7 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         auto_deny=tuple(file.permissions.deny),
         context=file.context,
         storage=file.storage.config(),
+        max_concurrent_subagents=file.subagents.max_concurrent,
     )
 
 
@@ -566,6 +580,7 @@ __all__ = [
     "PermissionsTable",
     "StorageConfig",
     "StorageTable",
+    "SubagentsTable",
     "ToolTable",
     "TurnsFile",
     "import_callable",

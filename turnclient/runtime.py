@@ -198,7 +198,15 @@ class Runtime:
             self.resolver,
             task_queue=self.task_queue,
             hub=self.hub,
+            workflow_options=self.workflow_options,
         )
+
+    @property
+    def workflow_options(self) -> dict[str, Any]:
+        """What the configuration sets on each turn's workflow input."""
+        if self.config.max_concurrent_subagents is None:
+            return {}
+        return {"max_concurrent_children": self.config.max_concurrent_subagents}
 
     def model_for(self, agent: str, override: str | None) -> ModelDescriptor | None:
         """The model a new turn of ``agent`` would run on (``--model`` given as ``override``)."""

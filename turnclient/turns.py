@@ -34,7 +34,7 @@ import asyncio
 import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal
@@ -101,6 +101,7 @@ class Turns:
         tools: Sequence[Tool] = (),
         default_agent: str | None = None,
         default_model: str | None = None,
+        max_concurrent_subagents: int | None = None,
         models: Mapping[str, ScriptFunction] = {},  # noqa: B006 - never mutated
         client: Client | None = None,
         worker: bool = True,
@@ -115,6 +116,8 @@ class Turns:
             default_agent=default_agent,
             default_model=default_model,
         )
+        if max_concurrent_subagents is not None:
+            config = replace(config, max_concurrent_subagents=max_concurrent_subagents)
         self.runtime = Runtime.from_config(config, env=self._env)
         for name, fn in models.items():
             self.runtime.models.register_function(name, fn)  # model "scripted/NAME"

@@ -113,6 +113,8 @@ class TurnWorkflowInput:
     or earlier when Temporal suggests it."""
     rejected_inputs: list[dict[str, Any]] = field(default_factory=list)
     """Carried across continue-as-new so the state query keeps listing them."""
+    max_concurrent_children: int = 8
+    """How many ``spawn_agent`` children run at once; further calls wait for a slot."""
 
 
 @dataclass
@@ -156,8 +158,7 @@ class TurnWorkflow:
         """The file's line count as last reported by a load or an append. Every
         line after it was written by a running tool or by an append still in
         flight, so a retried batch found there is that append's earlier attempt."""
-        self._ended_before = False
-        """The file was already terminal when this run loaded it (nothing to count)."""
+        self._child_slots = asyncio.Semaphore(8)
 
     # ------------------------------------------------------------------ run
 
@@ -174,6 +175,9 @@ class TurnWorkflow:
                 type="InvalidInputError",
                 non_retryable=True,
             )
+        # Acquiring a free slot does not yield, so histories with fewer children
+        # than the bound replay unchanged.
+        self._child_slots = asyncio.Semaphore(max(1, input.max_concurrent_children))
         if input.cancel is not None:
             self._cancel = CancelInput.model_validate(input.cancel)
         self._flags.rejected.extend(input.rejected_inputs)
@@ -509,7 +513,23 @@ class TurnWorkflow:
             self._wake()
 
     async def _run_child(self, call: ToolCallState) -> None:
-        """``spawn_agent``: run the call as a child turn with its own file and workflow."""
+        """``spawn_agent``: run the call as a child turn with its own file and workflow,
+        at most ``max_concurrent_children`` at a time."""
+        try:
+            await self._child_slots.acquire()
+        except asyncio.CancelledError:
+            # Cancelled while waiting for a slot: like a cancelled child, the
+            # file decides what happens to the call.
+            self._flags.reload = True
+            self._running.pop(call.tool_call_id, None)
+            self._wake()
+            return
+        try:
+            await self._run_child_now(call)
+        finally:
+            self._child_slots.release()
+
+    async def _run_child_now(self, call: ToolCallState) -> None:
         try:
             created: CreateChildResult = await self._local(
                 Activities.create_child_turn,
