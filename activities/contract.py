@@ -18,6 +18,8 @@ from temporalio.converter import DataConverter
 from .payloads import (
     AppendInput,
     AppendResult,
+    AwaitChildInput,
+    AwaitChildResult,
     CheckPermissionsInput,
     CheckPermissionsResult,
     ClassifyInput,
@@ -85,6 +87,11 @@ class TurnActivityContract(ABC):
     @abstractmethod
     async def run_tool(self, input: ToolCallInput) -> ToolCallResult:
         """One sync tool execution, its progress and result recorded durably."""
+
+    @activity.defn
+    @abstractmethod
+    async def await_child_turn(self, input: AwaitChildInput) -> AwaitChildResult:
+        """Follow a child turn a lost run of its parent started, until it ends."""
 
 
 ACTIVITY_NAMES: tuple[str, ...] = tuple(

@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from turncore.events import ToolDescriptor, TurnEvent
+from turncore.events import TurnEvent, TurnOutcome
 from turncore.jsonvalue import JsonValue
 from turncore.permissions import PermissionCheck, PermissionClassification
 from turncore.reducer import ToolCallState
@@ -204,6 +204,21 @@ class CreateChildInput:
     parent_turn_id: str
     tool_call_id: str
     ts: str
+
+
+@dataclass(frozen=True)
+class AwaitChildInput:
+    """Wait for a child turn this run did not start (its parent's earlier run was lost)."""
+
+    child_turn_id: str
+    workflow_input: dict[str, JsonValue]
+    """The TurnWorkflowInput fields to start the child with, should no run serve it."""
+
+
+@dataclass(frozen=True)
+class AwaitChildResult:
+    outcome: TurnOutcome
+    """The child's terminal outcome (§16.4)."""
 
 
 @dataclass(frozen=True)

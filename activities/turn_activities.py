@@ -19,8 +19,9 @@ from typing import Any, Protocol
 
 import orjson
 from temporalio import activity
+from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from turncore.advance import REFUSED_RESPONSE_CODE, completion_event, failure_event
+from turncore.advance import completion_event, failure_event, outcome_of
 from turncore.agents import AgentResolver
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
@@ -79,7 +80,7 @@ from turncore.permissions import (
 )
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
-from turncore.subagents import child_link, is_workflow_tool, spawn_request
+from turncore.subagents import child_link, is_workflow_tool, linked_child, spawn_request
 from turncore.tools import ToolContext, ToolRegistry
 
 from . import telemetry
@@ -88,6 +89,8 @@ from .failures import to_application_error
 from .payloads import (
     AppendInput,
     AppendResult,
+    AwaitChildInput,
+    AwaitChildResult,
     CheckOutcome,
     CheckPermissionsInput,
     CheckPermissionsResult,
@@ -107,6 +110,8 @@ from .payloads import (
 )
 
 HEARTBEAT_EVERY = 1.0
+CHILD_POLL_SECONDS = 0.25
+"""How often a re-attached parent reads its child's file."""
 
 
 class ModelResolver(Protocol):
@@ -219,9 +224,9 @@ class TurnActivities(TurnActivityContract):
             raise to_application_error(
                 CorruptTurnError(f"tool call {input.tool_call_id} is not awaiting a sub-agent")
             )
-        for p in call.progress:
-            if isinstance(p.progress, dict) and p.progress.get("kind") == "subagent":
-                return CreateChildResult(child_turn_id=str(p.progress["childTurnId"]))
+        linked = linked_child(call.progress)
+        if linked is not None:
+            return CreateChildResult(child_turn_id=linked)
         request = spawn_request(call.input)
         if isinstance(request, str):
             return CreateChildResult(error=request)
@@ -268,6 +273,47 @@ class TurnActivities(TurnActivityContract):
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
         return CreateChildResult(child_turn_id=child_id, events=_elided([link]))
+
+    @activity.defn
+    async def await_child_turn(self, input: AwaitChildInput) -> AwaitChildResult:
+        """Re-attach a recovered parent to the child turn its lost run had started.
+
+        The child keeps its own file and workflow (a lost parent abandons its
+        children rather than cancelling them). This waits, heartbeating, until
+        the child's file records its end, starting a run for the child from its
+        file if none serves it. Cancelling this activity cancels the child.
+        """
+        child_id = input.child_turn_id
+        client = activity.client()
+        handle = client.get_workflow_handle(child_id)
+        started = False
+        try:
+            while True:
+                try:
+                    state = await self._state(child_id)
+                except (CorruptTurnError, InfrastructureError) as exc:
+                    raise to_application_error(exc) from exc
+                outcome = outcome_of(state) if state.terminal is not None else None
+                if outcome is not None:
+                    return AwaitChildResult(outcome=outcome)
+                if not started:
+                    # USE_EXISTING: a child still running keeps its run; a lost one
+                    # gets a new run that resumes from its file (§23).
+                    await client.start_workflow(
+                        "Turn",
+                        {**input.workflow_input, "turn_id": child_id},
+                        id=child_id,
+                        task_queue=activity.info().task_queue,
+                        id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
+                        id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+                    )
+                    started = True
+                activity.heartbeat()
+                await asyncio.sleep(CHILD_POLL_SECONDS)
+        except asyncio.CancelledError:
+            with contextlib.suppress(Exception):
+                await handle.cancel()
+            raise
 
     @activity.defn
     async def validate_dependencies(self, input: ValidateDependenciesInput) -> None:

@@ -4,10 +4,13 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from pathlib import Path
 from typing import Any
 
+import pytest
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.testing import WorkflowEnvironment
 
 from turnclient import Agent, ToolContext, Turns, tool
@@ -100,3 +103,93 @@ async def test_twenty_children_run_in_parallel_within_the_bound(
         assert all(r["status"] == "completed" for r in results)  # type: ignore[index]
         texts = sorted(r["text"].split(" done")[0] for r in results)  # type: ignore[index]
         assert texts == sorted(f"task {i}" for i in range(CHILDREN))
+
+
+class Hold:
+    """Holds the child's tool until released; says when it is running."""
+
+    def __init__(self) -> None:
+        self.running = asyncio.Event()
+        self.release = asyncio.Event()
+
+
+hold = Hold()
+
+
+@tool(permission="none")
+async def slow_task(n: int) -> str:
+    """A task that waits for the test."""
+    hold.running.set()
+    await asyncio.wait_for(hold.release.wait(), 120)
+    return f"slow task {n} done"
+
+
+def one_child_model(request: ModelCallRequest) -> dict[str, Any]:
+    if call_index(request.messages) == 0:
+        return {
+            "toolCalls": [
+                {"toolName": "spawn_agent", "input": {"agent": "slow", "prompt": "task 7"}}
+            ]
+        }
+    output = request.messages[-1].content[-1].output.value  # type: ignore[union-attr]
+    return {"text": f"child said: {output['text']}"}
+
+
+def slow_model(request: ModelCallRequest) -> dict[str, Any]:
+    if call_index(request.messages) == 0:
+        return {"toolCalls": [{"toolName": "slow_task", "input": {"n": 7}}]}
+    return {"text": str(request.messages[-1].content[-1].output.value)}  # type: ignore[union-attr]
+
+
+@pytest.mark.parametrize("child_finishes_first", [False, True])
+async def test_a_child_is_reattached_when_its_lost_parent_recovers(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, child_finishes_first: bool
+) -> None:
+    global hold
+    hold = Hold()
+    lead = Agent(
+        name="lead", system_prompt="Delegate.", tools=("spawn_agent",), model="scripted/one"
+    )
+    slow = Agent(name="slow", system_prompt="Work.", tools=(slow_task,), model="scripted/slow")
+    turns = Turns(
+        tmp_path,
+        agents=[lead, slow],
+        models={"one": one_child_model, "slow": slow_model},
+        client=temporal_env.client,
+        env={"TURNS_TASK_QUEUE": f"tq-{uuid.uuid4()}"},
+    )
+    async with turns:
+        turn_id = await turns.start("delegate", agent="lead")
+        first = asyncio.ensure_future(turns.advance(turn_id))
+        await asyncio.wait_for(hold.running.wait(), 120)
+        [call] = (await turns.state(turn_id)).tool_calls
+        [link] = call.progress
+        child_id = link.progress["childTurnId"]  # type: ignore[index]
+
+        # The parent's workflow is lost: terminated, as an operator or a bug would.
+        await temporal_env.client.get_workflow_handle(turn_id).terminate("lost for the test")
+        with contextlib.suppress(Exception):
+            await first
+        child = await temporal_env.client.get_workflow_handle(child_id).describe()
+        assert child.status == WorkflowExecutionStatus.RUNNING  # abandoned, not cancelled
+
+        if child_finishes_first:
+            hold.release.set()
+            async for event in turns.watch(child_id):
+                last = event
+            assert last.type == "turn_completed"
+        recovering = asyncio.ensure_future(turns.recover(turn_id))
+        hold.release.set()
+        outcome = await asyncio.wait_for(recovering, 120)
+        assert outcome.status == "completed"
+        assert outcome.output.text() == "child said: slow task 7 done"  # type: ignore[union-attr]
+        [call] = (await turns.state(turn_id)).tool_calls
+        assert call.result is not None
+        assert call.result.result.output == {
+            "childTurnId": child_id,
+            "status": "completed",
+            "text": "slow task 7 done",
+        }
+        child_events = [e.type for e in await turns.events(child_id)]
+        assert child_events.count("turn_created") == 1 and child_events[-1] == "turn_completed"
+        assert "interrupted" not in str([e.to_wire() for e in await turns.events(turn_id)])

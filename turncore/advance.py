@@ -55,6 +55,7 @@ from .events import (
 from .jsonvalue import JsonValue
 from .permissions import PermissionCheck, PermissionClassification
 from .reducer import ToolCallState, TurnState
+from .subagents import SPAWN_AGENT_TOOL_ID, linked_child
 
 INTERRUPTED_TOOL_RESULT = (
     "Tool execution was interrupted; its outcome is unknown and it was not retried."
@@ -133,6 +134,25 @@ def interrupted_sync_results(
         and t.invocation.execution == "sync"
         and t.tool_call_id not in running
     ]
+
+
+def orphaned_children(
+    state: TurnState, running: Collection[str]
+) -> list[tuple[ToolCallState, str]]:
+    """``spawn_agent`` calls whose child turn a lost run started, not running here:
+    the recovered run waits for those children instead of closing the calls."""
+    out: list[tuple[ToolCallState, str]] = []
+    for t in state.tool_calls:
+        if (
+            t.result is None
+            and t.invocation is not None
+            and t.invocation.tool_id == SPAWN_AGENT_TOOL_ID
+            and t.tool_call_id not in running
+        ):
+            child = linked_child(t.progress)
+            if child is not None:
+                out.append((t, child))
+    return out
 
 
 # ---------------------------------------------------------------- permissions (§9)

@@ -10,6 +10,7 @@ the spawn tool.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from .events import ToolDescriptor, ToolResultData, TurnOutcome
@@ -61,6 +62,15 @@ def spawn_request(input: Any) -> tuple[str, str] | str:
 def child_link(child_turn_id: str) -> dict[str, Any]:
     """The durable progress that links a parent call to its child turn."""
     return {"kind": "subagent", "childTurnId": child_turn_id}
+
+
+def linked_child(progress: Sequence[Any]) -> str | None:
+    """The child turn a call's durable progress links it to, if any."""
+    for p in progress:
+        value = getattr(p, "progress", p)
+        if isinstance(value, dict) and value.get("kind") == "subagent":
+            return str(value["childTurnId"])
+    return None
 
 
 def child_result(child_turn_id: str, outcome: TurnOutcome) -> ToolResultData:

@@ -69,6 +69,7 @@ from turncore_temporal.activities.failures import (
 )
 from turncore_temporal.activities.payloads import (
     AppendInput,
+    AwaitChildInput,
     CheckPermissionsInput,
     ClassifyInput,
     CreateChildInput,
@@ -95,6 +96,8 @@ problem, not something to retry forever."""
 
 _SAFE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_attempts=5)
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
+_REATTACH_CHILDREN = "reattach-children"
+"""Runs from here on abandon (not cancel) children when lost, and re-attach them on recovery."""
 
 _I = TypeVar("_I")
 _R = TypeVar("_R")
@@ -347,6 +350,13 @@ class TurnWorkflow:
         state = reducer.state
         if state.terminal is not None or not recover:
             return
+        if workflow.patched(_REATTACH_CHILDREN):
+            # A child started by a lost run of this turn is still its child:
+            # wait for it instead of calling its outcome unknown.
+            for call, child_id in advance.orphaned_children(state, self._running):
+                self._running[call.tool_call_id] = asyncio.create_task(
+                    self._reattach_child(call, child_id)
+                )
         repairs = advance.close_interrupted_model_call(state, _ts())
         repairs += advance.interrupted_sync_results(state, self._running, _ts())
         if repairs:
@@ -529,6 +539,51 @@ class TurnWorkflow:
         finally:
             self._child_slots.release()
 
+    async def _reattach_child(self, call: ToolCallState, child_id: str) -> None:
+        """Wait for a child turn an earlier run of this turn started (see ``await_child_turn``)."""
+        try:
+            await self._child_slots.acquire()
+        except asyncio.CancelledError:
+            self._flags.reload = True
+            self._running.pop(call.tool_call_id, None)
+            self._wake()
+            return
+        try:
+            child_input = dataclasses.replace(
+                self._input, turn_id=child_id, cancel=None, rejected_inputs=[]
+            )
+            done = await workflow.execute_activity_method(
+                Activities.await_child_turn,
+                AwaitChildInput(
+                    child_turn_id=child_id, workflow_input=dataclasses.asdict(child_input)
+                ),
+                start_to_close_timeout=timedelta(seconds=self._input.tool_timeout_seconds),
+                heartbeat_timeout=timedelta(seconds=self._input.heartbeat_timeout_seconds),
+                retry_policy=_ONE_ATTEMPT,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"sub-agent {child_id} of {call.tool_call_id} (re-attached)",
+            )
+            data = child_result(child_id, done.outcome)
+            if self._state.terminal is None and self._cancel is None:
+                await self._append([self._sync_result(call, data)])
+        except (ActivityError, asyncio.CancelledError) as exc:
+            workflow.logger.warning("sub-agent %s was not re-attached: %s", child_id, exc)
+            self._flags.reload = True
+        finally:
+            self._child_slots.release()
+            self._running.pop(call.tool_call_id, None)
+            self._wake()
+
+    def _sync_result(self, call: ToolCallState, data: ToolResultData) -> ToolResult:
+        return ToolResult(
+            turn_id=self._turn_id,
+            ts=_ts(),
+            tool_call_id=call.tool_call_id,
+            tool_name=call.tool_name,
+            source="sync",
+            result=data,
+        )
+
     async def _run_child_now(self, call: ToolCallState) -> None:
         try:
             created: CreateChildResult = await self._local(
@@ -551,7 +606,14 @@ class TurnWorkflow:
                             self._input, turn_id=child_id, cancel=None, rejected_inputs=[]
                         ),
                         id=child_id,
-                        parent_close_policy=workflow.ParentClosePolicy.REQUEST_CANCEL,
+                        # A lost run leaves its children running, for the
+                        # recovered run to re-attach; cancelling the turn still
+                        # cancels them (through this call's cancellation).
+                        parent_close_policy=(
+                            workflow.ParentClosePolicy.ABANDON
+                            if workflow.patched(_REATTACH_CHILDREN)
+                            else workflow.ParentClosePolicy.REQUEST_CANCEL
+                        ),
                         cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
                         static_summary=f"sub-agent of {self._turn_id} · {call.tool_call_id}",
                     )
