@@ -39,7 +39,7 @@ async def _read(prompt: str) -> str | None:
     """One line from stdin after ``prompt``; None at end of input (Ctrl-D)."""
     sys.stdout.write(prompt)
     sys.stdout.flush()
-    line = await asyncio.to_thread(sys.stdin.readline)
+    line = str(await asyncio.to_thread(sys.stdin.readline))
     if not line:
         sys.stdout.write("\n")
         return None

@@ -2024,7 +2024,11 @@ def config(args: argparse.Namespace) -> int:
             "defaultAgent": cfg.default_agent,
             "defaultModel": cfg.default_model,
             "agents": {
-                n: {"model": a.model, "tools": list(a.tools), "reasoningEffort": a.reasoning_effort}
+                n: {
+                    "model": a.model,
+                    "tools": list(a.tool_names),
+                    "reasoningEffort": a.reasoning_effort,
+                }
                 for n, a in cfg.agents.items()
             },
             "tools": {
@@ -2058,7 +2062,7 @@ def config(args: argparse.Namespace) -> int:
         print("agents")
         for n, a in cfg.agents.items():
             print(
-                f"  {n:<12} {a.model or '(default model)'} · tools: {', '.join(a.tools) or 'none'}"
+                f"  {n:<12} {a.model or '(default model)'} · tools: {', '.join(a.tool_names) or 'none'}"
             )
         print("tools")
         for n, t in cfg.tools.items():

@@ -31,6 +31,7 @@ This module may import the worker (``turncore_temporal.worker``);
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import os
 from collections.abc import AsyncIterator, Mapping, Sequence
@@ -354,9 +355,9 @@ class Turns:
             self.client.temporal, status=status, agent=agent, session=session, limit=limit
         )
 
-    async def pending_approvals(self) -> list[dict[str, Any]]:
+    async def pending_approvals(self) -> builtins.list[dict[str, Any]]:
         """Every tool call that awaits a human's approval, across suspended turns."""
-        out: list[dict[str, Any]] = []
+        out: builtins.list[dict[str, Any]] = []
         for row in await self.list(status="suspended"):
             with contextlib.suppress(TurnNotFoundError):
                 state = await self._state(row.turn_id)
