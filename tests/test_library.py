@@ -18,7 +18,7 @@ from turnclient import (
     Turns,
     tool,
 )
-from turncore.events import ResolvedAgent
+from turncore.events import InheritedAgentSnapshot, ResolvedAgent
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
 
@@ -109,7 +109,15 @@ async def test_a_python_agent_with_a_typed_tool(
         assert created2.type == "turn_created"
         assert created2.context.previous_turn_id == result.turn_id  # type: ignore[union-attr]
         assert created2.session_id == result.turn_id  # named after its first turn
-        assert isinstance(created2.agent.resolved, ResolvedAgent)  # full snapshot (docs)
+        assert isinstance(created2.agent.resolved, InheritedAgentSnapshot)  # §6.7
+        assert created2.agent.resolved.inherited_from == result.turn_id
+        # The central invariant holds for an inherited snapshot too: the workflow
+        # decides from the materialized agent but reports the file's own state.
+        queried = await temporal_env.client.get_workflow_handle(second.turn_id).query("state")
+        queried.pop("rejectedInputs", None)
+        assert (await turns.state(second.turn_id)).to_wire() == queried
+        second_outputs = [e.result.output for e in events2 if e.type == "tool_result"]  # type: ignore[union-attr]
+        assert second_outputs[1] == {"product": 42}
 
         listed = await turns.list(session=result.turn_id)
         assert [r.turn_id for r in listed] == [result.turn_id, second.turn_id]

@@ -35,9 +35,11 @@ from temporalio.service import RPCError, RPCStatusCode
 
 from turncore.advance import check_input, outcome_of
 from turncore.agents import AgentResolver
+from turncore.context import ContextResolver
 from turncore.errors import (
     InfrastructureError,
     RejectedInputError,
+    TurnError,
     TurnNotFoundError,
 )
 from turncore.events import (
@@ -45,7 +47,9 @@ from turncore.events import (
     SCHEMA_VERSION,
     AgentSnapshot,
     ContextRef,
+    InheritedAgentSnapshot,
     RequestedAgent,
+    ResolvedAgent,
     TurnConfig,
     TurnContext,
     TurnCreated,
@@ -195,6 +199,7 @@ class TurnClient:
         tail_interval: float = 0.05,
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
+        contexts: ContextResolver | None = None,
     ) -> None:
         self._client = client
         self._repo = repository
@@ -204,6 +209,8 @@ class TurnClient:
         self._clock = clock
         self._hub = hub
         self._tail_interval = tail_interval
+        self._contexts = contexts
+        """Materializes a predecessor's agent for §6.7 inheritance (None: never inherit)."""
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
@@ -247,18 +254,18 @@ class TurnClient:
 
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
+        snapshot: ResolvedAgent | InheritedAgentSnapshot = resolved
         if isinstance(request.context, ContextRef):
-            # Only an ended turn can be continued (§6.6). The snapshot stays
-            # full: the workflow decides from ResolvedAgent descriptors and
-            # cannot yet run a turn with an inherited one (§6.7, see docs).
-            await self._closed_predecessor(request.context.previous_turn_id)
+            # Only an ended turn can be continued (§6.6).
+            previous = await self._closed_predecessor(request.context.previous_turn_id)
+            snapshot = self._inherit(resolved, previous)
         turn_id = self._ids.next_id()
         created = TurnCreated(
             turn_id=turn_id,
             ts=self._clock(),
             schema_version=SCHEMA_VERSION,
             session_id=request.session_id,
-            agent=AgentSnapshot(requested=request.agent, resolved=resolved),
+            agent=AgentSnapshot(requested=request.agent, resolved=snapshot),
             context=request.context if request.context is not None else [],
             input=request.input,
             config=TurnConfig(
@@ -282,6 +289,24 @@ class TurnClient:
         if state.terminal is None:
             raise RejectedInputError(open_turn_message(state))
         return state
+
+    def _inherit(
+        self, resolved: ResolvedAgent, previous: TurnState
+    ) -> ResolvedAgent | InheritedAgentSnapshot:
+        """§6.7: the inherited form when prompt and tools equal the predecessor's."""
+        if self._contexts is None:
+            return resolved
+        try:
+            before = self._contexts.resolve_agent(previous.definition)
+        except TurnError:
+            return resolved  # an unreadable chain falls back to the full snapshot
+        if before.system_prompt != resolved.system_prompt or before.tools != resolved.tools:
+            return resolved
+        return InheritedAgentSnapshot(
+            agent_id=resolved.agent_id,
+            model=resolved.model,
+            inherited_from=previous.definition.turn_id,
+        )
 
     # ---------------------------------------------------------------- read
 

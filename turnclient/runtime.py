@@ -199,6 +199,7 @@ class Runtime:
             task_queue=self.task_queue,
             hub=self.hub,
             workflow_options=self.workflow_options,
+            contexts=self.contexts,
         )
 
     @property

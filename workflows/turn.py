@@ -47,7 +47,6 @@ from turncore.errors import RejectedInputError
 from turncore.events import (
     CancelInput,
     ResolvedAgent,
-    ToolDescriptor,
     ToolResult,
     ToolResultData,
     TurnEvent,
@@ -162,6 +161,10 @@ class TurnWorkflow:
         line after it was written by a running tool or by an append still in
         flight, so a retried batch found there is that append's earlier attempt."""
         self._child_slots = asyncio.Semaphore(8)
+        self._agent: ResolvedAgent | None = None
+        """The materialized agent of a turn whose snapshot is inherited (§6.7)."""
+        self._decided_from: TurnState | None = None
+        self._decision_state: TurnState | None = None
 
     # ------------------------------------------------------------------ run
 
@@ -220,8 +223,18 @@ class TurnWorkflow:
 
     @property
     def _state(self) -> TurnState:
+        """The state decisions are made from: the file's, with an inherited agent
+        snapshot (§6.7) replaced by the agent it materializes to, so tool calls
+        find their descriptors. The ``state`` query shows the file's own."""
         assert self._reducer is not None
-        return self._reducer.state
+        state = self._reducer.state
+        if self._agent is None:
+            return state
+        if self._decided_from is not state:
+            self._decision_state = advance.with_agent(state, self._agent)
+            self._decided_from = state
+        assert self._decision_state is not None
+        return self._decision_state
 
     async def _drive(self) -> None:
         """Interpret ``advance.next_action`` until the turn ends or is cancelled.
@@ -340,6 +353,8 @@ class TurnWorkflow:
         while start is not None:
             load = LoadInput(turn_id=self._turn_id, start=start, validate=validate and start == 0)
             result = await self._local(Activities.load_turn, load)
+            if result.agent is not None:
+                self._agent = result.agent
             for e in result.events:
                 reducer.apply(e)
             start = result.next_start
@@ -847,7 +862,7 @@ class TurnWorkflow:
     def state_query(self) -> dict[str, Any]:
         if self._reducer is None or not self._reducer.started:
             return {"loading": True, "rejectedInputs": list(self._flags.rejected)}
-        wire = self._state.to_wire()
+        wire = self._reducer.state.to_wire()  # the file's own (inherited) snapshot
         wire["rejectedInputs"] = list(self._flags.rejected)
         return wire
 
