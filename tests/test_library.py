@@ -158,8 +158,27 @@ async def test_an_approval_suspends_and_typed_errors(
         assert watched[0] == "turn_created" and watched[-1] == "turn_completed"
 
 
+async def test_a_permission_policy_from_python(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    ops = Agent(name="ops", system_prompt="Ops.", tools=(delete_file,), model="scripted/ops")
+    model = scripted([{"toolName": "delete_file", "input": {"path": "a.txt"}}])
+    async with runtime(
+        temporal_env, tmp_path, agents=[ops], models={"ops": model}, allow=["delete_file"]
+    ) as turns:
+        asked = await turns.run("clean up", agent="ops")
+        assert asked.status == "suspended"  # without auto_permission a human decides
+        allowed = await turns.run("clean up", agent="ops", auto_permission=True)
+        assert allowed.text == "result: deleted a.txt"
+        events = await turns.events(allowed.turn_id)
+        [resolved] = [e for e in events if e.type == "tool_permission_resolved"]
+        assert resolved.source == "classifier"  # type: ignore[union-attr]
+
+
 def test_python_agents_are_checked_like_the_file(tmp_path: Path) -> None:
     with pytest.raises(ConfigError, match="agents.x.tools: unknown tool 'nope'"):
         Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", tools=("nope",))], env={})
+    with pytest.raises(ConfigError, match="permissions.deny: unknown tool 'nope'"):
+        Turns(tmp_path, deny=["nope"], env={})
     with pytest.raises(ConfigError, match="agents.x.model: provider 'openai' is not configured"):
         Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", model="openai/gpt")], env={})

@@ -602,8 +602,13 @@ def with_python(
     tools: Sequence[Tool] = (),
     default_agent: str | None = None,
     default_model: str | None = None,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
 ) -> Config:
     """``config`` plus agents and tools defined in Python, checked by the file's rules.
+
+    ``allow``/``deny`` add tool names to ``[permissions]``: what the
+    ``auto_permission`` classifier allows or denies without a human.
 
     A ``Tool`` listed in an agent's ``tools`` is registered under its name; two
     different tools under one name are refused, as is an agent naming a tool
@@ -624,6 +629,10 @@ def with_python(
             merged[a.name] = replace(a, tools=a.tool_names)
         if default_model is not None:
             _check_model_ref("default_model", default_model, config.providers)
+        for key, names in (("allow", allow), ("deny", deny)):
+            for n in names:
+                if n not in known:
+                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     agent = default_agent or config.default_agent
@@ -637,4 +646,6 @@ def with_python(
         tools=known,
         default_agent=agent,
         default_model=default_model or config.default_model,
+        auto_allow=(*config.auto_allow, *allow),
+        auto_deny=(*config.auto_deny, *deny),
     )

@@ -4,6 +4,10 @@
         result = await turns.run("What is 6 times 7?", agent="math")
         print(result.text)
 
+``allow``/``deny`` name tools the ``auto_permission=True`` classifier allows or
+denies without asking (like ``[permissions]``); other calls that need approval
+wait for a human.
+
 ``models`` registers Python functions as scripted models (``scripted/NAME``):
 a function gets the composed request and returns ``{"text": ...,
 "toolCalls": [...]}``, so an app can be tested without a provider.
@@ -102,6 +106,8 @@ class Turns:
         tools: Sequence[Tool] = (),
         default_agent: str | None = None,
         default_model: str | None = None,
+        allow: Sequence[str] = (),
+        deny: Sequence[str] = (),
         max_concurrent_subagents: int | None = None,
         models: Mapping[str, ScriptFunction] = {},  # noqa: B006 - never mutated
         client: Client | None = None,
@@ -116,6 +122,8 @@ class Turns:
             tools=tools,
             default_agent=default_agent,
             default_model=default_model,
+            allow=allow,
+            deny=deny,
         )
         if max_concurrent_subagents is not None:
             config = replace(config, max_concurrent_subagents=max_concurrent_subagents)
