@@ -87,14 +87,14 @@ def test_run_continue_session_and_the_refusal_of_an_open_turn(held: Path) -> Non
     assert suspended.returncode == 3
     open_id = json.loads(suspended.stdout)["turnId"]
     refused = turns(home, "run", "--continue", open_id, "Calculate 1 + 1")
-    assert refused.returncode == 6
+    assert refused.returncode == 2
     message = refused.stderr
-    assert f"turn {open_id} is still open" in message
+    assert f"turn {open_id} has not ended" in message
     assert f"turns approve|deny {open_id} call_0_0" in message
     assert f"turns cancel {open_id}" in message
     by_session = turns(home, "run", "--session", "s-42", "Calculate 1 + 1")
-    assert by_session.returncode == 6 and f"turn {open_id} is still open" in by_session.stderr
+    assert by_session.returncode == 2 and f"turn {open_id} has not ended" in by_session.stderr
     refused_chat = chat(home, "hello\n", "--continue", open_id)
-    assert refused_chat.returncode == 6 and "is still open" in refused_chat.stderr
+    assert refused_chat.returncode == 2 and "has not ended" in refused_chat.stderr
     both = turns(home, "run", "--continue", open_id, "--session", "s-42", "x")
     assert both.returncode == 2 and "not both" in both.stderr

@@ -141,7 +141,7 @@ async def test_an_approval_suspends_and_typed_errors(
         ].items()
 
         with pytest.raises(
-            RejectedInputError, match=f"turn {turn_id} is still open .* turns approve"
+            RejectedInputError, match=f"turn {turn_id} has not ended, .* turns approve"
         ):
             await turns.start("next", continue_from=turn_id)
         with pytest.raises(RejectedInputError):

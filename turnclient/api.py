@@ -121,11 +121,11 @@ def open_turn_message(state: TurnState) -> str:
     ]
     if waiting:
         return (
-            f"turn {turn_id} is still open and cannot be continued until it ends; it awaits "
+            f"turn {turn_id} has not ended, so it cannot be continued yet; it awaits "
             f"{'; '.join(waiting)}; or end it with: turns cancel {turn_id}"
         )
     return (
-        f"turn {turn_id} is still running and cannot be continued until it ends; follow it "
+        f"turn {turn_id} has not ended (it is running), so it cannot be continued yet; follow it "
         f"with: turns watch {turn_id}, or end it with: turns cancel {turn_id}"
     )
 

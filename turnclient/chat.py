@@ -48,14 +48,12 @@ async def _read(prompt: str) -> str | None:
 
 def run_chat(args: argparse.Namespace) -> int:
     from . import cli
-    from .conversations import continuation
 
     async def body() -> int:
         runtime = cli._runtime()
-        last: str | None = args.continue_from
-        start = await continuation(
-            runtime.repository, None, continue_from=last
-        )  # refuses an open one
+        last = cli._turn_id(args.continue_from) if args.continue_from else None
+        # Refused now, before any server starts, if it has not ended.
+        start = await cli._continuation(runtime, None, continue_from=last)
         agent = args.agent or start.agent or runtime.config.default_agent
         async with cli._session(args, runtime) as (_, turns):
             print(
@@ -68,7 +66,7 @@ def run_chat(args: argparse.Namespace) -> int:
                     break
                 if not line.strip():
                     continue
-                after = await continuation(runtime.repository, None, continue_from=last)
+                after = await cli._continuation(runtime, None, continue_from=last)
                 request, _, model = cli._turn_request(args, runtime, line, after)
                 turn_id = await turns.create_turn(request)
                 last = turn_id
