@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 
@@ -10,6 +11,15 @@ from temporalio.testing import WorkflowEnvironment
 
 from examples.webapp import OPS, create_app, ops_model
 from turnclient import Turns
+
+
+async def _until_listed(http: httpx.AsyncClient) -> list[dict[str, object]]:
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        pending: list[dict[str, object]] = (await http.get("/approvals")).json()
+        if pending or asyncio.get_running_loop().time() > deadline:
+            return pending
+        await asyncio.sleep(0.1)
 
 
 async def test_start_list_approve_and_errors(
@@ -32,7 +42,9 @@ async def test_start_list_approve_and_errors(
             assert body["status"] == "suspended"
             turn_id = body["turnId"]
 
-            pending = (await http.get("/approvals")).json()
+            # Approvals are found through visibility, which is eventually consistent:
+            # wait (with a deadline) until the just-suspended turn is listed.
+            pending = await _until_listed(http)
             assert [(p["turnId"], p["toolName"]) for p in pending] == [(turn_id, "restart_service")]
             call = pending[0]["toolCallId"]
 

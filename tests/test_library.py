@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import uuid
 from pathlib import Path
 from typing import Any
@@ -54,6 +55,16 @@ def scripted(calls: list[dict[str, Any]]) -> Any:
         return {"text": f"result: {last.content[-1].output.value}"}  # type: ignore[union-attr]
 
     return model
+
+
+async def _eventually_listed(turns: Turns) -> list[dict[str, Any]]:
+    """Pending approvals, waiting (with a deadline) for visibility to list the suspension."""
+    deadline = asyncio.get_running_loop().time() + 30
+    while True:
+        approvals = await turns.pending_approvals()
+        if approvals or asyncio.get_running_loop().time() > deadline:
+            return approvals
+        await asyncio.sleep(0.1)
 
 
 def runtime(env: WorkflowEnvironment, tmp_path: Path, **kwargs: Any) -> Turns:
@@ -135,7 +146,7 @@ async def test_an_approval_suspends_and_typed_errors(
         outcome = await turns.advance(turn_id)
         assert outcome.status == "suspended"
         [pending] = outcome.pending_permissions  # type: ignore[union-attr]
-        approvals = await turns.pending_approvals()
+        approvals = await _eventually_listed(turns)
         assert {"turnId": turn_id, "toolCallId": pending.tool_call_id}.items() <= approvals[
             0
         ].items()

@@ -364,7 +364,11 @@ class Turns:
         )
 
     async def pending_approvals(self) -> builtins.list[dict[str, Any]]:
-        """Every tool call that awaits a human's approval, across suspended turns."""
+        """Every tool call that awaits a human's approval, across suspended turns.
+
+        Suspended turns are found through Temporal visibility, which is
+        eventually consistent: a turn that suspended a moment ago may be listed
+        a moment later. Each turn's file then says what it awaits."""
         out: builtins.list[dict[str, Any]] = []
         for row in await self.list(status="suspended"):
             with contextlib.suppress(TurnNotFoundError):
