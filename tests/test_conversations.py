@@ -9,9 +9,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.test_cli_turns import TIMEOUT, as_json, environment, held, home, lines, turns
 
 __all__ = ["held", "home"]  # fixtures used by name
+
+pytestmark = pytest.mark.temporal  # every command starts or shares an embedded server
 
 
 def chat(home: Path, stdin: str, *args: str) -> subprocess.CompletedProcess[str]:

@@ -36,6 +36,7 @@ def test_the_section_has_both_examples() -> None:
     assert "turns.approve(" in codes[1]
 
 
+@pytest.mark.temporal  # the example starts the embedded dev server
 @pytest.mark.parametrize("index", [0, 1])
 def test_a_readme_example_runs_as_written(tmp_path: Path, index: int) -> None:
     code, expected = examples()[index]
