@@ -31,7 +31,7 @@ from turncore.model.scripted import ScriptedModel  # noqa: E402
 from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier  # noqa: E402
 from turncore.reducer import TurnReducer  # noqa: E402
 from turncore.repository import FileTurnRepository, JsonlRepository  # noqa: E402
-from turncore.tools import FunctionTool, ToolContext, ToolRegistry  # noqa: E402
+from turncore.tools import ToolContext, ToolRegistry, tool  # noqa: E402
 from turncore_temporal.activities.turn_activities import TurnDependencies  # noqa: E402
 
 MODEL = ModelDescriptor(provider="scripted", model="load")
@@ -96,23 +96,18 @@ def open_repository(kind: str, work: Path) -> JsonlRepository:
 def dependencies(repo: JsonlRepository, work: Path) -> TurnDependencies:
     executions = work / "executions"
 
-    def recording(name: str) -> Any:
-        def run(value: Any, ctx: ToolContext) -> Any:
+    def recording(name: str, permission: Any) -> Any:
+        def run(n: int, ctx: ToolContext) -> Any:
             with executions.open("a") as f:
                 f.write(f"{ctx.tool_call_id}@{ctx.turn_id}\n")
             return {"done": name}
 
-        return run
+        return tool(run, name=name, permission=permission, tool_id=f"builtin:{name}")
 
     return TurnDependencies(
         repository=repo,
         models=Models(),
-        tools=ToolRegistry(
-            {
-                "builtin:fetch": FunctionTool(recording("fetch")),
-                "builtin:guarded": FunctionTool(recording("guarded")),
-            }
-        ),
+        tools=ToolRegistry.of([recording("fetch", "none"), recording("guarded", "ask")]),
         checker=DeclaredPermissionChecker({"builtin:fetch": "none", "builtin:guarded": "ask"}),
         classifier=DeferAllClassifier(),
         contexts=ContextResolver(lambda tid: TurnReducer.of(repo.read(tid)).state),

@@ -28,7 +28,7 @@ from turncore.model.scripted import ScriptedModel
 from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
 from turncore.postgres import PostgresTurnRepository
 from turncore.reducer import TurnReducer
-from turncore.tools import FunctionTool, ToolContext, ToolRegistry
+from turncore.tools import ToolContext, ToolRegistry, tool
 from turncore_temporal.activities.turn_activities import TurnDependencies
 
 MODEL = ModelDescriptor(provider="scripted", model="hosts")
@@ -83,24 +83,26 @@ def dependencies(repo: PostgresTurnRepository, work: Path) -> TurnDependencies:
     executions = work / "executions"
     seconds = float(os.environ.get("SLOW_TOOL_SECONDS", "0"))
 
-    def recording(name: str) -> Any:
-        async def run(value: Any, ctx: ToolContext) -> Any:
-            with executions.open("a") as f:
-                f.write(f"{ctx.tool_call_id}@{ctx.turn_id} {name} {os.getpid()}\n")
-            await asyncio.sleep(seconds)
-            return {"done": name}
+    async def record(name: str, ctx: ToolContext) -> Any:
+        with executions.open("a") as f:
+            f.write(f"{ctx.tool_call_id}@{ctx.turn_id} {name} {os.getpid()}\n")
+        await asyncio.sleep(seconds)
+        return {"done": name}
 
-        return run
+    @tool(permission="none", tool_id="builtin:fetch")
+    async def fetch(what: str, ctx: ToolContext) -> Any:
+        """Fetch something."""
+        return await record("fetch", ctx)
+
+    @tool(permission="ask", tool_id="builtin:guarded")
+    async def guarded(change: str, ctx: ToolContext) -> Any:
+        """Change something (needs approval)."""
+        return await record("guarded", ctx)
 
     return TurnDependencies(
         repository=repo,
         models=Models(),
-        tools=ToolRegistry(
-            {
-                "builtin:fetch": FunctionTool(recording("fetch")),
-                "builtin:guarded": FunctionTool(recording("guarded")),
-            }
-        ),
+        tools=ToolRegistry.of([fetch, guarded]),
         checker=DeclaredPermissionChecker({"builtin:fetch": "none", "builtin:guarded": "ask"}),
         classifier=DeferAllClassifier(),
         contexts=ContextResolver(lambda tid: TurnReducer.of(repo.read(tid)).state),
