@@ -98,7 +98,11 @@ async def test_a_python_agent_with_a_typed_tool(
         assert result.text == "result: {'product': 42}"
         assert seen == [6]  # the invalid call never reached the function
         events = await turns.events(result.turn_id)
-        outputs = [e.result.output for e in events if e.type == "tool_result"]  # type: ignore[union-attr]
+        # The two calls run concurrently: their results may land in either order.
+        results = sorted(
+            (e for e in events if e.type == "tool_result"), key=lambda e: e.tool_call_id
+        )  # type: ignore[union-attr]
+        outputs = [e.result.output for e in results]  # type: ignore[union-attr]
         assert outputs[0].startswith("Invalid arguments for tool multiply (1 problem): a: ")
         assert outputs[1] == {"product": 42}
         assert any(e.type == "tool_progress" for e in events)
@@ -127,7 +131,11 @@ async def test_a_python_agent_with_a_typed_tool(
         queried = await temporal_env.client.get_workflow_handle(second.turn_id).query("state")
         queried.pop("rejectedInputs", None)
         assert (await turns.state(second.turn_id)).to_wire() == queried
-        second_outputs = [e.result.output for e in events2 if e.type == "tool_result"]  # type: ignore[union-attr]
+        second_results = sorted(
+            (e for e in events2 if e.type == "tool_result"),
+            key=lambda e: e.tool_call_id,  # type: ignore[union-attr]
+        )
+        second_outputs = [e.result.output for e in second_results]  # type: ignore[union-attr]
         assert second_outputs[1] == {"product": 42}
 
         listed = await turns.list(session=result.turn_id)
