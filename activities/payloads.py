@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from turncore.events import ResolvedAgent, TurnEvent, TurnOutcome
+from turncore.events import ToolDescriptor, TurnEvent, TurnOutcome
 from turncore.jsonvalue import JsonValue
 from turncore.permissions import PermissionCheck, PermissionClassification
 from turncore.reducer import ToolCallState
@@ -61,9 +61,6 @@ class LoadResult:
     offset: int
     next_start: int | None = None
     """Set when the events did not fit one payload: load again from here."""
-    agent: ResolvedAgent | None = None
-    """The materialized agent when the turn's snapshot is inherited (§6.7):
-    the workflow decides from its tool descriptors. Sent with the first page only."""
 
 
 @dataclass(frozen=True)

@@ -21,7 +21,7 @@ import orjson
 from temporalio import activity
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from turncore.advance import completion_event, failure_event, outcome_of
+from turncore.advance import REFUSED_RESPONSE_CODE, completion_event, failure_event, outcome_of
 from turncore.agents import AgentResolver
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
@@ -41,7 +41,6 @@ from turncore.events import (
     ModelStepEvent,
     ReasoningDelta,
     RequestedAgent,
-    ResolvedAgent,
     TextDelta,
     ToolInputDelta,
     ToolProgress,
@@ -191,17 +190,12 @@ class TurnActivities(TurnActivityContract):
     @activity.defn
     async def load_turn(self, input: LoadInput) -> LoadResult:
         """The file's events from ``start``, elided, in pages that fit a payload."""
-        agent: ResolvedAgent | None = None
         try:
             events = await self._read(input.turn_id)
             if input.validate:
                 state = TurnReducer.of(events).state
                 if state.terminal is None:
                     self._check_dependencies(state)
-            if input.start == 0 and events and events[0].type == "turn_created":
-                definition = events[0]
-                if not isinstance(definition.agent.resolved, ResolvedAgent):
-                    agent = self._d.contexts.resolve_agent(definition)
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
         page: list[TurnEvent] = []
@@ -210,9 +204,9 @@ class TurnActivities(TurnActivityContract):
             elided = elide_event(events[i])
             size += len(orjson.dumps(elided.to_wire()))
             if page and size > LOAD_PAGE_BYTES:
-                return LoadResult(events=page, offset=len(events), next_start=i, agent=agent)
+                return LoadResult(events=page, offset=len(events), next_start=i)
             page.append(elided)
-        return LoadResult(events=page, offset=len(events), agent=agent)
+        return LoadResult(events=page, offset=len(events))
 
     @activity.defn
     async def create_child_turn(self, input: CreateChildInput) -> CreateChildResult:

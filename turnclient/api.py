@@ -38,8 +38,8 @@ from turncore.agents import AgentResolver
 from turncore.context import ContextResolver
 from turncore.errors import (
     InfrastructureError,
+    InvalidInputError,
     RejectedInputError,
-    TurnError,
     TurnNotFoundError,
 )
 from turncore.events import (
@@ -47,9 +47,8 @@ from turncore.events import (
     SCHEMA_VERSION,
     AgentSnapshot,
     ContextRef,
-    InheritedAgentSnapshot,
     RequestedAgent,
-    ResolvedAgent,
+    SuspendedOutcome,
     TurnConfig,
     TurnContext,
     TurnCreated,
@@ -209,13 +208,13 @@ class TurnClient:
         self._clock = clock
         self._hub = hub
         self._tail_interval = tail_interval
-        self._contexts = contexts
-        """Materializes a predecessor's agent for §6.7 inheritance (None: never inherit)."""
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
         # Reads predecessors for §6.7 inheritance at creation (files only).
-        self._contexts = ContextResolver(lambda tid: TurnReducer.of(repository.read(tid)).state)
+        self._contexts = contexts or ContextResolver(
+            lambda tid: TurnReducer.of(repository.read(tid)).state
+        )
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """``call()``, retried with backoff while Temporal fails transiently.
@@ -254,11 +253,17 @@ class TurnClient:
 
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
-        snapshot: ResolvedAgent | InheritedAgentSnapshot = resolved
-        if isinstance(request.context, ContextRef):
-            # Only an ended turn can be continued (§6.6).
-            previous = await self._closed_predecessor(request.context.previous_turn_id)
-            snapshot = self._inherit(resolved, previous)
+        context = request.context if request.context is not None else []
+        refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
+        if refused is not None:
+            raise InvalidInputError(f"the turn cannot be created: {refused}")
+        if isinstance(context, ContextRef):
+            # Only an ended turn can be continued (§6.6): refused here, before
+            # any file is written, rather than failing the new turn later.
+            await self._closed_predecessor(context.previous_turn_id)
+        snapshot = await asyncio.to_thread(
+            self._contexts.snapshot_for, resolved, context, request.session_id
+        )
         turn_id = self._ids.next_id()
         created = TurnCreated(
             turn_id=turn_id,
@@ -266,7 +271,7 @@ class TurnClient:
             schema_version=SCHEMA_VERSION,
             session_id=request.session_id,
             agent=AgentSnapshot(requested=request.agent, resolved=snapshot),
-            context=request.context if request.context is not None else [],
+            context=context,
             input=request.input,
             config=TurnConfig(
                 auto_permission=request.auto_permission,
@@ -289,24 +294,6 @@ class TurnClient:
         if state.terminal is None:
             raise RejectedInputError(open_turn_message(state))
         return state
-
-    def _inherit(
-        self, resolved: ResolvedAgent, previous: TurnState
-    ) -> ResolvedAgent | InheritedAgentSnapshot:
-        """§6.7: the inherited form when prompt and tools equal the predecessor's."""
-        if self._contexts is None:
-            return resolved
-        try:
-            before = self._contexts.resolve_agent(previous.definition)
-        except TurnError:
-            return resolved  # an unreadable chain falls back to the full snapshot
-        if before.system_prompt != resolved.system_prompt or before.tools != resolved.tools:
-            return resolved
-        return InheritedAgentSnapshot(
-            agent_id=resolved.agent_id,
-            model=resolved.model,
-            inherited_from=previous.definition.turn_id,
-        )
 
     # ---------------------------------------------------------------- read
 
@@ -525,6 +512,26 @@ class TurnClient:
         finally:
             if deltas is not None and self._hub is not None:
                 self._hub.detach(turn_id, deltas)
+
+
+def _input_attributes(input: TurnExternalInput) -> dict[str, Any]:
+    """What a span may say about an input: its type, target and decision, never its content."""
+    attributes: dict[str, Any] = {"turncore.input.type": input.type}
+    call_id = getattr(input, "tool_call_id", None)
+    if call_id is not None:
+        attributes["gen_ai.tool.call.id"] = call_id
+    decision = getattr(input, "decision", None)
+    if isinstance(decision, str):
+        attributes["decision"] = decision
+    return attributes
+
+
+def _pending_of(outcome: TurnOutcome) -> list[str]:
+    if not isinstance(outcome, SuspendedOutcome):
+        return []
+    return [f"permission:{p.tool_call_id}" for p in outcome.pending_permissions] + [
+        f"async:{p.tool_call_id}" for p in outcome.pending_async_tools
+    ]
 
 
 __all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "iso_now", "open_turn_message"]

@@ -40,6 +40,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    field_validator,
     model_validator,
 )
 from pydantic_core import ErrorDetails
@@ -50,6 +51,7 @@ from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
 from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagreement, tool
 
 from .builtin_tools import BUILTIN_NAMES, builtin_tools
+from .cost import PriceConfigError, ProviderPrice
 from .demo import DEMO_MODEL
 
 CONFIG_FILE = "turns.toml"
@@ -134,6 +136,10 @@ class Config:
     storage: StorageConfig = field(default_factory=lambda: StorageConfig())
     max_concurrent_subagents: int | None = None
     """``[subagents] max_concurrent``; None: the workflow's default."""
+    payload_key_env: str | None = None
+    """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
+    prices: dict[str, ProviderPrice] = field(default_factory=dict)
+    """``[prices.PROVIDER]``: cost overrides for private or local models."""
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -268,6 +274,24 @@ class SubagentsTable(_Table):
     """Children of one turn running at once (None: the workflow's default, 8)."""
 
 
+class TemporalTable(_Table):
+    """``[temporal]``: how this process talks to Temporal."""
+
+    payload_key_env: str | None = None
+    """The environment variable holding the payload encryption keys (off if None)."""
+
+    @field_validator("payload_key_env")
+    @classmethod
+    def _a_name_not_a_key(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.fullmatch(value):
+            # Never repeat the value: it may be the key itself.
+            raise ValueError(
+                "payload_key_env names an environment variable (letters, digits, '_'); "
+                "the key itself never goes in turns.toml"
+            )
+        return value
+
+
 class TurnsFile(_Table):
     """The whole ``turns.toml``."""
 
@@ -282,12 +306,20 @@ class TurnsFile(_Table):
     context: ElisionPolicy = ElisionPolicy()
     storage: StorageTable = StorageTable()
     subagents: SubagentsTable = SubagentsTable()
+    temporal: TemporalTable = TemporalTable()
+    prices: dict[str, dict[str, Any]] = {}
+    """``[prices.PROVIDER]``; each table's rules live with the pricer (``cost.py``)."""
 
     _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
+    _prices: dict[str, ProviderPrice] = PrivateAttr(default_factory=dict)
 
     @property
     def provider_configs(self) -> dict[str, ProviderConfig]:
         return self._providers
+
+    @property
+    def prices_by_provider(self) -> dict[str, ProviderPrice]:
+        return self._prices
 
     @model_validator(mode="after")
     def _cross_references(self) -> TurnsFile:
@@ -319,6 +351,16 @@ class TurnsFile(_Table):
             for n in getattr(self.permissions, key):
                 if n not in tools:
                     raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+        for name, table in self.prices.items():
+            if name != "scripted" and name not in self._providers:
+                known = ", ".join(sorted({*self._providers, "scripted"}))
+                raise ValueError(
+                    f"prices.{name}: no provider {name!r} is configured (known: {known})"
+                )
+            try:
+                self._prices[name] = ProviderPrice.from_table(f"prices.{name}", table)
+            except PriceConfigError as exc:
+                raise ValueError(str(exc)) from None
         return self
 
 
@@ -537,36 +579,9 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         context=file.context,
         storage=file.storage.config(),
         max_concurrent_subagents=file.subagents.max_concurrent,
+        payload_key_env=file.temporal.payload_key_env,
+        prices=file.prices_by_provider,
     )
-
-
-# ---------------------------------------------------------------- [temporal], [prices]
-
-
-def _observability(
-    data: Mapping[str, Any], providers: Mapping[str, ProviderConfig]
-) -> tuple[str | None, dict[str, ProviderPrice]]:
-    """``[temporal] payload_key_env`` and ``[prices.PROVIDER]`` (docs/operations.md)."""
-    temporal = _table("temporal", data.get("temporal", {}))
-    _check_keys("temporal", temporal, {"payload_key_env"})
-    key_env = _get("temporal", temporal, "payload_key_env", str)
-    if key_env is not None and not ENV_NAME.fullmatch(key_env):
-        raise ConfigError(
-            "temporal.payload_key_env names an environment variable (letters, digits, '_'); "
-            "the key itself never goes in turns.toml"
-        )
-    prices: dict[str, ProviderPrice] = {}
-    for name, table in _table("prices", data.get("prices", {})).items():
-        if name != "scripted" and name not in providers:
-            known = ", ".join(sorted({*providers, "scripted"}))
-            raise ConfigError(f"prices.{name}: no provider {name!r} is configured (known: {known})")
-        try:
-            prices[name] = ProviderPrice.from_table(
-                f"prices.{name}", _table(f"prices.{name}", table)
-            )
-        except PriceConfigError as exc:
-            raise ConfigError(str(exc)) from None
-    return key_env, prices
 
 
 __all__ = [
@@ -581,6 +596,7 @@ __all__ = [
     "StorageConfig",
     "StorageTable",
     "SubagentsTable",
+    "TemporalTable",
     "ToolTable",
     "TurnsFile",
     "import_callable",

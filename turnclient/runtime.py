@@ -19,6 +19,7 @@ worker``, ``python worker.py`` and the tests all wire through here.
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import re
@@ -50,11 +51,13 @@ from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import JsonlRepository, TurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import ToolRegistry
+from turncore_temporal.activities import DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import ModelResolver, TurnDependencies
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 from .api import TurnClient, iso_now
-from .config import Config, load_config, work_dir_from_env
+from .config import Config, ConfigError, load_config, work_dir_from_env
+from .deltaspool import DeltaSpool, spool_dir
 from .demo import DEMO_MODEL, demo_model
 from .embedded import NAMESPACE, EmbeddedServer
 from .storage import open_repository

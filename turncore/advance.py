@@ -93,26 +93,6 @@ def descriptor_for(
     return None
 
 
-def with_agent(state: TurnState, agent: ResolvedAgent) -> TurnState:
-    """The state to decide from when the turn's snapshot is inherited (§6.7): the
-    materialized agent in place of the inherited record, and each extracted call's
-    tool identity from its descriptor, as a full snapshot would have given it. The
-    file's own state (what queries show) keeps the inherited record."""
-    snapshot = state.definition.agent.model_copy(update={"resolved": agent})
-    decided = state.model_copy(
-        update={"definition": state.definition.model_copy(update={"agent": snapshot})}
-    )
-    calls = []
-    for t in decided.tool_calls:
-        d = descriptor_for(decided, t) if t.tool_id is None else None
-        calls.append(
-            t
-            if d is None
-            else t.model_copy(update={"tool_id": d.tool_id, "execution": d.execution})
-        )
-    return decided.model_copy(update={"tool_calls": calls})
-
-
 def _runtime_error(state: TurnState, call: ToolCallState, message: str, ts: str) -> ToolResult:
     return ToolResult(
         turn_id=state.definition.turn_id,

@@ -47,6 +47,7 @@ from turncore.errors import RejectedInputError
 from turncore.events import (
     CancelInput,
     ResolvedAgent,
+    ToolDescriptor,
     ToolResult,
     ToolResultData,
     TurnEvent,
@@ -160,11 +161,9 @@ class TurnWorkflow:
         """The file's line count as last reported by a load or an append. Every
         line after it was written by a running tool or by an append still in
         flight, so a retried batch found there is that append's earlier attempt."""
+        self._ended_before = False
+        """The file was already terminal when this run loaded it (nothing to count)."""
         self._child_slots = asyncio.Semaphore(8)
-        self._agent: ResolvedAgent | None = None
-        """The materialized agent of a turn whose snapshot is inherited (§6.7)."""
-        self._decided_from: TurnState | None = None
-        self._decision_state: TurnState | None = None
 
     # ------------------------------------------------------------------ run
 
@@ -223,18 +222,8 @@ class TurnWorkflow:
 
     @property
     def _state(self) -> TurnState:
-        """The state decisions are made from: the file's, with an inherited agent
-        snapshot (§6.7) replaced by the agent it materializes to, so tool calls
-        find their descriptors. The ``state`` query shows the file's own."""
         assert self._reducer is not None
-        state = self._reducer.state
-        if self._agent is None:
-            return state
-        if self._decided_from is not state:
-            self._decision_state = advance.with_agent(state, self._agent)
-            self._decided_from = state
-        assert self._decision_state is not None
-        return self._decision_state
+        return self._reducer.state
 
     async def _drive(self) -> None:
         """Interpret ``advance.next_action`` until the turn ends or is cancelled.
@@ -353,8 +342,6 @@ class TurnWorkflow:
         while start is not None:
             load = LoadInput(turn_id=self._turn_id, start=start, validate=validate and start == 0)
             result = await self._local(Activities.load_turn, load)
-            if result.agent is not None:
-                self._agent = result.agent
             for e in result.events:
                 reducer.apply(e)
             start = result.next_start
