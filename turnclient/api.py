@@ -283,17 +283,23 @@ class TurnClient:
         await asyncio.to_thread(self._repo.create, created)
         return turn_id
 
-    async def _closed_predecessor(self, turn_id: str) -> TurnState:
-        """The turn a new one continues: it must exist and have ended (§6.6)."""
+    async def _closed_predecessor(self, turn_id: str) -> None:
+        """Refuse continuing a turn that does not exist or has not ended (§6.6).
+
+        A predecessor that exists but cannot be read is not refused here: the
+        new turn gets the full snapshot and its context resolution reports the
+        broken file when it runs (docs/file-format.md, §6.7).
+        """
         validate_turn_id(turn_id)
         try:
             events = await asyncio.to_thread(self._repo.read, turn_id)
         except TurnNotFoundError:
             raise RejectedInputError(f"there is no turn {turn_id} to continue") from None
+        except InfrastructureError:
+            return
         state = TurnReducer.of(events).state
         if state.terminal is None:
             raise RejectedInputError(open_turn_message(state))
-        return state
 
     # ---------------------------------------------------------------- read
 
