@@ -914,28 +914,37 @@ def repair(args: argparse.Namespace) -> int:
             return EXIT_OK
         except RepairRefusedError as exc:
             raise Failure(f"not repaired: {exc}") from None
-        if args.json:
-            _emit_json(
-                {
-                    "status": "repaired",
-                    "path": str(report.path),
-                    "sidecar": str(report.sidecar),
-                    "line": report.line,
-                    "removedBytes": report.removed_bytes,
-                    "preview": report.preview(),
-                    "keptLines": report.kept_lines,
-                }
-            )
-        else:
-            print(
-                f"removed {report.removed_bytes} bytes (line {report.line}) from {report.path}\n"
-                f"  moved to {report.sidecar}\n"
-                f"  they were: {report.preview()}\n"
-                f"  {report.kept_lines} valid lines remain{_recover_hint(report.path)}"
-            )
+        _print_repair(
+            args, report, str(report.path), str(report.sidecar), _recover_hint(report.path)
+        )
         return EXIT_OK
 
     return _sync(args, body)
+
+
+def _print_repair(
+    args: argparse.Namespace, report: Any, where: str, sidecar: str, hint: str
+) -> None:
+    """What a repair removed and where it went, for people or (``--json``) programs."""
+    if args.json:
+        _emit_json(
+            {
+                "status": "repaired",
+                "path": where,
+                "sidecar": sidecar,
+                "line": report.line,
+                "removedBytes": report.removed_bytes,
+                "preview": report.preview(),
+                "keptLines": report.kept_lines,
+            }
+        )
+        return
+    print(
+        f"removed {report.removed_bytes} bytes (line {report.line}) from {where}\n"
+        f"  moved to {sidecar}\n"
+        f"  they were: {report.preview()}\n"
+        f"  {report.kept_lines} valid lines remain{hint}"
+    )
 
 
 # ---------------------------------------------------------------- turn storage
@@ -1025,25 +1034,8 @@ def _repair_stored(args: argparse.Namespace) -> int:
             report = repo.repair_tail(args.turn)
         except RepairRefusedError as exc:
             raise Failure(f"not repaired: {exc}") from None
-    if args.json:
-        _emit_json(
-            {
-                "status": "repaired",
-                "path": report.where,
-                "sidecar": "turn_events_broken",
-                "line": report.line,
-                "removedBytes": report.removed_bytes,
-                "preview": report.preview(),
-                "keptLines": report.kept_lines,
-            }
-        )
-    else:
-        print(
-            f"removed {report.removed_bytes} bytes (line {report.line}) from {report.where}\n"
-            "  moved to the table turn_events_broken\n"
-            f"  they were: {report.preview()}\n"
-            f"  {report.kept_lines} valid lines remain; continue with: {PROG} recover {args.turn}"
-        )
+    hint = f"; continue with: {PROG} recover {args.turn}"
+    _print_repair(args, report, report.where, "turn_events_broken", hint)
     return EXIT_OK
 
 
