@@ -1768,12 +1768,11 @@ def list_turns(args: argparse.Namespace) -> int:
     async def body() -> int:
         from turncore_temporal.workflows.turn import (
             TURN_AGENT,
-            TURN_MODEL,
-            TURN_PENDING,
             TURN_SESSION,
             TURN_STATUS,
         )
 
+        from .listing import turn_row
         from .runtime import temporal
         from .summary import clip
 
@@ -1796,25 +1795,8 @@ def list_turns(args: argparse.Namespace) -> int:
             chosen = sorted(found, reverse=not args.session)[: args.limit]
             rows: list[dict[str, Any]] = []
             for turn_id in chosen:
-                wf = found[turn_id]
-                attrs = wf.typed_search_attributes
-                memo = await wf.memo()
-                rows.append(
-                    {
-                        "turnId": turn_id,
-                        "created": _created(turn_id),
-                        "status": attrs.get(TURN_STATUS),
-                        "agent": attrs.get(TURN_AGENT),
-                        "model": attrs.get(TURN_MODEL),
-                        "session": attrs.get(TURN_SESSION),
-                        "input": memo.get("input") if isinstance(memo, dict) else None,
-                        "pendingInputs": [
-                            p for p in (attrs.get(TURN_PENDING) or "").split(",") if p
-                        ],
-                        "workflowStatus": wf.status.name.lower() if wf.status is not None else None,
-                        "startTime": wf.start_time.isoformat() if wf.start_time else None,
-                    }
-                )
+                row = await turn_row(found[turn_id])
+                rows.append({"turnId": turn_id, "created": _created(turn_id), **row})
         if args.json:
             _emit_json(rows)
             return EXIT_OK

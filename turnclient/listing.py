@@ -67,13 +67,13 @@ def turn_query(
     return " AND ".join(clauses)
 
 
-async def _row(wf: WorkflowExecution) -> dict[str, Any]:
+async def turn_row(wf: WorkflowExecution) -> dict[str, Any]:
+    """One listed turn, from its search attributes and memo (``turns list``, the web UI)."""
     attrs = wf.typed_search_attributes
     pending = attrs.get(_KEYS["TurnPendingInputs"]) or ""
-    memo = await wf.memo()  # listed with the execution: decoding it is no round trip
     return {
         "turnId": wf.id,
-        "input": memo.get("input") if isinstance(memo, dict) else None,
+        "input": await _memo_input(wf),
         "status": attrs.get(_KEYS["TurnStatus"]),
         "agent": attrs.get(_KEYS["TurnAgent"]),
         "model": attrs.get(_KEYS["TurnModel"]),
@@ -82,6 +82,20 @@ async def _row(wf: WorkflowExecution) -> dict[str, Any]:
         "workflowStatus": wf.status.name.lower() if wf.status is not None else None,
         "startTime": wf.start_time.isoformat() if wf.start_time else None,
     }
+
+
+async def _memo_input(wf: WorkflowExecution) -> str | None:
+    """The memo's input preview; None when this process cannot decode the memo.
+
+    A turn started with the payload codec on has an encrypted memo; a lister
+    without the key (or with another key) still lists it, without the preview.
+    """
+    try:
+        memo = await wf.memo()  # listed with the execution: decoding it is no round trip
+    except Exception:
+        return None
+    value = memo.get("input") if isinstance(memo, dict) else None
+    return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -122,7 +136,7 @@ async def list_turns(
     latest, partial = await _latest_runs(client, query)
     ids = sorted(latest, reverse=True)
     page = ids[:page_size]
-    rows = [await _row(latest[i]) for i in page]
+    rows = [await turn_row(latest[i]) for i in page]
     more = len(ids) > page_size or partial
     return TurnListing(rows, page[-1] if more and page else None, partial)
 
