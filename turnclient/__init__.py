@@ -26,14 +26,15 @@ if TYPE_CHECKING:
     from turncore.tools import Tool, ToolContext, ToolError, tool
 
     from .config import Agent, ConfigError
-    from .turns import TurnResult, Turns, TurnSummary
+    from .listing import TurnSummary
+    from .turns import TurnResult, Turns
 
 _EXPORTS = {
     "Agent": ".config",
     "ConfigError": ".config",
     "Turns": ".turns",
     "TurnResult": ".turns",
-    "TurnSummary": ".turns",
+    "TurnSummary": ".listing",
     "Tool": "turncore.tools",
     "ToolContext": "turncore.tools",
     "ToolError": "turncore.tools",

@@ -915,28 +915,37 @@ def repair(args: argparse.Namespace) -> int:
             return EXIT_OK
         except RepairRefusedError as exc:
             raise Failure(f"not repaired: {exc}") from None
-        if args.json:
-            _emit_json(
-                {
-                    "status": "repaired",
-                    "path": str(report.path),
-                    "sidecar": str(report.sidecar),
-                    "line": report.line,
-                    "removedBytes": report.removed_bytes,
-                    "preview": report.preview(),
-                    "keptLines": report.kept_lines,
-                }
-            )
-        else:
-            print(
-                f"removed {report.removed_bytes} bytes (line {report.line}) from {report.path}\n"
-                f"  moved to {report.sidecar}\n"
-                f"  they were: {report.preview()}\n"
-                f"  {report.kept_lines} valid lines remain{_recover_hint(report.path)}"
-            )
+        _print_repair(
+            args, report, str(report.path), str(report.sidecar), _recover_hint(report.path)
+        )
         return EXIT_OK
 
     return _sync(args, body)
+
+
+def _print_repair(
+    args: argparse.Namespace, report: Any, where: str, sidecar: str, hint: str
+) -> None:
+    """What a repair removed and where it went, for people or (``--json``) programs."""
+    if args.json:
+        _emit_json(
+            {
+                "status": "repaired",
+                "path": where,
+                "sidecar": sidecar,
+                "line": report.line,
+                "removedBytes": report.removed_bytes,
+                "preview": report.preview(),
+                "keptLines": report.kept_lines,
+            }
+        )
+        return
+    print(
+        f"removed {report.removed_bytes} bytes (line {report.line}) from {where}\n"
+        f"  moved to {sidecar}\n"
+        f"  they were: {report.preview()}\n"
+        f"  {report.kept_lines} valid lines remain{hint}"
+    )
 
 
 # ---------------------------------------------------------------- turn storage
@@ -1026,25 +1035,8 @@ def _repair_stored(args: argparse.Namespace) -> int:
             report = repo.repair_tail(args.turn)
         except RepairRefusedError as exc:
             raise Failure(f"not repaired: {exc}") from None
-    if args.json:
-        _emit_json(
-            {
-                "status": "repaired",
-                "path": report.where,
-                "sidecar": "turn_events_broken",
-                "line": report.line,
-                "removedBytes": report.removed_bytes,
-                "preview": report.preview(),
-                "keptLines": report.kept_lines,
-            }
-        )
-    else:
-        print(
-            f"removed {report.removed_bytes} bytes (line {report.line}) from {report.where}\n"
-            "  moved to the table turn_events_broken\n"
-            f"  they were: {report.preview()}\n"
-            f"  {report.kept_lines} valid lines remain; continue with: {PROG} recover {args.turn}"
-        )
+    hint = f"; continue with: {PROG} recover {args.turn}"
+    _print_repair(args, report, report.where, "turn_events_broken", hint)
     return EXIT_OK
 
 
@@ -1808,48 +1800,31 @@ async def _tail(
     return reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
 
 
-LIST_SCAN = 5000
-"""How many workflows ``turns list`` reads from visibility before sorting by creation."""
-
-
 @command(
     "list",
     "list turns, newest first: created, status, agent, the prompt's first words",
     arg("--status", choices=["running", "suspended", "completed", "failed", "cancelled"]),
     arg("--agent", metavar="A"),
-    arg("--session", metavar="S", help="only this session's turns, oldest first (its order)"),
+    arg("--session", metavar="S", help="only this session's last turns, oldest first (its order)"),
     arg("--limit", type=_positive, default=50, metavar="N", help="at most N turns (default 50)"),
     JSON,
 )
 def list_turns(args: argparse.Namespace) -> int:
     async def body() -> int:
-        from . import conversations
+        from .listing import latest_turns
         from .runtime import temporal
         from .summary import clip
 
         async with temporal(_work_dir()) as conn:
-            listed = await conversations.list_turns(
+            listed = await latest_turns(
                 conn.client,
                 status=args.status,
                 agent=args.agent,
                 session=args.session,
                 limit=args.limit,
-                scan=LIST_SCAN,
             )
         rows = [
-            {
-                "turnId": r.turn_id,
-                "created": _created(r.turn_id),
-                "status": r.status,
-                "agent": r.agent,
-                "model": r.model,
-                "session": r.session,
-                "input": r.input,
-                "pendingInputs": list(r.pending),
-                "workflowStatus": r.workflow_status,
-                "startTime": r.start_time,
-            }
-            for r in listed
+            {"turnId": r.turn_id, "created": _created(r.turn_id), **r.to_wire()} for r in listed
         ]
         if args.json:
             _emit_json(rows)

@@ -18,38 +18,16 @@ from __future__ import annotations
 import asyncio
 from dataclasses import dataclass
 
-from temporalio.client import Client, WorkflowExecution
+from temporalio.client import Client
 
 from turncore.errors import RejectedInputError, TurnNotFoundError
 from turncore.events import ContextRef
 from turncore.ids import validate_turn_id
 from turncore.reducer import TurnReducer
 from turncore.repository import TurnRepository
-from turncore_temporal.workflows.turn import (
-    TURN_AGENT,
-    TURN_MODEL,
-    TURN_PENDING,
-    TURN_SESSION,
-    TURN_STATUS,
-)
 
 from .api import open_turn_message
-
-
-@dataclass(frozen=True)
-class TurnSummary:
-    """One turn as Temporal visibility lists it."""
-
-    turn_id: str
-    status: str | None
-    agent: str | None
-    model: str | None
-    session: str | None
-    pending: tuple[str, ...]
-    workflow_status: str | None = None
-    start_time: str | None = None
-    input: str | None = None
-    """The preview of the turn's input (from its memo)."""
+from .listing import latest_turns
 
 
 @dataclass(frozen=True)
@@ -60,60 +38,6 @@ class Continuation:
     session: str | None
     agent: str | None
     """The predecessor's agent (the default for the new turn)."""
-
-
-def quote(value: str) -> str:
-    return value.replace("\\", "\\\\").replace("'", "\\'")
-
-
-async def list_turns(
-    client: Client,
-    *,
-    status: str | None = None,
-    agent: str | None = None,
-    session: str | None = None,
-    limit: int = 100,
-    scan: int = 5000,
-) -> list[TurnSummary]:
-    """Turns from visibility, newest first; a session's turns oldest first (its order).
-
-    Visibility orders running workflows first; a turn id starts with its creation
-    time, so up to ``scan`` workflows are read and sorted by id.
-    """
-    # A run that continued as new hands the turn to its successor: list only the latest.
-    clauses = ["WorkflowType = 'Turn'", "ExecutionStatus != 'ContinuedAsNew'"]
-    if status:
-        clauses.append(f"{TURN_STATUS.name} = '{quote(status)}'")
-    if agent:
-        clauses.append(f"{TURN_AGENT.name} = '{quote(agent)}'")
-    if session:
-        # The first turn of a conversation started without a session names it.
-        clauses.append(
-            f"({TURN_SESSION.name} = '{quote(session)}' OR WorkflowId = '{quote(session)}')"
-        )
-    found: dict[str, WorkflowExecution] = {}
-    async for wf in client.list_workflows(" AND ".join(clauses), limit=scan):
-        if wf.id not in found:  # a later run of the same turn came first
-            found[wf.id] = wf
-    rows: list[TurnSummary] = []
-    for turn_id in sorted(found, reverse=not session)[:limit]:
-        wf = found[turn_id]
-        a = wf.typed_search_attributes
-        memo = await wf.memo()
-        rows.append(
-            TurnSummary(
-                turn_id=turn_id,
-                status=a.get(TURN_STATUS),
-                agent=a.get(TURN_AGENT),
-                model=a.get(TURN_MODEL),
-                session=a.get(TURN_SESSION),
-                pending=tuple(p for p in (a.get(TURN_PENDING) or "").split(",") if p),
-                workflow_status=wf.status.name.lower() if wf.status is not None else None,
-                start_time=wf.start_time.isoformat() if wf.start_time else None,
-                input=memo.get("input") if isinstance(memo, dict) else None,
-            )
-        )
-    return rows
 
 
 async def continuation(
@@ -128,7 +52,7 @@ async def continuation(
     if continue_from is None and session is not None:
         if client is None:
             raise ValueError("finding a session's latest turn needs a Temporal client")
-        turns = await list_turns(client, session=session, limit=5000)
+        turns = await latest_turns(client, session=session, limit=1)
         continue_from = turns[-1].turn_id if turns else None
         if continue_from is None:
             return Continuation(context=None, session=session, agent=None)
@@ -150,4 +74,4 @@ async def continuation(
     )
 
 
-__all__ = ["Continuation", "TurnSummary", "continuation", "list_turns", "quote"]
+__all__ = ["Continuation", "continuation"]

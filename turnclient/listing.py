@@ -61,27 +61,74 @@ def turn_query(
     if agent:
         clauses.append(f"TurnAgent = {quote(agent)}")
     if session:
-        clauses.append(f"TurnSession = {quote(session)}")
+        # A conversation started without a session is named after its first turn,
+        # which itself carries no session attribute.
+        clauses.append(f"(TurnSession = {quote(session)} OR WorkflowId = {quote(session)})")
     if before:
         clauses.append(f"WorkflowId < {quote(before)}")
     return " AND ".join(clauses)
 
 
-async def _row(wf: WorkflowExecution) -> dict[str, Any]:
+@dataclass(frozen=True)
+class TurnSummary:
+    """One turn as Temporal visibility lists it (``turns list``, the web UI, ``Turns.list``)."""
+
+    turn_id: str
+    status: str | None
+    agent: str | None
+    model: str | None
+    session: str | None
+    pending: tuple[str, ...]
+    """The inputs the turn awaits (``permission:ID``, ``tool:ID``)."""
+    workflow_status: str | None
+    start_time: str | None
+    input: str | None
+    """The preview of the turn's input (from its memo); None when the memo is encrypted
+    with a key this process does not hold."""
+
+    def to_wire(self) -> dict[str, Any]:
+        return {
+            "turnId": self.turn_id,
+            "input": self.input,
+            "status": self.status,
+            "agent": self.agent,
+            "model": self.model,
+            "session": self.session,
+            "pendingInputs": list(self.pending),
+            "workflowStatus": self.workflow_status,
+            "startTime": self.start_time,
+        }
+
+
+async def summarize(wf: WorkflowExecution) -> TurnSummary:
+    """One listed turn, from its search attributes and memo."""
     attrs = wf.typed_search_attributes
     pending = attrs.get(_KEYS["TurnPendingInputs"]) or ""
-    memo = await wf.memo()  # listed with the execution: decoding it is no round trip
-    return {
-        "turnId": wf.id,
-        "input": memo.get("input") if isinstance(memo, dict) else None,
-        "status": attrs.get(_KEYS["TurnStatus"]),
-        "agent": attrs.get(_KEYS["TurnAgent"]),
-        "model": attrs.get(_KEYS["TurnModel"]),
-        "session": attrs.get(_KEYS["TurnSession"]),
-        "pendingInputs": [p for p in pending.split(",") if p],
-        "workflowStatus": wf.status.name.lower() if wf.status is not None else None,
-        "startTime": wf.start_time.isoformat() if wf.start_time else None,
-    }
+    return TurnSummary(
+        turn_id=wf.id,
+        status=attrs.get(_KEYS["TurnStatus"]),
+        agent=attrs.get(_KEYS["TurnAgent"]),
+        model=attrs.get(_KEYS["TurnModel"]),
+        session=attrs.get(_KEYS["TurnSession"]),
+        pending=tuple(p for p in pending.split(",") if p),
+        workflow_status=wf.status.name.lower() if wf.status is not None else None,
+        start_time=wf.start_time.isoformat() if wf.start_time else None,
+        input=await _memo_input(wf),
+    )
+
+
+async def _memo_input(wf: WorkflowExecution) -> str | None:
+    """The memo's input preview; None when this process cannot decode the memo.
+
+    A turn started with the payload codec on has an encrypted memo; a lister
+    without the key (or with another key) still lists it, without the preview.
+    """
+    try:
+        memo = await wf.memo()  # listed with the execution: decoding it is no round trip
+    except Exception:
+        return None
+    value = memo.get("input") if isinstance(memo, dict) else None
+    return value if isinstance(value, str) else None
 
 
 @dataclass(frozen=True)
@@ -122,9 +169,28 @@ async def list_turns(
     latest, partial = await _latest_runs(client, query)
     ids = sorted(latest, reverse=True)
     page = ids[:page_size]
-    rows = [await _row(latest[i]) for i in page]
+    rows = [(await summarize(latest[i])).to_wire() for i in page]
     more = len(ids) > page_size or partial
     return TurnListing(rows, page[-1] if more and page else None, partial)
+
+
+async def latest_turns(
+    client: Client,
+    *,
+    status: str | None = None,
+    agent: str | None = None,
+    session: str | None = None,
+    limit: int = 50,
+) -> list[TurnSummary]:
+    """Up to ``limit`` turns, newest first; a session's turns oldest first (its order).
+
+    Reads at most ``SCAN_LIMIT`` executions; a session's latest turn is its last row
+    only while the session has fewer turns than that.
+    """
+    latest, _ = await _latest_runs(client, turn_query(status=status, agent=agent, session=session))
+    ids = sorted(latest, reverse=session is None)
+    chosen = ids[-limit:] if session is not None and limit < len(ids) else ids[:limit]
+    return [await summarize(latest[i]) for i in chosen]
 
 
 async def pending_across(client: Client, repository: TurnRepository) -> dict[str, Any]:
@@ -156,4 +222,13 @@ async def pending_across(client: Client, repository: TurnRepository) -> dict[str
     return {"turns": turns, "partial": partial or len(latest) > PENDING_LIMIT}
 
 
-__all__ = ["TurnListing", "list_turns", "pending_across", "quote", "turn_query"]
+__all__ = [
+    "TurnListing",
+    "TurnSummary",
+    "latest_turns",
+    "list_turns",
+    "pending_across",
+    "quote",
+    "summarize",
+    "turn_query",
+]

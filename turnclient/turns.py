@@ -71,7 +71,8 @@ from turncore_temporal.worker import serving
 
 from .api import CreateTurnInput, TurnClient
 from .config import Agent, load_config, with_python, work_dir_from_env
-from .conversations import TurnSummary, continuation, list_turns
+from .conversations import continuation
+from .listing import TurnSummary, latest_turns
 from .runtime import Runtime, temporal
 
 Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
@@ -358,8 +359,8 @@ class Turns:
         session: str | None = None,
         limit: int = 100,
     ) -> list[TurnSummary]:
-        """Turns from Temporal visibility, newest first; a session's turns in order."""
-        return await list_turns(
+        """Turns from Temporal visibility, newest first; a session's last turns in order."""
+        return await latest_turns(
             self.client.temporal, status=status, agent=agent, session=session, limit=limit
         )
 
