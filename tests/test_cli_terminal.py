@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -500,3 +501,46 @@ def test_watch_detaches_on_ctrl_c(home: Path) -> None:
     assert f"detached; turn {asking} is left as it is" in err
     r = turns(home, "cancel", asking)  # idle grace 0: the last command stops the server
     assert r.returncode == 5, r.stderr
+
+
+@pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGHUP])
+def test_chat_stops_at_its_prompt_and_says_how_to_continue(home: Path, sig: signal.Signals) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "turnclient.cli", "chat"],
+        cwd=home,
+        env=environment(home),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+    assert proc.stdin is not None
+    proc.stdin.write("Calculate 2 + 3\n")
+    proc.stdin.flush()  # stdin stays open: the chat waits at its prompt for more
+
+    assert proc.stdout is not None
+    seen = ""
+
+    def prompting_again() -> bool:
+        # The prompt has no newline: read what is there, a chunk at a time.
+        nonlocal seen
+        ready, _, _ = select.select([proc.stdout], [], [], 0.05)
+        if ready:
+            seen += os.read(proc.stdout.fileno(), 4096).decode()
+        return "2 + 3 = 5" in seen and seen.endswith("you> ")
+
+    wait_for("the chat to answer and prompt again", prompting_again)
+    (path,) = turn_files(home)
+    proc.send_signal(sig)
+    last = time.monotonic()
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - last < 2.0
+    assert proc.returncode == {signal.SIGINT: 130, signal.SIGHUP: 129}[sig], err
+    assert "Traceback" not in err and out.strip() == ""
+    assert (
+        f"{sig.name}: stopped; continue this conversation with: turns chat --continue {path.stem}"
+        in err
+    )
+    assert events(path)[-1]["type"] == "turn_completed"  # nothing was cancelled or added
+    # The watchdog stops the embedded server once nothing uses it.
+    wait_for("the idle server to stop", lambda: no_server(home), timeout=30)

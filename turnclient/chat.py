@@ -61,6 +61,8 @@ def run_chat(args: argparse.Namespace) -> int:
                 flush=True,
             )
             while True:
+                if last is not None:
+                    cli._between_turns(f"continue this conversation with: {_again(last)}")
                 line = await _read("you> ")
                 if line is None:
                     break
@@ -81,7 +83,7 @@ def run_chat(args: argparse.Namespace) -> int:
                     )
                     return cli.EXIT_SUSPENDED
         if last is not None:
-            print(f"continue this conversation with: turns chat --continue {last}", flush=True)
+            print(f"continue this conversation with: {_again(last)}", flush=True)
         return cli.EXIT_OK
 
     return cli._run_async(args, body)
@@ -145,6 +147,12 @@ async def _answer(
             return outcome  # only external tools remain
         outcome = await _advance(turns, runtime, turn_id, input)
     return outcome
+
+
+def _again(turn_id: str) -> str:
+    from .cli import PROG
+
+    return f"{PROG} chat --continue {turn_id}"
 
 
 def _call_input(runtime: Runtime, turn_id: str, tool_call_id: str) -> Any:

@@ -329,6 +329,8 @@ class _Interrupts:
     def __init__(self, args: argparse.Namespace) -> None:
         self.args = args
         self.turn_id: str | None = None
+        self.idle_hint: str | None = None
+        """Set while no turn is in flight (``turns chat`` at its prompt): how to go on."""
         self.received: signal.Signals | None = None
         self._reported = threading.Lock()
         self._done = False
@@ -370,7 +372,7 @@ class _Interrupts:
         name = signal.Signals(self.received or signal.SIGINT).name
         turn = self.turn_id
         if turn is None:
-            message = f"{name}: stopped"
+            message = f"{name}: stopped" + (f"; {self.idle_hint}" if self.idle_hint else "")
         else:
             message = (
                 f"{name}: detached; turn {turn} is left as it is. "
@@ -396,6 +398,14 @@ def _following(turn_id: str) -> None:
     """Name the turn this command works on, for the message a signal prints."""
     if _INTERRUPTS is not None:
         _INTERRUPTS.turn_id = turn_id
+        _INTERRUPTS.idle_hint = None
+
+
+def _between_turns(hint: str) -> None:
+    """No turn is in flight any more: a signal now just stops, printing ``hint``."""
+    if _INTERRUPTS is not None:
+        _INTERRUPTS.turn_id = None
+        _INTERRUPTS.idle_hint = hint
 
 
 def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
