@@ -61,6 +61,17 @@ def test_every_event_type_has_a_fast_validator_without_json_checks() -> None:
         assert "Prebuilt" not in text, kind  # built from the stripped schema, not reused
 
 
+def test_the_wire_union_is_built_from_its_own_schema_and_its_probe_knows_it() -> None:
+    from pydantic_core import SchemaValidator
+
+    from turncore.events import _WIRE_UNION, _nested_by_wire_name, event_adapter
+
+    assert _WIRE_UNION is not None and "Prebuilt" not in repr(_WIRE_UNION)
+    assert _nested_by_wire_name(_WIRE_UNION)
+    # A union that reuses the nested models' own (lax) validators fails the probe.
+    assert not _nested_by_wire_name(SchemaValidator(event_adapter.core_schema))
+
+
 @pytest.mark.parametrize("raw", _lines())
 def test_fast_path_equals_the_union(raw: bytes) -> None:
     obj = orjson.loads(raw)

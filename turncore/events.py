@@ -508,7 +508,30 @@ def _wire_union() -> SchemaValidator | None:
     finally:
         for m, was in saved.items():
             type.__setattr__(m, "__pydantic_complete__", was)
-    return None if "Prebuilt" in repr(built) else built
+    return built if _nested_by_wire_name(built) else None
+
+
+def _nested_by_wire_name(validator: SchemaValidator) -> bool:
+    """Whether a nested model refuses its Python field names, as ``_wire_exact`` makes it.
+
+    pydantic-core may reuse a nested model's own finished validator, which
+    accepts ``is_error`` for ``isError``. A probe says so in microseconds
+    (the validator's ``repr`` would too, in a tenth of a second of start-up).
+    """
+    probe = {
+        "type": "tool_result",
+        "turnId": "t",
+        "ts": "2025-01-01T00:00:00Z",
+        "toolCallId": "c",
+        "source": "sync",
+        "toolName": "n",
+        "result": {"output": "x", "is_error": False},
+    }
+    try:
+        validator.validate_python(probe)
+    except ValidationError:
+        return True
+    return False
 
 
 _WIRE_UNION = _wire_union()
