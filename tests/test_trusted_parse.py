@@ -22,6 +22,7 @@ from turncore.errors import CorruptTurnError
 from turncore.events import (
     EVENT_TYPES,
     TRUSTED_EVENT_VALIDATORS,
+    all_trusted_validators,
     event_adapter,
     parse_event,
 )
@@ -54,8 +55,9 @@ def _lines() -> list[bytes]:
 
 
 def test_every_event_type_has_a_fast_validator_without_json_checks() -> None:
-    assert set(TRUSTED_EVENT_VALIDATORS) == set(EVENT_TYPES)
-    for kind, validator in TRUSTED_EVENT_VALIDATORS.items():
+    built = all_trusted_validators()
+    assert set(built) == set(EVENT_TYPES)
+    for kind, validator in built.items():
         text = repr(validator)
         assert "_validate_json_value" not in text, kind
         assert "Prebuilt" not in text, kind  # built from the stripped schema, not reused
@@ -64,10 +66,11 @@ def test_every_event_type_has_a_fast_validator_without_json_checks() -> None:
 def test_the_wire_union_is_built_from_its_own_schema_and_its_probe_knows_it() -> None:
     from pydantic_core import SchemaValidator
 
-    from turncore.events import _WIRE_UNION, _nested_by_wire_name, event_adapter
+    from turncore.events import _nested_by_wire_name, _wire_union, event_adapter
 
-    assert _WIRE_UNION is not None and "Prebuilt" not in repr(_WIRE_UNION)
-    assert _nested_by_wire_name(_WIRE_UNION)
+    union = _wire_union()
+    assert union is not None and "Prebuilt" not in repr(union)
+    assert _nested_by_wire_name(union)
     # A union that reuses the nested models' own (lax) validators fails the probe.
     assert not _nested_by_wire_name(SchemaValidator(event_adapter.core_schema))
 
@@ -273,3 +276,25 @@ def test_optional_fields_are_absent_never_null(obj: dict[str, Any]) -> None:
             validate(obj)
     absent = {k: v for k, v in obj.items() if v is not None}
     assert parse_event(absent) == TRUSTED_EVENT_VALIDATORS[obj["type"]].validate_python(absent)
+
+
+def test_trusted_validators_are_built_as_lines_need_them_and_unknown_types_miss() -> None:
+    import subprocess
+    import sys
+
+    probe = (
+        "from turncore.events import TRUSTED_EVENT_VALIDATORS as v, EVENT_TYPES\n"
+        "assert dict(v) == {}\n"
+        "v['turn_created']\n"
+        "assert set(v) == {'turn_created'}, set(v)\n"
+        "for bad in ('nosuch', 'delta'):\n"
+        "    try:\n"
+        "        v[bad]\n"
+        "    except KeyError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise AssertionError(bad)\n"
+        "assert set(v) == {'turn_created'}\n"
+    )
+    done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr

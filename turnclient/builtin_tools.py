@@ -25,13 +25,15 @@ import stat
 from collections.abc import Callable
 from datetime import UTC, datetime
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
-import httpx
 from pydantic import Field
 
 from turncore.tools import Tool, ToolError, tool
+
+if TYPE_CHECKING:
+    import httpx  # loaded by http_get_tool: reading a config never needs it
 
 MAX_READ_BYTES = 256 * 1024
 MAX_LIST_ENTRIES = 500
@@ -394,6 +396,8 @@ def http_get_tool(
     client_factory: Callable[[], httpx.AsyncClient] | None = None,
 ) -> Tool:
     def make_client() -> httpx.AsyncClient:
+        import httpx
+
         if client_factory is not None:
             return client_factory()
         return httpx.AsyncClient(timeout=HTTP_TIMEOUT, follow_redirects=True, max_redirects=5)
@@ -401,6 +405,8 @@ def http_get_tool(
     @tool(permission="ask")
     async def http_get(url: str) -> dict[str, Any]:
         """Fetch an http(s) URL and return its status, content type and (text) body. Needs a human's approval."""
+        import httpx
+
         try:
             parsed = httpx.URL(url)
         except httpx.InvalidURL:

@@ -9,7 +9,6 @@ command runs, and it is an optional extra — ``pip install 'turncore[ui]'``.
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import signal
 from collections.abc import AsyncIterator
@@ -18,6 +17,8 @@ from typing import TYPE_CHECKING
 from .cli import EXIT_OK, EXIT_USAGE, JSON, NO_WORKER, Failure, _emit_json, _run_async, arg, command
 
 if TYPE_CHECKING:
+    import asyncio
+
     from temporalio.client import Client
 
     from .runtime import Runtime
@@ -93,6 +94,8 @@ def ui(args: argparse.Namespace) -> int:
 
 
 async def _until_stopped(server: asyncio.Task[None]) -> None:
+    import asyncio  # here, not at import: read-only commands never load it
+
     """Until SIGINT or SIGTERM (then the caller's blocks stop the server and worker), or
     the server fails on its own."""
     stop = asyncio.Event()

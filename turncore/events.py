@@ -8,9 +8,11 @@ whoever performs the fact, never by the reducer.
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import math
+import threading
 from collections.abc import Mapping
-from types import MappingProxyType
 from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 
 from pydantic import (
@@ -452,62 +454,115 @@ def _wire_exact(schema: Any) -> Any:
     return schema
 
 
-def _trusted_validators() -> dict[str, SchemaValidator]:
-    """One validator per event type for values a strict JSON parser produced.
-
-    Each is built from the event class's own core schema minus the
-    ``JsonValue`` checks (``without_json_checks``), so it accepts and rejects
-    exactly what ``event_adapter`` does under the ``trusted_json`` context and
-    returns the same classes. Choosing it by the line's ``type`` also skips
-    the union's dispatch.
+def _without_reuse(schema: Any) -> SchemaValidator:
+    """A validator built from ``schema`` itself, never from its models' finished ones.
 
     pydantic-core reuses a model class's finished validator when a schema
-    names the class (so the checks would come back); the classes are marked
-    incomplete only while these validators are built, at import. If the
-    result still holds a check or a reused validator, none is returned and
-    ``parse_event`` keeps to ``event_adapter`` (same result, just slower).
-    (tests/test_trusted_parse.py checks the built validators in full.)
+    names the class (so ``_wire_exact`` and ``without_json_checks`` would be
+    undone); the classes are marked incomplete only while this one is built.
+    Builds happen on first use, possibly in several threads at once: the lock
+    keeps one thread from saving another's "incomplete" mark as the original.
+    (Another thread that builds a schema meanwhile only misses the reuse.)
     """
-    schemas = {
-        cls.model_fields["type"].default: _wire_exact(
-            without_json_checks(cls.__pydantic_core_schema__)
-        )
-        for cls in get_args(get_args(TurnEvent)[0])
-    }
-    models = _model_classes(list(schemas.values()), set())
-    saved = {m: m.__dict__.get("__pydantic_complete__") for m in models}
-    try:
-        for m in models:
-            type.__setattr__(m, "__pydantic_complete__", False)
-        built = {kind: SchemaValidator(schema) for kind, schema in schemas.items()}
-    finally:
-        for m, was in saved.items():
-            type.__setattr__(m, "__pydantic_complete__", was)
-    # Probe a top-level and a nested JSON field: without context a remaining
-    # check would reject NaN here (a check on its own is harmless, only slow).
+    models = _model_classes(schema, set())
+    with _MARKING:
+        saved = {m: m.__dict__.get("__pydantic_complete__") for m in models}
+        try:
+            for m in models:
+                type.__setattr__(m, "__pydantic_complete__", False)
+            return SchemaValidator(schema)
+        finally:
+            for m, was in saved.items():
+                type.__setattr__(m, "__pydantic_complete__", was)
+
+
+_MARKING = threading.Lock()
+
+
+_EVENT_CLASSES: dict[str, type[WireModel]] = {
+    cls.model_fields["type"].default: cls for cls in get_args(get_args(TurnEvent)[0])
+}
+
+
+def _trusted_validator(kind: str) -> SchemaValidator:
+    """The validator of one event type for values a strict JSON parser produced.
+
+    Built from the event class's own core schema minus the ``JsonValue``
+    checks (``without_json_checks``), so it accepts and rejects exactly what
+    ``event_adapter`` does under the ``trusted_json`` context and returns the
+    same classes. Choosing it by the line's ``type`` also skips the union's
+    dispatch. (tests/test_trusted_parse.py checks every one in full.)
+    """
+    return _without_reuse(
+        _wire_exact(without_json_checks(_EVENT_CLASSES[kind].__pydantic_core_schema__))
+    )
+
+
+def _trusted_path_works() -> bool:
+    """Whether the trusted validators really skip the JSON checks.
+
+    Probes a top-level and a nested JSON field: a remaining check would reject
+    NaN here (a check on its own is harmless, only slow).
+    """
     common = {"turnId": "t", "ts": "2025-01-01T00:00:00Z", "toolCallId": "c", "source": "sync"}
     try:
-        built["tool_progress"].validate_python({**common, "progress": math.nan})
-        built["tool_result"].validate_python(
+        _trusted_validator("tool_progress").validate_python({**common, "progress": math.nan})
+        _trusted_validator("tool_result").validate_python(
             {**common, "toolName": "n", "result": {"output": math.nan, "isError": False}}
         )
     except ValidationError:
-        return {}
-    return built
+        return False
+    return True
 
 
+class _TrustedValidators(dict[str, SchemaValidator]):
+    """Event type → trusted validator, each built the first time a line needs it.
+
+    A read pays start-up only for the event types its file holds (building
+    all of them costs more than reading a typical turn). A type that is not
+    an event type — or every type, should the probe find the trusted path
+    unavailable — is a ``KeyError``, and callers take ``parse_event``'s union
+    (same result, just slower).
+    """
+
+    _works: bool | None = None
+
+    def __missing__(self, kind: str) -> SchemaValidator:
+        if kind not in _EVENT_CLASSES:
+            raise KeyError(kind)
+        if _TrustedValidators._works is None:
+            _TrustedValidators._works = _trusted_path_works()
+        if not _TrustedValidators._works:
+            raise KeyError(kind)
+        built = self[kind] = _trusted_validator(kind)
+        return built
+
+
+TRUSTED_EVENT_VALIDATORS: Mapping[str, SchemaValidator] = _TrustedValidators()
+"""Event type → validator for objects from a strict JSON parser (see ``_trusted_validator``).
+
+Index it (``TRUSTED_EVENT_VALIDATORS[kind]``): entries are built on first use,
+and a ``KeyError`` sends the caller to ``parse_event``."""
+
+
+def all_trusted_validators() -> dict[str, SchemaValidator]:
+    """Every trusted validator, built now; empty if the trusted path is unavailable."""
+    found: dict[str, SchemaValidator] = {}
+    for kind in EVENT_TYPES:
+        try:
+            found[kind] = TRUSTED_EVENT_VALIDATORS[kind]
+        except KeyError:
+            return {}
+    return found
+
+
+@functools.cache
 def _wire_union() -> SchemaValidator | None:
-    """The event union as every read validates it (``_wire_exact``), JSON checks kept."""
-    schema = _wire_exact(event_adapter.core_schema)
-    models = _model_classes(schema, set())
-    saved = {m: m.__dict__.get("__pydantic_complete__") for m in models}
-    try:
-        for m in models:
-            type.__setattr__(m, "__pydantic_complete__", False)
-        built = SchemaValidator(schema)
-    finally:
-        for m, was in saved.items():
-            type.__setattr__(m, "__pydantic_complete__", was)
+    """The event union as every untrusted read validates it (``_wire_exact``), JSON checks kept.
+
+    Built on the first such read: reading a turn file only needs it for a line
+    the trusted path refuses."""
+    built = _without_reuse(_wire_exact(event_adapter.core_schema))
     return built if _nested_by_wire_name(built) else None
 
 
@@ -534,14 +589,6 @@ def _nested_by_wire_name(validator: SchemaValidator) -> bool:
     return False
 
 
-_WIRE_UNION = _wire_union()
-
-TRUSTED_EVENT_VALIDATORS: Mapping[str, SchemaValidator] = MappingProxyType(_trusted_validators())
-"""Event type → validator for objects from a strict JSON parser (see ``_trusted_validators``).
-
-Empty if they could not be built; then callers use ``parse_event``."""
-
-
 def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
     """Validate one decoded JSON object as a TurnEvent (raises pydantic.ValidationError).
 
@@ -550,7 +597,10 @@ def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
     """
     if trusted_json and type(obj) is dict:
         kind = obj.get("type")
-        validator = TRUSTED_EVENT_VALIDATORS.get(kind) if type(kind) is str else None
+        validator = None
+        if type(kind) is str:
+            with contextlib.suppress(KeyError):
+                validator = TRUSTED_EVENT_VALIDATORS[kind]
         if validator is not None:
             try:
                 return cast(TurnEvent, validator.validate_python(obj, by_alias=True, by_name=False))
@@ -560,8 +610,9 @@ def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
     # strictly"): a line spelling ``turn_id`` for ``turnId``, ``"false"`` for
     # ``false`` or ``"0"`` for ``0`` is not a turn event.
     context = TRUSTED_JSON if trusted_json else None
-    if _WIRE_UNION is not None:
-        return cast(TurnEvent, _WIRE_UNION.validate_python(obj, context=context))
+    union = _wire_union()
+    if union is not None:
+        return cast(TurnEvent, union.validate_python(obj, context=context))
     return event_adapter.validate_python(
         obj, strict=True, context=context, by_alias=True, by_name=False
     )

@@ -244,10 +244,18 @@ def _collector_paused() -> Iterator[None]:
         gc.enable()
 
 
-_VALIDATE: dict[str, Callable[[Any], Any]] = {
-    kind: v.validate_python for kind, v in TRUSTED_EVENT_VALIDATORS.items()
-}
-"""Each fast validator's bound ``validate_python``: one lookup per line, not two."""
+class _BoundValidators(dict[str, Callable[[Any], Any]]):
+    """Each fast validator's bound ``validate_python``: one lookup per line, not two.
+
+    Filled as lines need them (``TRUSTED_EVENT_VALIDATORS`` builds each on first
+    use); a ``KeyError`` sends the line to ``_decode_line``."""
+
+    def __missing__(self, kind: str) -> Callable[[Any], Any]:
+        bound = self[kind] = TRUSTED_EVENT_VALIDATORS[kind].validate_python
+        return bound
+
+
+_VALIDATE = _BoundValidators()
 
 
 def _decode(

@@ -26,20 +26,21 @@ import tomllib
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, fields
 from pathlib import Path
-from typing import Any, Literal, cast, get_args
-
-import httpx
+from typing import TYPE_CHECKING, Any, Literal, cast, get_args
 
 from turncore.errors import DependencyError
 from turncore.events import ModelDescriptor
-from turncore.model._http import HttpModel, Secret
-from turncore.model.anthropic import AnthropicModel
 from turncore.model.binding import Binding, Capabilities, normalise_endpoint
-from turncore.model.openai_chat import OpenAIChatModel
-from turncore.model.openai_responses import OpenAIResponsesModel
-from turncore.model.port import DEFAULT_LIMITS, Limits, Model
-from turncore.model.routing import RetryingModel, RetryPolicy
-from turncore.model.scripted import ScriptedModel, ScriptFunction
+
+if TYPE_CHECKING:
+    # Loaded where a model or a client is made: reading providers (config
+    # checks, `turns show`, cost) needs neither httpx nor any adapter.
+    import httpx
+
+    from turncore.model._http import HttpModel
+    from turncore.model.port import Limits, Model
+    from turncore.model.routing import RetryPolicy
+    from turncore.model.scripted import ScriptedModel, ScriptFunction
 
 ProviderKind = Literal["openai-chat", "openai-responses", "anthropic", "scripted"]
 SCRIPTED = "scripted"
@@ -49,11 +50,25 @@ DEFAULT_BASE_URLS: dict[str, str] = {
     "openai-responses": "https://api.openai.com/v1",
     "anthropic": "https://api.anthropic.com/v1",
 }
-_ADAPTERS: dict[str, type[HttpModel]] = {
-    "openai-chat": OpenAIChatModel,
-    "openai-responses": OpenAIResponsesModel,
-    "anthropic": AnthropicModel,
-}
+
+
+def _adapter(kind: str) -> type[HttpModel]:
+    match kind:
+        case "openai-chat":
+            from turncore.model.openai_chat import OpenAIChatModel
+
+            return OpenAIChatModel
+        case "openai-responses":
+            from turncore.model.openai_responses import OpenAIResponsesModel
+
+            return OpenAIResponsesModel
+        case "anthropic":
+            from turncore.model.anthropic import AnthropicModel
+
+            return AnthropicModel
+    raise ProviderConfigError(f"no HTTP adapter for provider kind {kind!r}")
+
+
 _ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,127}")
 _PROVIDER_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}")
 
@@ -119,6 +134,8 @@ class ProviderConfig:
                 raise ProviderConfigError(f"{name} must be a number of seconds, not negative")
 
     def retry_policy(self) -> RetryPolicy:
+        from turncore.model.routing import RetryPolicy
+
         return RetryPolicy(
             max_retries=self.max_retries,
             backoff=float(self.retry_backoff),
@@ -174,6 +191,8 @@ def parse_model_ref(ref: str) -> ModelDescriptor:
 
 def default_client(config: ProviderConfig) -> httpx.AsyncClient:
     """One attempt, one port: the transport never retries."""
+    import httpx
+
     return httpx.AsyncClient(
         transport=httpx.AsyncHTTPTransport(retries=0),
         timeout=httpx.Timeout(config.timeout, connect=10.0),
@@ -190,8 +209,10 @@ class ModelRegistry:
         client_factory: Callable[[ProviderConfig], httpx.AsyncClient] = default_client,
         base_dir: str | Path = ".",
         functions: Mapping[str, ScriptFunction] | None = None,
-        limits: Limits = DEFAULT_LIMITS,
+        limits: Limits | None = None,
     ) -> None:
+        from turncore.model.port import DEFAULT_LIMITS
+
         self._providers = dict(providers or {})
         for name in self._providers:
             if not _PROVIDER_NAME.fullmatch(name):
@@ -201,7 +222,7 @@ class ModelRegistry:
         self._clients: dict[str, httpx.AsyncClient] = {}
         self._base_dir = Path(base_dir)
         self._functions: dict[str, ScriptFunction] = dict(functions or {})
-        self._limits = limits
+        self._limits = DEFAULT_LIMITS if limits is None else limits
 
     @classmethod
     def from_file(cls, path: str | Path, **kwargs: Any) -> ModelRegistry:
@@ -260,6 +281,9 @@ class ModelRegistry:
         config = self._config(descriptor)
         if config.kind == "scripted":
             return self._scripted(descriptor, config)
+        from turncore.model._http import Secret
+        from turncore.model.routing import RetryingModel
+
         binding = self.binding(descriptor)
         key: Secret | None = None
         if config.api_key_env is not None:
@@ -275,12 +299,14 @@ class ModelRegistry:
         if client is None:
             client = self._client_factory(config)
             self._clients[descriptor.provider] = client
-        adapter = _ADAPTERS[config.kind](binding, client, key, limits=self._limits)
+        adapter = _adapter(config.kind)(binding, client, key, limits=self._limits)
         if config.max_retries == 0:
             return adapter
         return RetryingModel(adapter, config.retry_policy())
 
     def _scripted(self, descriptor: ModelDescriptor, config: ProviderConfig) -> ScriptedModel:
+        from turncore.model.scripted import ScriptedModel
+
         name = descriptor.model
         fn = self._functions.get(name)
         if fn is not None:
