@@ -42,7 +42,12 @@ def to_application_error(exc: Exception) -> ApplicationError:
     tool renamed, a context chain unreadable) travels as ``DependencyError``,
     the one kind the workflow and the client tell apart from the others.
     """
-    kind = DEPENDENCY if isinstance(exc, DependencyError) else type(exc).__name__
+    if isinstance(exc, DependencyError):
+        kind = DEPENDENCY
+    elif isinstance(exc, RejectedInputError):
+        kind = REJECTED  # the input being applied is refused (a staged value gone bad)
+    else:
+        kind = type(exc).__name__
     return ApplicationError(str(exc), type=kind, non_retryable=True)
 
 
@@ -82,6 +87,12 @@ def is_dependency_failure(exc: BaseException) -> bool:
     return failure is not None and failure.type == DEPENDENCY
 
 
+def is_rejection(exc: BaseException) -> bool:
+    """Whether an activity refused the input being applied (nothing was written)."""
+    failure = failure_of(exc)
+    return failure is not None and failure.type == REJECTED
+
+
 def update_refusal(exc: BaseException | None, fallback: str) -> TurnError:
     """The turncore error a failed update stands for: a rejection unless the
     environment (``DependencyError``) or the turn's file or run is at fault."""
@@ -110,6 +121,7 @@ __all__ = [
     "failure_of",
     "infrastructure_failure",
     "is_dependency_failure",
+    "is_rejection",
     "rejection",
     "run_failure",
     "to_application_error",

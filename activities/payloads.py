@@ -15,7 +15,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from turncore.events import ToolDescriptor, TurnEvent, TurnOutcome
+from turncore.events import StagedInput, ToolDescriptor, TurnEvent, TurnOutcome
 from turncore.jsonvalue import JsonValue
 from turncore.permissions import PermissionCheck, PermissionClassification
 from turncore.reducer import ToolCallState
@@ -36,6 +36,9 @@ class AppendInput:
     """Instead of ``events``, the event the activity derives from the file."""
     ts: str | None = None
     """The timestamp of the derived event (the workflow's clock)."""
+    staged: StagedInput | None = None
+    """Instead of ``events``, the events of this input, whose value the activity
+    fetches from the turn's storage and validates (the claim check)."""
 
 
 @dataclass(frozen=True)

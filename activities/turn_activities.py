@@ -21,7 +21,14 @@ import orjson
 from temporalio import activity
 from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
-from turncore.advance import REFUSED_RESPONSE_CODE, completion_event, failure_event, outcome_of
+from turncore.advance import (
+    REFUSED_RESPONSE_CODE,
+    check_input,
+    completion_event,
+    failure_event,
+    input_events,
+    outcome_of,
+)
 from turncore.agents import AgentResolver
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
@@ -30,6 +37,7 @@ from turncore.errors import (
     CorruptTurnError,
     DependencyError,
     InfrastructureError,
+    RejectedInputError,
 )
 from turncore.events import (
     SCHEMA_VERSION,
@@ -41,6 +49,7 @@ from turncore.events import (
     ModelStepEvent,
     ReasoningDelta,
     RequestedAgent,
+    StagedInput,
     TextDelta,
     ToolInputDelta,
     ToolProgress,
@@ -51,6 +60,7 @@ from turncore.events import (
     TurnEvent,
 )
 from turncore.ids import TurnIdGenerator
+from turncore.inputs import resolve_staged
 from turncore.jsonvalue import JsonValue
 from turncore.live import LiveHub
 from turncore.messages import UserMessage
@@ -165,7 +175,9 @@ class TurnActivities(TurnActivityContract):
     async def append_events(self, input: AppendInput) -> AppendResult:
         derived: list[TurnEvent] = []
         try:
-            if input.derive == "completion":
+            if input.staged is not None:
+                derived = await self._staged_events(input, input.staged)
+            elif input.derive == "completion":
                 on_file = await self._read(input.turn_id)
                 state = TurnReducer.of(on_file).state
                 if state.terminal is not None and state.terminal.type == "turn_completed":
@@ -178,7 +190,7 @@ class TurnActivities(TurnActivityContract):
                 events,
                 known_offset=input.known_offset,
             )
-        except (CorruptTurnError, InfrastructureError) as exc:
+        except (CorruptTurnError, InfrastructureError, RejectedInputError) as exc:
             raise to_application_error(exc) from exc
         if outcome.landed is None:  # an earlier attempt's span already recorded them
             telemetry.decision_events(events)
@@ -186,6 +198,24 @@ class TurnActivities(TurnActivityContract):
         # anew): the workflow folds the lines as they are on file.
         on_file = outcome.landed if outcome.landed is not None else derived
         return AppendResult(offset=outcome.end, events=_elided(on_file))
+
+    async def _staged_events(self, input: AppendInput, staged: StagedInput) -> list[TurnEvent]:
+        """The events of a staged input, from its value in the turn's storage.
+
+        The value is fetched, checked against the reference's digest and size
+        and validated exactly as the inline input would be; the events are
+        built against the log as the workflow saw it (its first ``known_offset``
+        lines), so a retry builds the same batch and ``append_once`` finds it.
+        Anything wrong raises ``RejectedInputError``; nothing is written then.
+        """
+        on_file = await self._read(input.turn_id)
+        state = TurnReducer.of(on_file[: input.known_offset]).state
+        data = await asyncio.to_thread(
+            self._d.repository.fetch_staged, input.turn_id, staged.staged
+        )
+        resolved = resolve_staged(staged, data)
+        check_input(state, resolved)
+        return input_events(state, resolved, input.ts or self._d.clock())
 
     @activity.defn
     async def load_turn(self, input: LoadInput) -> LoadResult:

@@ -43,7 +43,7 @@ from turncore.permissions import (
     PermissionClassifier,
 )
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import FileTurnRepository
+from turncore.repository import FileTurnRepository, TurnRepository
 from turncore.tools import ToolContext, ToolRegistry
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.worker import build_worker
@@ -124,10 +124,12 @@ class Harness:
     workflow_options: dict[str, Any] = field(default_factory=dict)
     activities: Callable[[TurnDependencies], TurnActivities] = TurnActivities
     """Builds the activities (a ``TurnActivities`` subclass injects faults under the real names)."""
+    repository: TurnRepository | None = None
+    """Where turns are kept (default: files under ``work_dir``)."""
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
-        self.repo = FileTurnRepository(self.work_dir)
+        self.repo: Any = self.repository or FileTurnRepository(self.work_dir)
         self.model = ScriptedModel(self.script, model="test", delay=self.delay, limits=self.limits)
         self.models = StaticModels({MODEL.label(): self.model})
         self.registry = ToolRegistry(

@@ -22,6 +22,7 @@ from tests.postgres import PASSWORD, free_port
 from turnclient.config import ConfigError, load_config, parse_storage
 from turnclient.storage import database_url
 from turncore.ids import turn_path
+from turncore.postgres import PG_SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -126,7 +127,7 @@ def test_turns_on_postgres_then_export_and_import_byte_identical(
 
     r = run(home, env, "db", "migrate")
     assert r.returncode == 0, r.stderr
-    assert "migrated the turn schema from version 0 to 1" in r.stdout
+    assert f"migrated the turn schema from version 0 to {PG_SCHEMA_VERSION}" in r.stdout
     assert "nothing to do" in run(home, env, "db", "migrate").stdout
 
     # A turn that needs approval suspends; another process approves it.
@@ -265,8 +266,6 @@ def test_a_worker_asked_to_migrate_creates_the_schema(
 ) -> None:
     import signal
     import time
-
-    from turncore.postgres import PG_SCHEMA_VERSION
 
     home = make_home(tmp_path, "pg", POSTGRES)
     env = {**base_env(temporal_env), "TURNS_DATABASE_URL": postgres_url, "TURNS_HOME": str(home)}

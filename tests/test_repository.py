@@ -154,7 +154,7 @@ def store(request: pytest.FixtureRequest, tmp_path: Path) -> Store:
         return memory_store()
     pool = request.getfixturevalue("postgres_pool")
     with pool.connection() as conn:
-        conn.execute("TRUNCATE turns, turn_events, turn_events_broken")
+        conn.execute("TRUNCATE turns, turn_events, turn_events_broken, turn_staged")
     return postgres_store(pool, "contract")
 
 

@@ -46,7 +46,12 @@ from turncore.events import (
     DEFAULT_MAX_MODEL_CALLS,
     SCHEMA_VERSION,
     AgentSnapshot,
+    AsyncToolProgressInput,
+    AsyncToolResultInput,
+    CancelInput,
     ContextRef,
+    ExternalDelivery,
+    PermissionDecisionInput,
     RequestedAgent,
     SuspendedOutcome,
     TurnConfig,
@@ -54,12 +59,12 @@ from turncore.events import (
     TurnCreated,
     TurnDelta,
     TurnEvent,
-    TurnExternalInput,
     TurnOutcome,
     TurnStreamEvent,
     outcome_adapter,
 )
 from turncore.ids import TurnIdGenerator, validate_turn_id
+from turncore.inputs import staged_form
 from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.model.port import unsendable_media
@@ -316,8 +321,14 @@ class TurnClient:
 
     # ---------------------------------------------------------------- advance
 
-    def advance_turn(self, turn_id: str, input: TurnExternalInput | None = None) -> TurnExecution:
+    def advance_turn(self, turn_id: str, input: ExternalDelivery | None = None) -> TurnExecution:
         """Advance a turn by at most one input; the hot execution starts at once.
+
+        An async tool result or progress too large to send inline (over
+        ``MAX_INPUT_BYTES``) is staged in the turn's repository first and sent
+        by reference (a claim check); ``InputTooLargeError`` if it is larger
+        than ``MAX_STAGED_BYTES``, or large and of another kind. A reference
+        staged by the caller (``StagedAsyncToolResultInput`` …) is sent as is.
 
         ``outcome`` settles whether or not anyone reads ``events``. ``events``
         yields the durable events this invocation produced (tailed from the
@@ -338,7 +349,7 @@ class TurnClient:
         return TurnExecution(outcome, events)
 
     async def _advance(
-        self, turn_id: str, input: TurnExternalInput | None, start: asyncio.Future[int]
+        self, turn_id: str, input: ExternalDelivery | None, start: asyncio.Future[int]
     ) -> TurnOutcome:
         hub = self._hub
         if hub is not None:
@@ -357,7 +368,7 @@ class TurnClient:
                 hub.publish_lifecycle(TurnProcessingEnd(turn_id=turn_id))
 
     async def _advance_inner(
-        self, turn_id: str, input: TurnExternalInput | None, start: asyncio.Future[int]
+        self, turn_id: str, input: ExternalDelivery | None, start: asyncio.Future[int]
     ) -> TurnOutcome:
         try:
             validate_turn_id(turn_id)
@@ -377,6 +388,7 @@ class TurnClient:
                 return outcome
             if input is not None:
                 check_input(state, input)
+                input = await self._stage_if_large(turn_id, input)
             cancel = input.to_wire() if input is not None and input.type == "cancel" else None
             started = await self._ensure_running(turn_id, state.definition, cancel)
             if input is None or (cancel is not None and started):
@@ -387,6 +399,26 @@ class TurnClient:
         finally:
             if not start.done():
                 start.set_result(-1)
+
+    async def _stage_if_large(self, turn_id: str, input: ExternalDelivery) -> ExternalDelivery:
+        """``input``, or the reference to its value once staged (the claim check).
+
+        The value is durable in the turn's storage before the reference is
+        sent, so the workflow can always fetch what it is told about.
+        """
+        match input:
+            case AsyncToolProgressInput() | AsyncToolResultInput():
+                staging = staged_form(input)  # raises: too large even to stage
+                if staging is None:
+                    return input
+                ref, data = staging
+                await asyncio.to_thread(self._repo.stage, turn_id, data)
+                return ref
+            case PermissionDecisionInput() | CancelInput():
+                staged_form(input)  # raises if too large to send at all
+                return input
+            case _:
+                return input  # already a reference
 
     async def _send(self, turn_id: str, name: str, arg: Any) -> dict[str, Any]:
         """Deliver one update to the turn's latest run and return the settled outcome.
@@ -520,7 +552,7 @@ class TurnClient:
                 self._hub.detach(turn_id, deltas)
 
 
-def _input_attributes(input: TurnExternalInput) -> dict[str, Any]:
+def _input_attributes(input: ExternalDelivery) -> dict[str, Any]:
     """What a span may say about an input: its type, target and decision, never its content."""
     attributes: dict[str, Any] = {"turncore.input.type": input.type}
     call_id = getattr(input, "tool_call_id", None)

@@ -499,11 +499,30 @@ def _reject_constant(name: str) -> Any:
 
 
 def _json_value(text: str) -> Any:
+    """JSON from the argument, or from a file named ``@PATH`` (``@-``: stdin).
+
+    A value too long for a command line (a megabyte result, which is staged
+    for the turn) comes from a file; ``@`` never starts JSON, so nothing is lost.
+    """
+    where = "the argument"
+    if text.startswith("@"):
+        path = text[1:]
+        where = "stdin" if path == "-" else path
+        try:
+            raw = sys.stdin.buffer.read() if path == "-" else Path(path).read_bytes()
+            text = raw.decode("utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            raise argparse.ArgumentTypeError(
+                f"cannot read {where}: {exc} (give @PATH of a UTF-8 JSON file, or @- for stdin)"
+            ) from None
     # The stdlib parser keeps every integer exact (orjson would turn one past
     # 64 bits into a float), so validation can refuse it with a clear reason.
     try:
         return json.loads(text, parse_constant=_reject_constant)
     except ValueError:
+        shown = repr(text) if len(text) <= 80 else f"{text[:77]!r}…"
+        if where != "the argument":
+            raise argparse.ArgumentTypeError(f"{where} is not JSON: {shown}") from None
         raise argparse.ArgumentTypeError(
             f"{text!r} is not JSON (a string needs quotes: '\"text\"')"
         ) from None
@@ -1607,7 +1626,12 @@ def deny(args: argparse.Namespace) -> int:
     "supply the result of an async tool call (such as ask_human), then continue the turn",
     TURN,
     CALL,
-    arg("--output", type=_json_value, metavar="JSON", help="the result, as JSON"),
+    arg(
+        "--output",
+        type=_json_value,
+        metavar="JSON",
+        help="the result, as JSON; @PATH reads it from a file (@- from stdin)",
+    ),
     arg("--text", metavar="TEXT", help="the result, as a plain string"),
     arg("--error", action="store_true", help="the tool failed; the output describes how"),
     JSON,
@@ -1636,7 +1660,13 @@ def complete(args: argparse.Namespace) -> int:
     "record progress of an async tool call (the turn stays suspended; exit 0 when accepted)",
     TURN,
     CALL,
-    arg("--data", type=_json_value, required=True, metavar="JSON", help="the progress, as JSON"),
+    arg(
+        "--data",
+        type=_json_value,
+        required=True,
+        metavar="JSON",
+        help="the progress, as JSON; @PATH reads it from a file (@- from stdin)",
+    ),
     JSON,
     NO_WORKER,
     WAIT_FOR_WORKER,

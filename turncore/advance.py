@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Collection, Sequence
 from dataclasses import dataclass
+from typing import assert_never
 
 import orjson
 
@@ -30,10 +31,13 @@ from .events import (
     CancelInput,
     CancelledOutcome,
     CompletedOutcome,
+    ExternalDelivery,
     FailedOutcome,
     ModelCallFailed,
     PermissionDecisionInput,
     ResolvedAgent,
+    StagedAsyncToolProgressInput,
+    StagedAsyncToolResultInput,
     SuspendedOutcome,
     ToolDescriptor,
     ToolInvocationRequested,
@@ -696,8 +700,11 @@ def outcome_of(state: TurnState) -> TurnOutcome | None:
 # ---------------------------------------------------------------- external inputs (§11.2)
 
 
-def check_input(state: TurnState, input: TurnExternalInput) -> None:
-    """Raise ``RejectedInputError`` unless ``input`` targets something pending now."""
+def check_input(state: TurnState, input: ExternalDelivery) -> None:
+    """Raise ``RejectedInputError`` unless ``input`` targets something pending now.
+
+    A staged input targets exactly what its inline form would: the same checks.
+    """
     if state.terminal is not None:
         raise RejectedInputError(
             f"turn {state.definition.turn_id} already ended ({state.terminal.type}); "
@@ -723,9 +730,14 @@ def check_input(state: TurnState, input: TurnExternalInput) -> None:
                 raise RejectedInputError(
                     f"permission for tool call {input.tool_call_id} is not awaiting a human decision"
                 )
-        case AsyncToolProgressInput() | AsyncToolResultInput():
+        case (
+            AsyncToolProgressInput()
+            | AsyncToolResultInput()
+            | StagedAsyncToolProgressInput()
+            | StagedAsyncToolResultInput()
+        ):
             call = _known_call(state, input.tool_call_id)
-            what = "progress" if isinstance(input, AsyncToolProgressInput) else "result"
+            what = "progress" if input.type == "async_tool_progress" else "result"
             if call.result is not None:
                 raise RejectedInputError(
                     f"tool call {input.tool_call_id} already has a result; {what} rejected"
@@ -738,6 +750,8 @@ def check_input(state: TurnState, input: TurnExternalInput) -> None:
                 raise RejectedInputError(
                     f"async tool call {input.tool_call_id} has not been dispatched yet (awaiting permission)"
                 )
+        case _:
+            assert_never(input)
 
 
 def _known_call(state: TurnState, tool_call_id: str) -> ToolCallState:

@@ -77,6 +77,18 @@ class RejectedInputError(InvalidInputError):
     """An external input that targets nothing pending, or arrives after the turn ended."""
 
 
+class StagedValueError(RejectedInputError):
+    """A staged input's value is missing, or its bytes do not match the reference.
+
+    The input is rejected like any other: nothing is appended and the turn
+    goes on. The sender stages the value again and resends the reference.
+    """
+
+
+class InputTooLargeError(InvalidInputError):
+    """An input too large to send at all: inline or staged (``MAX_STAGED_BYTES``)."""
+
+
 class TurnFailure(TurnError):
     """A modelled failure of the turn; ``code`` is the spec's machine-readable discriminator."""
 

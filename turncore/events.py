@@ -693,6 +693,61 @@ def parse_input(obj: Any) -> TurnExternalInput:
     return external_input_adapter.validate_python(obj, strict=True, by_alias=True, by_name=False)
 
 
+# ---------------------------------------------------------------- staged inputs (claim check)
+
+MAX_STAGED_BYTES = 64 * 1024 * 1024
+"""The largest value (its compact JSON, in bytes) a client may stage for one input."""
+
+STAGED_DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
+
+
+class StagedValue(WireModel):
+    """Where a staged value is: the SHA-256 of its bytes, and how many there are."""
+
+    digest: Annotated[str, StringConstraints(pattern=STAGED_DIGEST_PATTERN)]
+    size: int = Field(ge=0, le=MAX_STAGED_BYTES)
+
+
+class StagedAsyncToolProgressInput(WireModel):
+    """``async_tool_progress`` whose ``progress`` value waits in the turn's storage."""
+
+    type: Literal["async_tool_progress"] = "async_tool_progress"
+    tool_call_id: str = Field(min_length=1)
+    staged: StagedValue
+
+
+class StagedAsyncToolResultInput(WireModel):
+    """``async_tool_result`` whose ``result`` object waits in the turn's storage."""
+
+    type: Literal["async_tool_result"] = "async_tool_result"
+    tool_call_id: str = Field(min_length=1)
+    staged: StagedValue
+
+
+StagedInput = Annotated[
+    StagedAsyncToolProgressInput | StagedAsyncToolResultInput,
+    Field(discriminator="type"),
+]
+"""An input sent by reference: only its target and the claim check travel."""
+staged_input_adapter: TypeAdapter[StagedInput] = TypeAdapter(StagedInput)
+
+STAGED_INPUT_TYPES: tuple[str, ...] = ("async_tool_progress", "async_tool_result")
+
+ExternalDelivery: TypeAlias = TurnExternalInput | StagedInput
+"""What a turn's signal or update may carry: an input inline, or one by reference."""
+
+
+def parse_delivery(obj: Any) -> ExternalDelivery:
+    """An inline input (``parse_input``), or, when it carries ``staged``, a reference.
+
+    Strict alike: wire names only, JSON types as declared, no extra fields (a
+    reference carrying its value as well is refused).
+    """
+    if isinstance(obj, dict) and "staged" in obj:
+        return staged_input_adapter.validate_python(obj, strict=True, by_alias=True, by_name=False)
+    return parse_input(obj)
+
+
 # ---------------------------------------------------------------- outcomes (§16.4)
 
 

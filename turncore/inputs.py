@@ -7,6 +7,14 @@ megabytes of JSON. ``accept_input`` turns one delivery into a validated
 ``rejection_record`` describes a rejected delivery in bounded form (sizes and
 a digest, never the value), so a hostile input can neither raise in a handler
 nor grow the workflow's state. Pure: the workflow calls both.
+
+Claim check. A valid async tool result or progress too large to travel
+inline is *staged*: the sending client stores its value (``staged_form``
+gives the bytes and the reference) in the turn's repository, then sends
+only ``{"type", "toolCallId", "staged": {"digest", "size"}}``. The append
+activity fetches the bytes and ``resolve_staged`` turns them back into the
+input the client meant, validated by the very rules (and with the very
+messages) an inline input meets. The value never enters Temporal history.
 """
 
 from __future__ import annotations
@@ -18,16 +26,33 @@ from typing import Any
 
 from pydantic import ValidationError
 
-from .errors import RejectedInputError
-from .events import TurnExternalInput, parse_input
+from .errors import InputTooLargeError, RejectedInputError, StagedValueError
+from .events import (
+    MAX_STAGED_BYTES,
+    STAGED_INPUT_TYPES,
+    AsyncToolProgressInput,
+    AsyncToolResultInput,
+    ExternalDelivery,
+    StagedAsyncToolProgressInput,
+    StagedAsyncToolResultInput,
+    StagedInput,
+    StagedValue,
+    TurnExternalInput,
+    parse_delivery,
+    parse_input,
+)
 
 __all__ = [
     "INPUT_NAMES",
     "MAX_INPUT_BYTES",
     "MAX_REJECTED_INPUTS",
+    "MAX_STAGED_BYTES",
     "accept_input",
     "input_size",
     "rejection_record",
+    "resolve_staged",
+    "staged_digest",
+    "staged_form",
     "validation_reason",
 ]
 
@@ -68,11 +93,12 @@ def validation_reason(exc: ValidationError) -> str:
     return f"invalid input at {loc or '$'}: {first['msg']}"
 
 
-def accept_input(name: str, args: Sequence[Any]) -> TurnExternalInput:
+def accept_input(name: str, args: Sequence[Any]) -> ExternalDelivery:
     """The one input a ``name`` signal or update carries, validated.
 
     ``cancel`` may come with no input at all (or a null one). The input's ``type`` must be
-    the signal's name: a ``permission_decision`` signal never cancels a turn.
+    the signal's name: a ``permission_decision`` signal never cancels a turn. An input
+    carrying ``staged`` is a reference (its value is checked when it is applied).
     """
     if name == "cancel":
         args = [a for a in args if a is not None] or [{"type": "cancel"}]
@@ -83,12 +109,17 @@ def accept_input(name: str, args: Sequence[Any]) -> TurnExternalInput:
     if size > MAX_INPUT_BYTES:
         raise RejectedInputError(
             f"the input is {size} bytes, larger than {MAX_INPUT_BYTES} bytes "
-            "(send a large value as a reference to where it is stored)"
+            "(stage a result or progress that large and send a reference to it, as "
+            "TurnClient does; keep other large data elsewhere)"
         )
     if isinstance(raw, dict) and raw.get("type") != name:
         raise RejectedInputError(f"the {name} signal carries a {_short(raw.get('type'))} input")
+    if isinstance(raw, dict) and "staged" in raw and name not in STAGED_INPUT_TYPES:
+        raise RejectedInputError(
+            f"a {name} input cannot be staged: send it inline (at most {MAX_INPUT_BYTES} bytes)"
+        )
     try:
-        parsed = parse_input(raw)
+        parsed = parse_delivery(raw)
     except ValidationError as exc:
         raise RejectedInputError(validation_reason(exc)) from None
     if parsed.type != name:  # a non-dict payload cannot get here; kept for the type checker
@@ -119,3 +150,97 @@ def _clip(text: str, limit: int = _TEXT_LIMIT) -> str:
 
 def _short(value: Any) -> str:
     return _clip(repr(value), 60)
+
+
+# ---------------------------------------------------------------- claim check
+
+
+def staged_digest(data: bytes) -> str:
+    """The digest naming staged bytes: ``sha256:`` and 64 hex digits."""
+    return "sha256:" + hashlib.sha256(data).hexdigest()
+
+
+def _staged_bytes(value: Any) -> bytes:
+    # Compact, key order kept (the journal keeps the value as sent), and
+    # strictly JSON: a validated input holds no NaN, so this never refuses one.
+    return json.dumps(value, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode()
+
+
+def staged_form(input: TurnExternalInput) -> tuple[StagedInput, bytes] | None:
+    """The reference and the bytes to stage for ``input``; None if it fits inline.
+
+    Raises ``InputTooLargeError`` when the input cannot be sent at all: it is
+    larger than ``MAX_INPUT_BYTES`` and not an async tool result or progress,
+    or its value is larger than ``MAX_STAGED_BYTES``.
+    """
+    wire = input.to_wire()
+    size = input_size(wire)
+    if size <= MAX_INPUT_BYTES:
+        return None
+    match input:
+        case AsyncToolProgressInput():
+            data = _staged_bytes(wire["progress"])
+            what = "progress"
+        case AsyncToolResultInput():
+            data = _staged_bytes(wire["result"])
+            what = "result"
+        case _:
+            raise InputTooLargeError(
+                f"the {input.type} input is {size} bytes, larger than {MAX_INPUT_BYTES}; "
+                "only async tool results and progress can be staged, so shorten it"
+            )
+    if len(data) > MAX_STAGED_BYTES:
+        raise InputTooLargeError(
+            f"the {what} for tool call {input.tool_call_id} is {len(data)} bytes; a staged "
+            f"value may be at most {MAX_STAGED_BYTES} bytes: keep the data elsewhere and "
+            "send a reference to it (a path or a URL) instead"
+        )
+    ref = StagedValue(digest=staged_digest(data), size=len(data))
+    staged: StagedInput = (
+        StagedAsyncToolProgressInput(tool_call_id=input.tool_call_id, staged=ref)
+        if what == "progress"
+        else StagedAsyncToolResultInput(tool_call_id=input.tool_call_id, staged=ref)
+    )
+    return staged, data
+
+
+def check_staged_bytes(tool_call_id: str, ref: StagedValue, data: bytes) -> None:
+    """Raise ``StagedValueError`` unless ``data`` has the size and digest ``ref`` names."""
+    if len(data) != ref.size:
+        raise StagedValueError(
+            f"the staged value for tool call {tool_call_id} is {len(data)} bytes, not "
+            f"{ref.size}: stage it again and resend the input"
+        )
+    if staged_digest(data) != ref.digest:
+        raise StagedValueError(
+            f"the staged value for tool call {tool_call_id} does not match its digest "
+            f"{ref.digest}: stage it again and resend the input"
+        )
+
+
+def _not_json(text: str) -> Any:
+    raise ValueError(f"{text} is not JSON")
+
+
+def resolve_staged(ref: StagedInput, data: bytes) -> TurnExternalInput:
+    """The input ``ref`` stands for, from its staged bytes, validated as if sent inline.
+
+    ``StagedValueError`` if the bytes are not the ones referenced or not JSON;
+    ``RejectedInputError`` with the inline message if the value is invalid.
+    """
+    check_staged_bytes(ref.tool_call_id, ref.staged, data)
+    try:
+        # The stdlib keeps every integer exact, so an unsafe one is refused by
+        # validation with the inline message instead of silently rounded.
+        value = json.loads(data.decode("utf-8"), parse_constant=_not_json)
+    except (UnicodeDecodeError, ValueError, RecursionError) as exc:
+        raise StagedValueError(
+            f"the staged value for tool call {ref.tool_call_id} is not JSON ({_clip(str(exc), 120)}): "
+            "stage the value as compact UTF-8 JSON and resend the input"
+        ) from None
+    field = "progress" if ref.type == "async_tool_progress" else "result"
+    inline = {"type": ref.type, "toolCallId": ref.tool_call_id, field: value}
+    try:
+        return parse_input(inline)
+    except ValidationError as exc:
+        raise RejectedInputError(validation_reason(exc)) from None

@@ -36,6 +36,13 @@ synchronous. Activities and the client call it through
 event loop into every call. The pool checks a connection before handing it
 out, so connections the server dropped are replaced.
 
+Staged values (large inputs sent by claim check) are rows of
+``turn_staged``: the turn, the digest, the size and the bytes (``bytea``),
+one row per turn and digest. Staging the same bytes again rewrites the row
+in one statement, so a reader sees the old bytes or the new, never a mix.
+They belong to their turn (deleting the turn deletes them) and are kept after
+use, like staged files.
+
 Failures: any database error becomes ``InfrastructureError`` naming the
 server as ``host:port/database``. The URL, and with it any password, never
 appears in a message. Rows PostgreSQL cannot hold (invalid UTF-8, a NUL,
@@ -81,7 +88,7 @@ __all__ = [
 
 log = logging.getLogger("turncore.postgres")
 
-PG_SCHEMA_VERSION = 1
+PG_SCHEMA_VERSION = 2
 """The schema version this runtime reads and writes (``turncore_schema.version``)."""
 
 # Each entry migrates from version i to i + 1; they only ever get appended.
@@ -104,6 +111,17 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             seq      bigint      NOT NULL,
             line     text        NOT NULL,
             moved_at timestamptz NOT NULL DEFAULT now()
+        )""",
+    ),
+    (
+        # 1 → 2: staged input values (the claim check of large inputs).
+        """CREATE TABLE turn_staged (
+            turn_id   text        NOT NULL REFERENCES turns (turn_id) ON DELETE CASCADE,
+            digest    text        NOT NULL CHECK (digest ~ '^sha256:[0-9a-f]{64}$'),
+            size      bigint      NOT NULL CHECK (size >= 0),
+            data      bytea       NOT NULL CHECK (octet_length(data) = size),
+            staged_at timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (turn_id, digest)
         )""",
     ),
 )
@@ -494,6 +512,28 @@ class PostgresTurnRepository(_JsonlRepository):
     def _ids(self) -> list[str]:
         with self._connection(reading=True) as conn:
             return [r[0] for r in conn.execute("SELECT turn_id FROM turns").fetchall()]
+
+    def _put_staged(self, turn_id: str, digest: str, data: bytes) -> None:
+        with self._connection() as conn:
+            row = conn.execute(
+                """INSERT INTO turn_staged (turn_id, digest, size, data)
+                   SELECT turn_id, %s, %s, %s FROM turns WHERE turn_id = %s
+                   ON CONFLICT (turn_id, digest) DO UPDATE
+                      SET size = excluded.size, data = excluded.data
+                    WHERE turn_staged.data IS DISTINCT FROM excluded.data
+                   RETURNING 1""",
+                (digest, len(data), data, turn_id),
+            ).fetchone()
+            if row is None and not self._has(turn_id):
+                raise self._missing(turn_id)
+
+    def _get_staged(self, turn_id: str, digest: str) -> bytes | None:
+        with self._connection(reading=True) as conn:
+            row = conn.execute(
+                "SELECT data FROM turn_staged WHERE turn_id = %s AND digest = %s",
+                (turn_id, digest),
+            ).fetchone()
+        return None if row is None else bytes(row[0])
 
     def line_count(self, turn_id: str) -> int:
         """The number of stored lines; not validated."""

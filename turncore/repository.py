@@ -49,6 +49,14 @@ an equal event the workflow wrote before (a repeated progress) lies before
 the offset and is never mistaken for it. ``append_once`` returns the lines as
 they are on file, so the caller folds the first attempt's timestamps.
 
+Staged values (the claim check of large inputs, ``turncore.inputs``) are
+kept beside the logs, per turn and by content: ``stage`` stores bytes under
+their SHA-256 digest, ``fetch_staged`` returns them only if they still hash
+to it. Files: ``work_dir/storage/staged/YYYY/MM/DD/<turnId>/sha256-<hex>``,
+written to a temporary file, flushed and renamed into place, so a reader
+finds all of a value or none of it; staging the same bytes again rewrites
+nothing. Staged values are kept after use (docs/file-format.md says why).
+
 POSIX only (``fcntl``).
 """
 
@@ -59,6 +67,7 @@ import fcntl
 import gc
 import itertools
 import os
+import re
 import secrets
 import stat
 import threading
@@ -78,19 +87,26 @@ from .errors import (
     AppendConflictError,
     CorruptTurnError,
     InfrastructureError,
+    InputTooLargeError,
+    InvalidInputError,
     InvalidTurnIdError,
+    StagedValueError,
     TurnExistsError,
     TurnNotFoundError,
 )
 from .events import (
     EVENT_TYPES,
+    MAX_STAGED_BYTES,
     SCHEMA_VERSION,
+    STAGED_DIGEST_PATTERN,
     TRUSTED_EVENT_VALIDATORS,
+    StagedValue,
     TurnCreated,
     TurnEvent,
     parse_event,
 )
 from .ids import is_turn_id, turn_path, validate_turn_id
+from .inputs import staged_digest
 from .reducer import TurnReducer
 
 __all__ = [
@@ -155,6 +171,19 @@ class TurnRepository(Protocol):
 
     def line_count(self, turn_id: str) -> int:
         """The number of complete lines in the turn's log (not validated)."""
+        ...
+
+    def stage(self, turn_id: str, data: bytes) -> StagedValue:
+        """Keep ``data`` for the turn under its digest (idempotent); return the reference.
+
+        ``TurnNotFoundError`` if there is no such turn; ``InputTooLargeError``
+        past ``MAX_STAGED_BYTES``.
+        """
+        ...
+
+    def fetch_staged(self, turn_id: str, ref: StagedValue) -> bytes:
+        """The bytes staged for the turn under ``ref``; ``StagedValueError`` if they are
+        missing or no longer match its digest and size."""
         ...
 
 
@@ -650,6 +679,43 @@ class _JsonlRepository(ABC):
 
     # -- internals -----------------------------------------------------------
 
+    # -- staged values (claim check) ------------------------------------------
+
+    @abstractmethod
+    def _put_staged(self, turn_id: str, digest: str, data: bytes) -> None:
+        """Store ``data`` under ``digest`` for an existing turn, atomically."""
+
+    @abstractmethod
+    def _get_staged(self, turn_id: str, digest: str) -> bytes | None:
+        """The bytes stored under ``digest`` for the turn, or None."""
+
+    def stage(self, turn_id: str, data: bytes) -> StagedValue:
+        validate_turn_id(turn_id)
+        if len(data) > MAX_STAGED_BYTES:
+            raise InputTooLargeError(
+                f"a staged value may be at most {MAX_STAGED_BYTES} bytes, this one is "
+                f"{len(data)}: keep the data elsewhere and send a reference to it instead"
+            )
+        ref = StagedValue(digest=staged_digest(data), size=len(data))
+        self._put_staged(turn_id, ref.digest, data)
+        return ref
+
+    def fetch_staged(self, turn_id: str, ref: StagedValue) -> bytes:
+        validate_turn_id(turn_id)
+        data = self._get_staged(turn_id, ref.digest)
+        if data is None:
+            raise StagedValueError(
+                f"turn {turn_id} has no staged value {ref.digest} ({self._where(turn_id)}): "
+                "stage it again and resend the input"
+            )
+        if len(data) != ref.size or staged_digest(data) != ref.digest:
+            raise StagedValueError(
+                f"the staged value {ref.digest} of turn {turn_id} ({len(data)} bytes, "
+                f"{ref.size} expected) does not match its digest: stage it again and resend "
+                "the input"
+            )
+        return data
+
     def _take_tail(self, turn_id: str) -> _Tail | None:
         with self._tails_guard:
             return self._tails.pop(turn_id, None)
@@ -866,6 +932,54 @@ class FileTurnRepository(_JsonlRepository):
         finally:
             os.close(fd)  # also releases the flock
 
+    def staged_path(self, turn_id: str, digest: str) -> Path:
+        """``work_dir/storage/staged/YYYY/MM/DD/<turnId>/sha256-<hex>`` (both validated)."""
+        if not re.fullmatch(STAGED_DIGEST_PATTERN, digest):
+            raise InvalidInputError(
+                f"{digest!r} is not a staged digest (sha256: and 64 hex digits)"
+            )
+        day = self.path_for(turn_id).parent.relative_to(self.work_dir / "storage" / "turns")
+        return self.work_dir / "storage" / "staged" / day / turn_id / digest.replace(":", "-")
+
+    def _put_staged(self, turn_id: str, digest: str, data: bytes) -> None:
+        if not self._has(turn_id):
+            raise self._missing(turn_id)
+        path = self.staged_path(turn_id, digest)
+        try:
+            if self._get_staged(turn_id, digest) == data:
+                return  # staged before: content-addressed, so nothing to do
+            path.parent.mkdir(parents=True, exist_ok=True)
+            tmp = path.parent / f".{path.name}.{os.getpid()}.{secrets.token_hex(6)}.tmp"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o644)
+            try:
+                try:
+                    _FileWriter(fd, str(tmp)).write(data)
+                    os.fsync(fd)
+                finally:
+                    os.close(fd)
+                # A rename is atomic: readers see the old bytes (or none), then all
+                # of the new. It also replaces a corrupt copy left by someone else.
+                os.replace(tmp, path)
+            finally:
+                tmp.unlink(missing_ok=True)
+            dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+            try:
+                os.fsync(dir_fd)  # the rename itself survives a crash
+            finally:
+                os.close(dir_fd)
+        except OSError as exc:
+            raise InfrastructureError(f"{path}: could not stage the value: {exc}") from exc
+
+    def _get_staged(self, turn_id: str, digest: str) -> bytes | None:
+        path = self.staged_path(turn_id, digest)
+        try:
+            with _open_regular(path) as f:
+                return f.read()
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise InfrastructureError(f"{path}: could not read the staged value: {exc}") from exc
+
     def _has(self, turn_id: str) -> bool:
         return self.path_for(turn_id).is_file()
 
@@ -1059,6 +1173,7 @@ class InMemoryTurnRepository(_JsonlRepository):
         self._generations = itertools.count()
         self._guard = threading.Lock()
         self._locks = _LockTable()
+        self._staged: dict[tuple[str, str], bytes] = {}
 
     def put_raw(self, turn_id: str, data: bytes) -> None:
         """Store ``data`` as the turn's log, replacing any, without validating it."""
@@ -1095,6 +1210,15 @@ class InMemoryTurnRepository(_JsonlRepository):
         with self._guard:
             log = self._log(turn_id)
         yield _MemoryWriter(log, self._guard)
+
+    def _put_staged(self, turn_id: str, digest: str, data: bytes) -> None:
+        with self._guard:
+            self._log(turn_id)
+            self._staged[(turn_id, digest)] = bytes(data)
+
+    def _get_staged(self, turn_id: str, digest: str) -> bytes | None:
+        with self._guard:
+            return self._staged.get((turn_id, digest))
 
     def _has(self, turn_id: str) -> bool:
         with self._guard:

@@ -46,12 +46,14 @@ from turncore.elision import elide_event
 from turncore.errors import RejectedInputError
 from turncore.events import (
     CancelInput,
+    ExternalDelivery,
     ResolvedAgent,
+    StagedAsyncToolProgressInput,
+    StagedAsyncToolResultInput,
     ToolDescriptor,
     ToolResult,
     ToolResultData,
     TurnEvent,
-    TurnExternalInput,
     outcome_adapter,
 )
 from turncore.inputs import MAX_REJECTED_INPUTS, accept_input, rejection_record
@@ -65,6 +67,7 @@ from turncore_temporal.activities.failures import (
     failure_of,
     infrastructure_failure,
     is_dependency_failure,
+    is_rejection,
     rejection,
 )
 from turncore_temporal.activities.payloads import (
@@ -122,7 +125,7 @@ class TurnWorkflowInput:
 
 @dataclass
 class _Queued:
-    input: TurnExternalInput
+    input: ExternalDelivery
     waiter: asyncio.Future[dict[str, Any]] | None = None
 
 
@@ -412,6 +415,27 @@ class TurnWorkflow:
         for event in result.events:
             self._reducer.apply(event)
 
+    async def _append_staged(
+        self, staged: StagedAsyncToolProgressInput | StagedAsyncToolResultInput
+    ) -> None:
+        """Append a staged input: the activity fetches and validates its value,
+        appends the whole event and returns the elided copy to fold (DESIGN §5)."""
+        assert self._reducer is not None
+        result = await self._local(
+            Activities.append_events,
+            AppendInput(
+                turn_id=self._turn_id,
+                events=[],
+                known_offset=self._seen_lines,
+                ts=_ts(),
+                staged=staged,
+            ),
+            reject=True,
+        )
+        self._saw(result.offset)
+        for event in result.events:
+            self._reducer.apply(event)
+
     def _absorb(self, events: list[TurnEvent]) -> None:
         """Fold events an activity appended, skipping any a reload already brought in."""
         assert self._reducer is not None
@@ -694,7 +718,7 @@ class TurnWorkflow:
     # ---------------------------------------------------------------- inputs
 
     def _enqueue(
-        self, parsed: TurnExternalInput, waiter: asyncio.Future[dict[str, Any]] | None
+        self, parsed: ExternalDelivery, waiter: asyncio.Future[dict[str, Any]] | None
     ) -> None:
         if isinstance(parsed, CancelInput):
             if self._cancel is None:
@@ -740,6 +764,7 @@ class TurnWorkflow:
         return await waiter
 
     async def _apply_input(self, queued: _Queued) -> None:
+        staged = queued.input
         try:
             advance.check_input(self._state, queued.input)
             # §15.3: an input is applied only if the live environment still
@@ -749,6 +774,11 @@ class TurnWorkflow:
                 ValidateDependenciesInput(turn_id=self._turn_id),
                 reject=True,
             )
+            if isinstance(staged, StagedAsyncToolProgressInput | StagedAsyncToolResultInput):
+                # Only this new input shape takes this path, so the commands of
+                # recorded histories are unchanged. A value that is missing or
+                # does not match is rejected here, like a stale input.
+                await self._append_staged(staged)
         except RejectedInputError as exc:
             # Valid when it arrived, stale (or unserviceable) by its turn in the queue.
             self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
@@ -763,7 +793,11 @@ class TurnWorkflow:
             # From here on the caller waits for the next settle point (or the
             # run's failure, which answers every settle waiter).
             self._settle_waiters.append(queued.waiter)
-        await self._append(advance.input_events(self._state, queued.input, _ts()))
+        match queued.input:
+            case StagedAsyncToolProgressInput() | StagedAsyncToolResultInput():
+                pass  # appended above
+            case inline:
+                await self._append(advance.input_events(self._state, inline, _ts()))
         if self._state.suspension is None and self._state.terminal is None:
             # The turn left its settle point: Temporal Web shows it working again.
             workflow.upsert_search_attributes([TURN_STATUS.value_set("running")])
@@ -954,6 +988,8 @@ class TurnWorkflow:
                 summary=activity.__name__.replace("_", " "),
             )
         except (ActivityError, ApplicationError) as exc:
+            if reject and is_rejection(exc):
+                raise RejectedInputError(cause(exc)) from exc
             if is_dependency_failure(exc):
                 message = f"turn {self._turn_id} cannot advance: {cause(exc)}"
                 if reject:
