@@ -24,7 +24,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.crash_worker import resolver
 from tests.test_crash import executions_of, worker_process
 from turnclient.api import CreateTurnInput, TurnClient
-from turncore.events import RequestedAgent
+from turncore.events import PermissionDecisionInput, RequestedAgent
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
 from turncore.repository import FileTurnRepository
@@ -135,3 +135,49 @@ async def test_a_kill_right_after_an_append_neither_fails_nor_duplicates(
     untimed = [orjson.dumps({k: v for k, v in e.items() if k != "ts"}) for e in lines]
     assert len(set(untimed)) == len(untimed), "a line was written twice"
     assert len(executions_of(work)) == (1 if "tool_invocation_requested" in once else 0)
+
+
+@pytest.mark.parametrize("kind", ["tool_permission_classified", "turn_suspended"])
+async def test_a_decision_sent_while_the_run_replays_after_a_kill_is_applied(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, kind: str
+) -> None:
+    """The file shows the call pending; the run that replays after the kill does not yet.
+
+    The decision is sent while no worker is up, so the next worker's first task
+    both replays (its state lags the file until the append is recognised) and
+    validates the update. The client rides out the lag instead of refusing.
+    """
+    work = tmp_path / "w"
+    work.mkdir()
+    task_queue = f"crash-lag-{uuid.uuid4()}"
+    repo = FileTurnRepository(work)
+    client = TurnClient(temporal_env.client, repo, resolver(), task_queue=task_queue)
+    turn_id = await client.create_turn(
+        CreateTurnInput(
+            agent=RequestedAgent(agent_id="guarded"),
+            input=UserMessage(content="go"),
+            human_available=True,
+            auto_permission=True,
+        )
+    )
+    async with worker_process(temporal_env, task_queue, work, f"after-append:{kind}") as first:
+        await temporal_env.client.start_workflow(
+            TurnWorkflow.run,
+            TurnWorkflowInput(turn_id=turn_id, heartbeat_timeout_seconds=2.0),
+            id=turn_id,
+            task_queue=task_queue,
+            task_timeout=timedelta(seconds=2),
+        )
+        await asyncio.wait_for(first.wait(), 60)
+        assert first.returncode == -signal.SIGKILL, "the worker was not killed at the append"
+    decision = PermissionDecisionInput(tool_call_id="call_0_0", decision="allow")
+    pending = TurnReducer.of(repo.read(turn_id)).state.pending_permissions()
+    assert [p.tool_call_id for p in pending] == ["call_0_0"]  # the file says: waiting for us
+    approving = asyncio.ensure_future(client.advance_turn(turn_id, decision).outcome)
+    await asyncio.wait([approving], timeout=1.0)
+    assert not approving.done()  # no worker: nothing has looked at it yet
+    async with worker_process(temporal_env, task_queue, work):
+        outcome = await asyncio.wait_for(approving, 90)
+    assert outcome.status == "completed"
+    counts = Counter(e["type"] for e in _lines(repo, turn_id))
+    assert counts["tool_permission_resolved"] == 1 and counts[kind] == 1, counts

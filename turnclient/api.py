@@ -53,6 +53,8 @@ from turncore.events import (
     ExternalDelivery,
     PermissionDecisionInput,
     RequestedAgent,
+    StagedAsyncToolProgressInput,
+    StagedAsyncToolResultInput,
     SuspendedOutcome,
     TurnConfig,
     TurnContext,
@@ -132,6 +134,10 @@ def open_turn_message(state: TurnState) -> str:
         f"turn {turn_id} has not ended (it is running), so it cannot be continued yet; follow it "
         f"with: turns watch {turn_id}, or end it with: turns cancel {turn_id}"
     )
+
+
+LAG_GRACE = 10.0
+"""How long an input the file shows applicable is resent while its run catches up."""
 
 
 def iso_now() -> str:
@@ -394,7 +400,7 @@ class TurnClient:
             if input is None or (cancel is not None and started):
                 raw = await self._send(turn_id, "settle", None)
             else:
-                raw = await self._send(turn_id, input.type, input.to_wire())
+                raw = await self._deliver(turn_id, input)
             return outcome_adapter.validate_python({k: v for k, v in raw.items() if k != "turnId"})
         finally:
             if not start.done():
@@ -419,6 +425,39 @@ class TurnClient:
                 return input
             case _:
                 return input  # already a reference
+
+    async def _deliver(self, turn_id: str, input: ExternalDelivery) -> dict[str, Any]:
+        """Send ``input``, riding out a run that has not caught up with the file.
+
+        A run that replays after its worker was lost knows a call the file
+        already shows pending only once it has recognised its last append, a
+        moment later. An input it refuses meanwhile is sent again (a refused
+        update changed nothing) while the file still shows it applicable, for
+        up to ``LAG_GRACE`` seconds; then the run's refusal stands. A staged
+        value is not resent: its refusal may be about the value itself.
+        """
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + LAG_GRACE
+        delay = 0.1
+        while True:
+            try:
+                return await self._send(turn_id, input.type, input.to_wire())
+            except RejectedInputError:
+                staged = isinstance(
+                    input, StagedAsyncToolProgressInput | StagedAsyncToolResultInput
+                )
+                if staged or loop.time() + delay > deadline:
+                    raise
+                state = TurnReducer.of(await asyncio.to_thread(self._repo.read, turn_id)).state
+                try:
+                    check_input(state, input)
+                except RejectedInputError:
+                    pass  # the file agrees: not applicable
+                else:
+                    await asyncio.sleep(delay)
+                    delay = min(delay * 2, 1.0)
+                    continue
+                raise
 
     async def _send(self, turn_id: str, name: str, arg: Any) -> dict[str, Any]:
         """Deliver one update to the turn's latest run and return the settled outcome.
