@@ -11,8 +11,9 @@ for the same reason the library names below are imported on first use.
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from turncore._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from turncore.errors import (
@@ -48,13 +49,6 @@ _EXPORTS = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turnclient' has no attribute {name!r}")
-    return getattr(importlib.import_module(module, __name__), name)
-
-
 __all__ = [
     "Agent",
     "ConfigError",
@@ -72,3 +66,5 @@ __all__ = [
     "Turns",
     "tool",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -10,7 +10,9 @@ from __future__ import annotations
 # Names load on first use (PEP 562): a command that only reads a file, or code
 # that needs one error class, does not pay for the composer, the adapters or
 # httpx. Type checkers see ordinary imports.
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from turncore._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .compose import (
@@ -55,67 +57,52 @@ if TYPE_CHECKING:
     from .repository import FileTurnRepository, InMemoryTurnRepository, TurnRepository, read_path
 
 _LAZY: dict[str, str] = {
-    "ComposedRequest": "compose",
-    "closed_transcript": "compose",
-    "compose_model_request": "compose",
-    "next_model_request": "compose",
-    "ContextResolver": "context",
-    "ElisionPolicy": "context",
-    "ContextResolutionError": "errors",
-    "CorruptTurnError": "errors",
-    "DependencyError": "errors",
-    "InfrastructureError": "errors",
-    "InvalidInputError": "errors",
-    "InvalidTurnIdError": "errors",
-    "RejectedInputError": "errors",
-    "TurnError": "errors",
-    "TurnExistsError": "errors",
-    "TurnFailure": "errors",
-    "TurnNotFoundError": "errors",
-    "SCHEMA_VERSION": "events",
-    "ModelDescriptor": "events",
-    "RequestedAgent": "events",
-    "ResolvedAgent": "events",
-    "ToolDescriptor": "events",
-    "ToolResultData": "events",
-    "TurnCreated": "events",
-    "TurnEvent": "events",
-    "TurnExternalInput": "events",
-    "TurnOutcome": "events",
-    "TurnStreamEvent": "events",
-    "TurnUsage": "events",
-    "parse_event": "events",
-    "parse_input": "events",
-    "TurnIdGenerator": "ids",
-    "turn_path": "ids",
-    "validate_turn_id": "ids",
-    "AssistantMessage": "messages",
-    "ConversationMessage": "messages",
-    "ToolMessage": "messages",
-    "UserMessage": "messages",
-    "TurnReducer": "reducer",
-    "TurnState": "reducer",
-    "reduce_turn": "reducer",
-    "FileTurnRepository": "repository",
-    "InMemoryTurnRepository": "repository",
-    "TurnRepository": "repository",
-    "read_path": "repository",
+    "ComposedRequest": ".compose",
+    "closed_transcript": ".compose",
+    "compose_model_request": ".compose",
+    "next_model_request": ".compose",
+    "ContextResolver": ".context",
+    "ElisionPolicy": ".context",
+    "ContextResolutionError": ".errors",
+    "CorruptTurnError": ".errors",
+    "DependencyError": ".errors",
+    "InfrastructureError": ".errors",
+    "InvalidInputError": ".errors",
+    "InvalidTurnIdError": ".errors",
+    "RejectedInputError": ".errors",
+    "TurnError": ".errors",
+    "TurnExistsError": ".errors",
+    "TurnFailure": ".errors",
+    "TurnNotFoundError": ".errors",
+    "SCHEMA_VERSION": ".events",
+    "ModelDescriptor": ".events",
+    "RequestedAgent": ".events",
+    "ResolvedAgent": ".events",
+    "ToolDescriptor": ".events",
+    "ToolResultData": ".events",
+    "TurnCreated": ".events",
+    "TurnEvent": ".events",
+    "TurnExternalInput": ".events",
+    "TurnOutcome": ".events",
+    "TurnStreamEvent": ".events",
+    "TurnUsage": ".events",
+    "parse_event": ".events",
+    "parse_input": ".events",
+    "TurnIdGenerator": ".ids",
+    "turn_path": ".ids",
+    "validate_turn_id": ".ids",
+    "AssistantMessage": ".messages",
+    "ConversationMessage": ".messages",
+    "ToolMessage": ".messages",
+    "UserMessage": ".messages",
+    "TurnReducer": ".reducer",
+    "TurnState": ".reducer",
+    "reduce_turn": ".reducer",
+    "FileTurnRepository": ".repository",
+    "InMemoryTurnRepository": ".repository",
+    "TurnRepository": ".repository",
+    "read_path": ".repository",
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turncore' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
 
 
 __all__ = [
@@ -165,3 +152,5 @@ __all__ = [
     "turn_path",
     "validate_turn_id",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)

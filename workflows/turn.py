@@ -551,28 +551,30 @@ class TurnWorkflow:
     async def _run_child(self, call: ToolCallState) -> None:
         """``spawn_agent``: run the call as a child turn with its own file and workflow,
         at most ``max_concurrent_children`` at a time."""
-        try:
-            await self._child_slots.acquire()
-        except asyncio.CancelledError:
-            # Cancelled while waiting for a slot: like a cancelled child, the
-            # file decides what happens to the call.
-            self._flags.reload = True
-            self._running.pop(call.tool_call_id, None)
-            self._wake()
+        if not await self._child_slot(call):
             return
         try:
             await self._run_child_now(call)
         finally:
             self._child_slots.release()
 
-    async def _reattach_child(self, call: ToolCallState, child_id: str) -> None:
-        """Wait for a child turn an earlier run of this turn started (see ``await_child_turn``)."""
+    async def _child_slot(self, call: ToolCallState) -> bool:
+        """Wait for one of ``max_concurrent_children`` slots; False if cancelled meanwhile.
+
+        Cancelled while waiting, the call is left like a cancelled child's: the
+        file decides what happens to it on the reload."""
         try:
             await self._child_slots.acquire()
         except asyncio.CancelledError:
             self._flags.reload = True
             self._running.pop(call.tool_call_id, None)
             self._wake()
+            return False
+        return True
+
+    async def _reattach_child(self, call: ToolCallState, child_id: str) -> None:
+        """Wait for a child turn an earlier run of this turn started (see ``await_child_turn``)."""
+        if not await self._child_slot(call):
             return
         try:
             child_input = dataclasses.replace(

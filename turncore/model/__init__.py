@@ -13,7 +13,9 @@ from __future__ import annotations
 # Names load on first use (PEP 562): reading a turn file or a config resolves
 # provider declarations without importing httpx or every adapter. Type
 # checkers see ordinary imports.
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from turncore._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from turncore.model._http import HttpModel, Secret
@@ -91,87 +93,72 @@ if TYPE_CHECKING:
     )
 
 _LAZY: dict[str, str] = {
-    "HttpModel": "_http",
-    "Secret": "_http",
-    "AnthropicModel": "anthropic",
-    "Binding": "binding",
-    "Capabilities": "binding",
-    "Protocol": "binding",
-    "bind_unattributed_message": "binding",
-    "bound_options": "binding",
-    "opaque_state": "binding",
-    "strip_foreign_state": "binding",
-    "strip_opaque_message": "binding",
-    "unattributed_options": "binding",
-    "CompletedCall": "bridge",
-    "StepRecorder": "bridge",
-    "build_request": "bridge",
-    "completion_fields": "bridge",
-    "failure_code": "bridge",
-    "failure_message": "bridge",
-    "normalise_finish_reason": "bridge",
-    "parse_failure_code": "bridge",
-    "provider_metadata": "bridge",
-    "step_events": "bridge",
-    "UNATTRIBUTED_REFUSAL": "failures",
-    "Dispatch": "failures",
-    "FailureKind": "failures",
-    "ModelFailure": "failures",
-    "ModelRequestError": "failures",
-    "SinkFailure": "failures",
-    "OpenAIChatModel": "openai_chat",
-    "OpenAIResponsesModel": "openai_responses",
-    "DEFAULT_LIMITS": "port",
-    "CancellationToken": "port",
-    "FinishReason": "port",
-    "Limits": "port",
-    "Model": "port",
-    "ModelCallRequest": "port",
-    "ModelOutcome": "port",
-    "NamedToolChoice": "port",
-    "Observation": "port",
-    "ReasoningDeltaEvent": "port",
-    "ReasoningEffort": "port",
-    "Sink": "port",
-    "StreamEvent": "port",
-    "TextDeltaEvent": "port",
-    "ToolCallArgsDeltaEvent": "port",
-    "ToolCallStartEvent": "port",
-    "ToolChoice": "port",
-    "ToolDefinition": "port",
-    "discard_sink": "port",
-    "validate_request": "port",
-    "ModelRegistry": "registry",
-    "ProviderConfig": "registry",
-    "ProviderConfigError": "registry",
-    "default_client": "registry",
-    "load_providers": "registry",
-    "parse_model_ref": "registry",
-    "RetryingModel": "routing",
-    "RetryPolicy": "routing",
-    "retry_delay": "routing",
-    "retryable": "routing",
-    "ScriptedModel": "scripted",
-    "ScriptedResponse": "scripted",
-    "ScriptedToolCall": "scripted",
-    "call_index": "scripted",
-    "load_script": "scripted",
+    "HttpModel": "._http",
+    "Secret": "._http",
+    "AnthropicModel": ".anthropic",
+    "Binding": ".binding",
+    "Capabilities": ".binding",
+    "Protocol": ".binding",
+    "bind_unattributed_message": ".binding",
+    "bound_options": ".binding",
+    "opaque_state": ".binding",
+    "strip_foreign_state": ".binding",
+    "strip_opaque_message": ".binding",
+    "unattributed_options": ".binding",
+    "CompletedCall": ".bridge",
+    "StepRecorder": ".bridge",
+    "build_request": ".bridge",
+    "completion_fields": ".bridge",
+    "failure_code": ".bridge",
+    "failure_message": ".bridge",
+    "normalise_finish_reason": ".bridge",
+    "parse_failure_code": ".bridge",
+    "provider_metadata": ".bridge",
+    "step_events": ".bridge",
+    "UNATTRIBUTED_REFUSAL": ".failures",
+    "Dispatch": ".failures",
+    "FailureKind": ".failures",
+    "ModelFailure": ".failures",
+    "ModelRequestError": ".failures",
+    "SinkFailure": ".failures",
+    "OpenAIChatModel": ".openai_chat",
+    "OpenAIResponsesModel": ".openai_responses",
+    "DEFAULT_LIMITS": ".port",
+    "CancellationToken": ".port",
+    "FinishReason": ".port",
+    "Limits": ".port",
+    "Model": ".port",
+    "ModelCallRequest": ".port",
+    "ModelOutcome": ".port",
+    "NamedToolChoice": ".port",
+    "Observation": ".port",
+    "ReasoningDeltaEvent": ".port",
+    "ReasoningEffort": ".port",
+    "Sink": ".port",
+    "StreamEvent": ".port",
+    "TextDeltaEvent": ".port",
+    "ToolCallArgsDeltaEvent": ".port",
+    "ToolCallStartEvent": ".port",
+    "ToolChoice": ".port",
+    "ToolDefinition": ".port",
+    "discard_sink": ".port",
+    "validate_request": ".port",
+    "ModelRegistry": ".registry",
+    "ProviderConfig": ".registry",
+    "ProviderConfigError": ".registry",
+    "default_client": ".registry",
+    "load_providers": ".registry",
+    "parse_model_ref": ".registry",
+    "RetryingModel": ".routing",
+    "RetryPolicy": ".routing",
+    "retry_delay": ".routing",
+    "retryable": ".routing",
+    "ScriptedModel": ".scripted",
+    "ScriptedResponse": ".scripted",
+    "ScriptedToolCall": ".scripted",
+    "call_index": ".scripted",
+    "load_script": ".scripted",
 }
-
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'turncore.model' has no attribute {name!r}")
-    import importlib
-
-    value = getattr(importlib.import_module(f".{module}", __name__), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
 
 
 __all__ = [
@@ -241,3 +228,5 @@ __all__ = [
     "unattributed_options",
     "validate_request",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _LAZY, __all__)
