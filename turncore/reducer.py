@@ -123,6 +123,9 @@ _MODEL_NEXT: dict[ModelCallMove, dict[ModelCallPhase, ModelCallPhase]] = {
 """The same table by move: one lookup of a cached string per event on the hot
 path, instead of hashing a fresh ``(phase, move)`` tuple."""
 
+_STEP_NEXT = _MODEL_NEXT["model_step_event"]  # the hot moves, looked up once
+_COMPLETE_NEXT = _MODEL_NEXT["model_call_completed"]
+
 _OPEN_MODEL_PHASES: frozenset[ModelCallPhase] = frozenset({"requested", "streaming"})
 
 ToolCallPhase = Literal[
@@ -196,6 +199,9 @@ _TOOL_NEXT: dict[ToolCallMove, dict[ToolCallPhase, ToolCallPhase]] = {
     for move in get_args(ToolCallMove)
 }
 """``TOOL_CALL_TRANSITIONS`` by move (see ``_MODEL_NEXT``)."""
+
+_INVOKE_NEXT = _TOOL_NEXT["tool_invocation_requested"]  # the hot moves, looked up once
+_PROGRESS_NEXT = _TOOL_NEXT["tool_progress"]
 
 _AWAITING_HUMAN: frozenset[ToolCallPhase] = frozenset({"awaiting_human", "deferred"})
 """The phases in which a permission waits on a human (§9.3): the one place the
@@ -579,6 +585,25 @@ _set_private = BaseModel.__dict__["__pydantic_private__"].__set__
 _ALL_FIELDS: dict[type[BaseModel], set[str]] = {
     cls: set(cls.model_fields) for cls in (ModelCallState, ToolCallState, PermissionState)
 }
+_TOOL_FIELDS = _ALL_FIELDS[ToolCallState]
+
+
+_PROPOSED: dict[str, Any] = {
+    "model_call_index": 0,
+    "order": 0,
+    "tool_call_id": "",
+    "phase": "proposed",
+    "tool_id": None,
+    "tool_name": "",
+    "input": None,
+    "execution": None,
+    "permission": None,
+    "invocation": None,
+    "progress": None,
+    "result": None,
+}
+"""Every field of a new tool call, to copy and fill in (cheaper than a literal)."""
+assert _PROPOSED.keys() == ToolCallState.model_fields.keys()
 
 
 def _cloned_model(call: ModelCallState) -> ModelCallState:
@@ -619,11 +644,12 @@ class TurnReducer:
         self._tool_calls: list[ToolCallState] = []
         # Tool call id → index in ``_tool_calls`` of the newest call with it.
         self._tool_by_id: dict[str, int] = {}
-        # The tool calls without a terminal result (id → index), in source
-        # order. Only the latest completed model call's batch can have any (a
-        # model call may not start before the previous batch is resolved), so
-        # every check that asks "what is still open" is O(batch), not O(turn).
-        self._unresolved: dict[str, int] = {}
+        # The tool calls without a terminal result, in source order, by id:
+        # their records' fields (see "records"). Only the latest completed
+        # model call's batch can have any (a model call may not start before
+        # the previous batch is resolved), so every check that asks "what is
+        # still open" is O(batch), not O(turn).
+        self._unresolved: dict[str, dict[str, Any]] = {}
         self._suspension: TurnSuspended | None = None
         self._terminal: TerminalEvent | None = None
         # The aggregate usage as plain counters (summed per completion without
@@ -686,10 +712,12 @@ class TurnReducer:
         if models and _is_open(models[-1]):
             models[-1] = _cloned_model(models[-1])
         other._tool_calls = tools = list(self._tool_calls)
-        for i in self._unresolved.values():
-            tools[i] = _cloned_tool(tools[i])
+        other._unresolved = {}
+        for call_id in self._unresolved:
+            i = self._tool_by_id[call_id]
+            clone = tools[i] = _cloned_tool(tools[i])
+            other._unresolved[call_id] = clone.__dict__
         other._tool_by_id = dict(self._tool_by_id)
-        other._unresolved = dict(self._unresolved)
         other._suspension = self._suspension
         other._terminal = self._terminal
         other._totals = self._totals
@@ -739,6 +767,18 @@ class TurnReducer:
     # several times slower than a dict read, so the handlers that run per
     # event read and write an open record's fields through its ``__dict__``.
     # Writing is safe there: the record is open, so this reducer alone holds it.
+
+    def _tool(self, tool_call_id: str) -> ToolCallState:
+        """The newest call with this id (which must exist)."""
+        return self._tool_calls[self._tool_by_id[tool_call_id]]
+
+    def _open_fields(self, tool_call_id: str, kind: str) -> dict[str, Any]:
+        """The fields of the open call an event names; ``_target``'s error if none."""
+        fields = self._unresolved.get(tool_call_id)
+        if fields is None:
+            self._target(tool_call_id, kind)  # raises: every known call not done is open
+            raise AssertionError(f"tool call {tool_call_id!r} is neither open nor done")
+        return fields
 
     def _tool_fields(self, index: int) -> dict[str, Any]:
         return self._tool_calls[index].__dict__
@@ -835,7 +875,8 @@ class TurnReducer:
             raise _corrupt(
                 f"model call index {index} is out of order; the next index is {expected}"
             )
-        if self._model_calls and _is_open(self._model_calls[-1]):
+        models = self._model_calls
+        if models and models[-1].__dict__["phase"] in _OPEN_MODEL_PHASES:  # see "records"
             raise _corrupt(
                 f"model call {index} was requested while model call {index - 1} is unresolved"
             )
@@ -881,9 +922,10 @@ class TurnReducer:
         else:
             if request.context_ref is not None:
                 raise _corrupt(f"model call {index} has a contextRef; only call 0 may")
-            previous = self._model_calls[index - 1]
-            if previous.phase == "completed" and previous.response is not None:
-                calls = _tool_calls(previous.response)
+            previous = self._model_calls[index - 1].__dict__  # see "records"
+            response = previous["response"]
+            if previous["phase"] == "completed" and response is not None:
+                calls = _tool_calls(response)
                 if not calls:
                     raise _corrupt(
                         f"model call {index} follows a response without tool calls, "
@@ -904,11 +946,12 @@ class TurnReducer:
         # Hot: fields through ``__dict__`` (see "records").
         index, calls = event.model_call_index, self._model_calls
         fields = calls[index].__dict__ if index < len(calls) else None
-        nxt = _MODEL_NEXT["model_step_event"].get(fields["phase"]) if fields else None
+        nxt = _STEP_NEXT.get(fields["phase"]) if fields else None
         if fields is None or nxt is None:
             raise _corrupt(_refuse_model(calls, index, event.type))
         fields["step_events"].append(event.event)
-        fields["phase"] = nxt
+        if nxt is not fields["phase"]:  # only the first step moves it
+            fields["phase"] = nxt
 
     def _on_model_failed(self, event: ModelCallFailed) -> None:
         index = event.model_call_index
@@ -922,52 +965,52 @@ class TurnReducer:
             self._add_usage(reported)
 
     def _on_model_completed(self, event: ModelCallCompleted) -> None:
-        index = event.model_call_index
-        nxt = self._move_model(index, "model_call_completed", event.type)
-        new_calls: list[ToolCallState] = []
-        seen: set[str] = set()
+        index, calls = event.model_call_index, self._model_calls
+        model = calls[index].__dict__ if index < len(calls) else None  # see "records"
+        nxt = _COMPLETE_NEXT.get(model["phase"]) if model else None
+        if model is None or nxt is None:
+            raise _corrupt(_refuse_model(calls, index, event.type))
+        # Parts are pydantic models too: each field is read once (see "records").
+        new_calls: dict[str, ToolCallState] = {}
         tools = self._tools_by_name
         for order, part in enumerate(_tool_calls(event.message)):
-            if part.tool_call_id in seen:
+            call_id, name = part.tool_call_id, part.tool_name
+            if call_id in new_calls:
                 raise _corrupt(
-                    f"tool-call id {part.tool_call_id!r} appears twice in model call "
-                    f"{index}'s response"
+                    f"tool-call id {call_id!r} appears twice in model call {index}'s response"
                 )
-            seen.add(part.tool_call_id)
-            d = tools.get(part.tool_name) if tools else None
-            new_calls.append(
-                _record(
-                    ToolCallState,
-                    {
-                        "model_call_index": index,
-                        "order": order,
-                        "tool_call_id": part.tool_call_id,
-                        "phase": "proposed",
-                        "tool_id": d.tool_id if d is not None else None,
-                        "tool_name": part.tool_name,
-                        "input": part.input,
-                        "execution": d.execution if d is not None else None,
-                        "permission": None,
-                        "invocation": None,
-                        "progress": [],
-                        "result": None,
-                    },
-                )
-            )
-        fields = self._model_calls[index].__dict__
-        fields["phase"] = nxt
-        fields["response"] = event.message
-        fields["finish_reason"] = event.finish_reason
-        fields["usage"] = event.usage
+            d = tools.get(name) if tools else None
+            fields = _PROPOSED.copy()
+            fields["model_call_index"] = index
+            fields["order"] = order
+            fields["tool_call_id"] = call_id
+            fields["tool_name"] = name
+            fields["input"] = part.input
+            fields["progress"] = []
+            if d is not None:
+                fields["tool_id"] = d.tool_id
+                fields["execution"] = d.execution
+            # ``_record``, inlined: this loop makes every tool call of a turn.
+            t = _new(ToolCallState)
+            _set_dict(t, fields)
+            _set_fields_set(t, _TOOL_FIELDS)
+            _set_extra(t, None)
+            _set_private(t, None)
+            new_calls[call_id] = t
+        model["phase"] = nxt
+        model["response"] = event.message
+        model["finish_reason"] = event.finish_reason
+        model["usage"] = event.usage
         self._add_usage(event.usage)
-        for t in new_calls:
-            i = len(self._tool_calls)
-            self._tool_calls.append(t)
+        tool_calls, by_id, unresolved = self._tool_calls, self._tool_by_id, self._unresolved
+        for call_id, t in new_calls.items():
+            i = len(tool_calls)
+            tool_calls.append(t)
             # An id reused from an earlier response (§24 forbids duplicates
             # within one response only) now names this call: the earlier one
             # is settled, since no model call starts before its batch is.
-            self._tool_by_id[t.tool_call_id] = i
-            self._unresolved[t.tool_call_id] = i
+            by_id[call_id] = i
+            unresolved[call_id] = t.__dict__
 
     # -- tool calls ---------------------------------------------------------
 
@@ -981,11 +1024,6 @@ class TurnReducer:
         if self._tool_calls[i].phase == "done":
             raise _corrupt(f"{kind} for tool call {tool_call_id!r} after its terminal result")
         return i
-
-    def _descriptor(self, call: ToolCallState) -> ToolDescriptor | None:
-        """The turn's snapshot of the tool the model called, if it has one."""
-        tools = self._tools_by_name
-        return tools.get(call.tool_name) if tools else None
 
     def _on_permission_required(self, event: ToolPermissionRequired) -> None:
         assert self._created is not None
@@ -1065,12 +1103,12 @@ class TurnReducer:
         self._tool_fields(i)["phase"] = nxt
 
     def _on_invocation(self, event: ToolInvocationRequested) -> None:
-        i = self._target(event.tool_call_id, event.type)
-        call = self._tool_calls[i]
-        fields = call.__dict__  # see "records" above
-        nxt = _TOOL_NEXT["tool_invocation_requested"].get(fields["phase"])
+        fields = self._unresolved.get(event.tool_call_id) or self._open_fields(
+            event.tool_call_id, event.type
+        )
+        nxt = _INVOKE_NEXT.get(fields["phase"])
         if nxt is None:
-            raise _corrupt(_refuse_invocation(call))
+            raise _corrupt(_refuse_invocation(self._tool(event.tool_call_id)))
         name = fields["tool_name"]
         if event.tool_name != name:
             raise _corrupt(
@@ -1093,19 +1131,16 @@ class TurnReducer:
             )
         fields["phase"] = nxt
         fields["invocation"] = event
-        fields["tool_id"] = event.tool_id
-        fields["execution"] = event.execution
+        if d is None:  # else they are the snapshot's, which the invocation repeats
+            fields["tool_id"] = event.tool_id
+            fields["execution"] = event.execution
 
     def _on_progress(self, event: ToolProgress) -> None:
-        # An unresolved call is a known one without a result: ``_target``'s
-        # checks, which raise the precise error when the lookup misses.
-        i = self._unresolved.get(event.tool_call_id)
-        if i is None:
-            i = self._target(event.tool_call_id, event.type)
-        # The hottest handler: fields through ``__dict__`` (see "records").
-        call = self._tool_calls[i]
-        fields = call.__dict__
-        if _TOOL_NEXT["tool_progress"].get(fields["phase"]) is None:
+        # The hottest handler.
+        fields = self._unresolved.get(event.tool_call_id) or self._open_fields(
+            event.tool_call_id, event.type
+        )
+        if _PROGRESS_NEXT.get(fields["phase"]) is None:
             raise _corrupt(
                 f"progress for tool call {event.tool_call_id!r}, which was never invoked"
             )
@@ -1115,26 +1150,25 @@ class TurnReducer:
                 f"{source} progress for {fields['execution']} tool call {event.tool_call_id!r}"
             )
         if source == "async":
-            self._human_present_for(call, event.type)
+            self._human_present_for(event.tool_call_id, fields["tool_name"], event.type)
         # ``invoked`` → ``invoked``: only the progress changes.
         fields["progress"].append(event)
 
     def _on_result(self, event: ToolResult) -> None:
-        i = self._tool_by_id.get(event.tool_call_id)
-        if i is None:
-            raise _corrupt(f"tool_result targets unknown tool call {event.tool_call_id!r}")
-        call = self._tool_calls[i]
-        fields = call.__dict__  # see "records" above
-        phase, source = fields["phase"], event.source
-        nxt = _TOOL_NEXT[_result_move(event)].get(phase)
-        # The rules in their order: a second result; then what the result
-        # says of itself; then whether its source could have produced it.
-        if phase == "done":
-            raise _corrupt(f"duplicate terminal result for tool call {event.tool_call_id!r}")
-        if event.tool_name != fields["tool_name"]:
+        call_id = event.tool_call_id
+        fields = self._unresolved.get(call_id)
+        # The rules in their order: a known call; not a second result; then
+        # what the result says of itself; then whether its source could have
+        # produced it (the table: only an invoked call has a sync or async one).
+        if fields is None:
+            if call_id not in self._tool_by_id:
+                raise _corrupt(f"tool_result targets unknown tool call {call_id!r}")
+            raise _corrupt(f"duplicate terminal result for tool call {call_id!r}")
+        source, name = event.source, fields["tool_name"]
+        nxt = _TOOL_NEXT[_result_move(event)].get(fields["phase"])
+        if event.tool_name != name:
             raise _corrupt(
-                f"tool_result names {event.tool_name!r} but tool call "
-                f"{event.tool_call_id!r} is {call.tool_name!r}"
+                f"tool_result names {event.tool_name!r} but tool call {call_id!r} is {name!r}"
             )
         if source == "runtime" and not event.result.is_error:
             raise _corrupt(
@@ -1142,7 +1176,7 @@ class TurnReducer:
                 "a runtime result must be an error (§10.3)"
             )
         if source == "async":
-            self._human_present_for(call, event.type)
+            self._human_present_for(call_id, name, event.type)
         if nxt is None:
             raise _corrupt(
                 f"{event.source} result for tool call {event.tool_call_id!r}, "
@@ -1154,16 +1188,17 @@ class TurnReducer:
             )
         fields["phase"] = nxt
         fields["result"] = event
-        del self._unresolved[event.tool_call_id]
+        del self._unresolved[call_id]
 
-    def _human_present_for(self, call: ToolCallState, kind: str) -> None:
+    def _human_present_for(self, tool_call_id: str, tool_name: str, kind: str) -> None:
         """§10.2: a human-only tool in a turn without a human gets a runtime error at
         once, so nothing may wait on it or answer it from outside."""
         assert self._created is not None
-        d = self._descriptor(call)
+        tools = self._tools_by_name
+        d = tools.get(tool_name) if tools else None
         if d is not None and d.requires_human and not self._created.config.human_available:
             raise _corrupt(
-                f"{kind} for tool call {call.tool_call_id!r}: {call.tool_name} needs a human and "
+                f"{kind} for tool call {tool_call_id!r}: {tool_name} needs a human and "
                 "this turn has none, so it gets an immediate runtime error (§10.2)"
             )
 
@@ -1189,7 +1224,7 @@ class TurnReducer:
             raise _corrupt("turn_suspended while a model call is unresolved")
         # Compare against what is actually pending: the same phase filters as
         # TurnState's views, over the open batch.
-        open_calls = [self._tool_calls[i] for i in self._unresolved.values()]
+        open_calls = [self._tool(i) for i in self._unresolved]
         want_perm = {t.tool_call_id: t for t in open_calls if _awaits_human(t)}
         want_async = {t.tool_call_id: t for t in open_calls if _runs(t, "async")}
         got_perm = [p.tool_call_id for p in event.pending_permissions]
@@ -1207,7 +1242,7 @@ class TurnReducer:
         if not want_perm and not want_async:
             raise _corrupt("turn_suspended with no pending permission or async tool")
         for t in want_async.values():
-            self._human_present_for(t, event.type)
+            self._human_present_for(t.tool_call_id, t.tool_name, event.type)
         if event.usage != self._aggregate():
             raise _corrupt("turn_suspended.usage differs from the turn's aggregate usage")
         # The snapshot is what callers answer from, so each entry must describe
