@@ -624,6 +624,7 @@ class TurnReducer:
         "_created",
         "_turn_id",
         "_tools_by_name",
+        "_proposed",
         "_model_calls",
         "_tool_calls",
         "_tool_by_id",
@@ -640,6 +641,9 @@ class TurnReducer:
         self._created: TurnCreated | None = None
         self._turn_id = ""  # the created turn's, read once per event
         self._tools_by_name: dict[str, ToolDescriptor] | None = None
+        # Per tool in the snapshot, the fields of a new call to it (see
+        # ``_PROPOSED``): the snapshot never changes, so they are made once.
+        self._proposed: dict[str, dict[str, Any]] = {}
         self._model_calls: list[ModelCallState] = []
         self._tool_calls: list[ToolCallState] = []
         # Tool call id → index in ``_tool_calls`` of the newest call with it.
@@ -708,6 +712,7 @@ class TurnReducer:
         other._created = self._created
         other._turn_id = self._turn_id
         other._tools_by_name = self._tools_by_name
+        other._proposed = self._proposed
         other._model_calls = models = list(self._model_calls)
         if models and _is_open(models[-1]):
             models[-1] = _cloned_model(models[-1])
@@ -742,6 +747,15 @@ class TurnReducer:
             resolved = event.agent.resolved
             if isinstance(resolved, ResolvedAgent):
                 self._tools_by_name = {t.name: t for t in resolved.tools}
+                self._proposed = {
+                    t.name: {
+                        **_PROPOSED,
+                        "tool_name": t.name,
+                        "tool_id": t.tool_id,
+                        "execution": t.execution,
+                    }
+                    for t in resolved.tools
+                }
             self._commit(event)
             return
         if event.turn_id != self._turn_id:
@@ -972,24 +986,24 @@ class TurnReducer:
             raise _corrupt(_refuse_model(calls, index, event.type))
         # Parts are pydantic models too: each field is read once (see "records").
         new_calls: dict[str, ToolCallState] = {}
-        tools = self._tools_by_name
+        proposed = self._proposed
         for order, part in enumerate(_tool_calls(event.message)):
             call_id, name = part.tool_call_id, part.tool_name
             if call_id in new_calls:
                 raise _corrupt(
                     f"tool-call id {call_id!r} appears twice in model call {index}'s response"
                 )
-            d = tools.get(name) if tools else None
-            fields = _PROPOSED.copy()
+            known = proposed.get(name)
+            if known is None:  # not in the snapshot: its id and execution are unknown
+                fields = _PROPOSED.copy()
+                fields["tool_name"] = name
+            else:
+                fields = known.copy()
             fields["model_call_index"] = index
             fields["order"] = order
             fields["tool_call_id"] = call_id
-            fields["tool_name"] = name
             fields["input"] = part.input
             fields["progress"] = []
-            if d is not None:
-                fields["tool_id"] = d.tool_id
-                fields["execution"] = d.execution
             # ``_record``, inlined: this loop makes every tool call of a turn.
             t = _new(ToolCallState)
             _set_dict(t, fields)
