@@ -132,11 +132,8 @@ def interrupted_sync_results(
     """Unmatched sync invocations that are not running here get the indeterminate result."""
     return [
         _runtime_error(state, t, INTERRUPTED_TOOL_RESULT, ts)
-        for t in state.tool_calls
-        if t.result is None
-        and t.invocation is not None
-        and t.invocation.execution == "sync"
-        and t.tool_call_id not in running
+        for t in state.running_sync_tools()
+        if t.tool_call_id not in running
     ]
 
 
@@ -174,7 +171,7 @@ def unusable_call_results(state: TurnState, ts: str, tools: Tools = None) -> lis
         return []  # an inherited snapshot not materialized here: nothing can be decided
     out: list[TurnEvent] = []
     for t in state.unresolved_tool_calls():
-        if t.invocation is not None or t.permission is not None:
+        if t.phase != "proposed":
             continue
         d = descriptor_for(state, t, tools)
         if d is None:
@@ -226,7 +223,7 @@ def calls_needing_check(
     """
     out: list[ToolCallState] = []
     for t in state.unresolved_tool_calls():
-        if t.permission is not None or t.invocation is not None or t.tool_call_id in allowed:
+        if t.phase != "proposed" or t.tool_call_id in allowed:
             continue
         d = descriptor_for(state, t, tools)
         if d is not None:
@@ -279,17 +276,8 @@ def permission_required_events(
 
 
 def calls_needing_classification(state: TurnState) -> list[ToolCallState]:
-    if not state.definition.config.auto_permission:
-        return []
-    return [
-        t
-        for t in state.unresolved_tool_calls()
-        if t.permission is not None
-        and t.permission.resolved is None
-        and t.permission.classification is None
-        and t.permission.classification_failed is None
-        and t.permission.required.checker_error is None
-    ]
+    """Required permissions the classifier decides (only an autoPermission turn has any)."""
+    return [t for t in state.tool_calls if t.phase == "permission_required"]
 
 
 def classification_events(
@@ -352,10 +340,9 @@ def classified_resolutions(state: TurnState, ts: str) -> list[TurnEvent]:
     than waiting for a decision nobody else will make.
     """
     out: list[TurnEvent] = []
-    for t in state.unresolved_tool_calls():
-        p = t.permission
-        c = p.classification if p is not None else None
-        if p is None or c is None or p.resolved is not None or c.decision == "defer":
+    for t in state.tool_calls:
+        c = t.permission.classification if t.permission is not None else None
+        if t.phase != "classified" or c is None:
             continue
         out.append(
             ToolPermissionResolved(
@@ -384,20 +371,15 @@ def human_unavailable_denials(state: TurnState, ts: str) -> list[TurnEvent]:
             reason="no human is available to decide",
         )
         for p in state.pending_permissions()
-        if not _awaiting_classifier(state, p.tool_call_id)
     ]
-
-
-def _awaiting_classifier(state: TurnState, tool_call_id: str) -> bool:
-    return any(t.tool_call_id == tool_call_id for t in calls_needing_classification(state))
 
 
 def denial_results(state: TurnState, ts: str) -> list[TurnEvent]:
     """Denied calls receive an immediate runtime error result."""
     out: list[TurnEvent] = []
-    for t in state.unresolved_tool_calls():
+    for t in state.tool_calls:
         resolved = t.permission.resolved if t.permission else None
-        if resolved is not None and resolved.decision == "deny":
+        if t.phase == "denied" and resolved is not None:
             who = {"human": "a human", "classifier": "the permission classifier"}.get(
                 resolved.source, "the runtime (no human available)"
             )
@@ -422,13 +404,8 @@ def invocation_events(
     turn_id = state.definition.turn_id
     human = state.definition.config.human_available
     events: list[TurnEvent] = []
-    for t in state.unresolved_tool_calls():
-        if t.invocation is not None:
-            continue
-        resolved = t.permission.resolved if t.permission else None
-        allowed = (resolved is not None and resolved.decision == "allow") or (
-            t.permission is None and t.tool_call_id in allowed_now
-        )
+    for t in state.tool_calls:
+        allowed = t.phase == "allowed" or (t.phase == "proposed" and t.tool_call_id in allowed_now)
         if not allowed:
             continue
         d = descriptor_for(state, t, tools)
@@ -460,13 +437,7 @@ def invoked_ids(events: Sequence[TurnEvent]) -> set[str]:
 
 
 def sync_calls_to_start(state: TurnState, running: Collection[str]) -> list[ToolCallState]:
-    return [
-        t
-        for t in state.unresolved_tool_calls()
-        if t.invocation is not None
-        and t.invocation.execution == "sync"
-        and t.tool_call_id not in running
-    ]
+    return [t for t in state.running_sync_tools() if t.tool_call_id not in running]
 
 
 # ---------------------------------------------------------------- settling

@@ -8,12 +8,46 @@ of a completed response (permission records, invocations, progress, results in
 any physical order); suspension snapshots whenever work waits on the outside;
 and at most one terminal event, after which nothing may follow.
 
+Every call is one record with an explicit ``phase``: a ``ModelCallState`` per
+model call and a ``ToolCallState`` per tool call the model made. An event about
+a call moves its record through a transition table, ``(phase, move) → next
+phase`` (``MODEL_CALL_TRANSITIONS``, ``TOOL_CALL_TRANSITIONS``). The move is the
+event's type, qualified where the event itself picks the next phase::
+
+    model call   requested ─step→ streaming ─step→ streaming
+                 requested | streaming ─completed→ completed, ─failed→ failed
+
+    tool call    proposed ─required→ permission_required   (autoPermission, checker answered)
+                 proposed ─required/human→ awaiting_human  (no autoPermission, or checker failed)
+                 proposed | allowed ─invocation→ invoked
+                 permission_required ─classified (allow|deny)→ classified
+                 permission_required ─classified/defer | classification_failed→ deferred
+                 classified ─resolved/classifier/allow|deny→ allowed | denied
+                 awaiting_human | deferred ─resolved/human/allow|deny→ allowed | denied
+                 invoked ─progress→ invoked, ─result (sync|async)→ done
+                 any phase but done ─result/runtime→ done
+
+A pair missing from the table is illegal: the refusal for that event names the
+broken rule, checking the rules in the same order as always, so a log with
+several faults reports the same one. Facts that are not about the phase (a
+tool name that differs from the model's, a human decision in a turn without a
+human) are guards checked beside the lookup. The views filter on phase, so
+each rule is written once: a permission waits on a human exactly in
+``awaiting_human`` and ``deferred``; an async or sync tool runs in ``invoked``.
+
 ``TurnReducer`` folds events one at a time. ``apply`` first *checks* the event
 against every invariant that concerns it and only then *mutates*, so an illegal
 event raises ``CorruptTurnError`` naming the broken rule and leaves the reducer
 exactly as it was (the repository's append gate relies on this). Folding is
 linear in the number of events. ``reduce_turn`` is the one-liner fold that
 also reports the 1-based line of the offending event.
+
+The records are frozen pydantic models, written in place by the one reducer
+that holds them while they are open. A record in a terminal phase (``done``,
+``completed``, ``failed``) has no move out of it, so it never changes again
+and reducers share it: ``copy()`` (one per append) copies the lists and
+clones only the open batch. ``state`` hands out copies of every record, so a
+caller that changes their lists never reaches the reducer's.
 
 The reducer never resolves context references, never reads clocks, and never
 infers that a turn is running (§14.3): liveness is not durable.
@@ -22,8 +56,9 @@ infers that a turn is running (§14.3): liveness is not durable.
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, assert_never, get_args
+
+from pydantic import BaseModel
 
 from ._wire import Opt, WireModel
 from .errors import CorruptTurnError
@@ -52,6 +87,7 @@ from .events import (
     ToolResult,
     TurnCancelled,
     TurnCompleted,
+    TurnConfig,
     TurnCreated,
     TurnEvent,
     TurnFailed,
@@ -60,6 +96,168 @@ from .events import (
 )
 from .jsonvalue import JsonValue
 from .messages import AssistantMessage, ToolCallPart
+
+# ---------------------------------------------------------------- phases and their tables
+
+ModelCallPhase = Literal["requested", "streaming", "completed", "failed"]
+
+ModelCallMove = Literal["model_step_event", "model_call_completed", "model_call_failed"]
+
+MODEL_CALL_TRANSITIONS: dict[tuple[ModelCallPhase, ModelCallMove], ModelCallPhase] = {
+    ("requested", "model_step_event"): "streaming",
+    ("streaming", "model_step_event"): "streaming",
+    ("requested", "model_call_completed"): "completed",
+    ("streaming", "model_call_completed"): "completed",
+    ("requested", "model_call_failed"): "failed",
+    ("streaming", "model_call_failed"): "failed",
+}
+"""Where an event about a model call moves it; a missing pair is illegal.
+
+``model_call_requested`` makes the record (in ``requested``); whether it may is
+a rule of the turn (order, limits, the previous batch), not of a call."""
+
+_MODEL_NEXT: dict[ModelCallMove, dict[ModelCallPhase, ModelCallPhase]] = {
+    move: {p: n for (p, m), n in MODEL_CALL_TRANSITIONS.items() if m == move}
+    for move in get_args(ModelCallMove)
+}
+"""The same table by move: one lookup of a cached string per event on the hot
+path, instead of hashing a fresh ``(phase, move)`` tuple."""
+
+_STEP_NEXT = _MODEL_NEXT["model_step_event"]  # the hot moves, looked up once
+_COMPLETE_NEXT = _MODEL_NEXT["model_call_completed"]
+
+_OPEN_MODEL_PHASES: frozenset[ModelCallPhase] = frozenset({"requested", "streaming"})
+
+ToolCallPhase = Literal[
+    "proposed",
+    "permission_required",
+    "awaiting_human",
+    "deferred",
+    "classified",
+    "allowed",
+    "denied",
+    "invoked",
+    "done",
+]
+"""Where a tool call is. ``proposed``: in a completed response, nothing recorded
+yet. ``permission_required``: required, the classifier decides next.
+``awaiting_human``: required, and only a human (or the lack of one) decides:
+no ``autoPermission``, or the checker failed (§9.3). ``deferred``: the
+classifier deferred or failed, so a human decides. ``classified``: the
+classifier allowed or denied; its resolution comes next. ``allowed`` /
+``denied``: resolved. ``invoked``: running (progress keeps it here). ``done``:
+it has its terminal result."""
+
+ToolCallMove = Literal[
+    "tool_permission_required",
+    "tool_permission_required/human",
+    "tool_permission_classified",
+    "tool_permission_classified/defer",
+    "tool_permission_classification_failed",
+    "tool_permission_resolved/classifier/allow",
+    "tool_permission_resolved/classifier/deny",
+    "tool_permission_resolved/human/allow",
+    "tool_permission_resolved/human/deny",
+    "tool_invocation_requested",
+    "tool_progress",
+    "tool_result",
+    "tool_result/runtime",
+]
+"""An event about a tool call, as the table sees it: its type, qualified where
+the event picks the next phase (``_tool_move`` maps events to moves).
+``/human`` covers both ``human`` and ``human_unavailable`` resolutions; a
+``tool_result`` is a sync or async one."""
+
+TOOL_CALL_TRANSITIONS: dict[tuple[ToolCallPhase, ToolCallMove], ToolCallPhase] = {
+    ("proposed", "tool_permission_required"): "permission_required",
+    ("proposed", "tool_permission_required/human"): "awaiting_human",
+    ("proposed", "tool_invocation_requested"): "invoked",
+    ("permission_required", "tool_permission_classified"): "classified",
+    ("permission_required", "tool_permission_classified/defer"): "deferred",
+    ("permission_required", "tool_permission_classification_failed"): "deferred",
+    ("classified", "tool_permission_resolved/classifier/allow"): "allowed",
+    ("classified", "tool_permission_resolved/classifier/deny"): "denied",
+    ("awaiting_human", "tool_permission_resolved/human/allow"): "allowed",
+    ("awaiting_human", "tool_permission_resolved/human/deny"): "denied",
+    ("deferred", "tool_permission_resolved/human/allow"): "allowed",
+    ("deferred", "tool_permission_resolved/human/deny"): "denied",
+    ("allowed", "tool_invocation_requested"): "invoked",
+    ("invoked", "tool_progress"): "invoked",
+    ("invoked", "tool_result"): "done",
+    # The runtime may close any open call with an error (unknown tool, bad
+    # arguments, denial, interruption, cancellation: §10.3).
+    **{
+        (phase, "tool_result/runtime"): "done"
+        for phase in get_args(ToolCallPhase)
+        if phase != "done"
+    },
+}
+"""Where an event about a tool call moves it; a missing pair is illegal."""
+
+_TOOL_NEXT: dict[ToolCallMove, dict[ToolCallPhase, ToolCallPhase]] = {
+    move: {p: n for (p, m), n in TOOL_CALL_TRANSITIONS.items() if m == move}
+    for move in get_args(ToolCallMove)
+}
+"""``TOOL_CALL_TRANSITIONS`` by move (see ``_MODEL_NEXT``)."""
+
+_INVOKE_NEXT = _TOOL_NEXT["tool_invocation_requested"]  # the hot moves, looked up once
+_PROGRESS_NEXT = _TOOL_NEXT["tool_progress"]
+
+_AWAITING_HUMAN: frozenset[ToolCallPhase] = frozenset({"awaiting_human", "deferred"})
+"""The phases in which a permission waits on a human (§9.3): the one place the
+rule is read. Without ``autoPermission`` every required permission asks a
+human; with it, only a classifier ``defer``, a classification failure or a
+checker error (never classified) reach one. Before the classifier has spoken
+the runtime still owns the decision, so a suspension lists only these."""
+
+
+_ToolEvent = (
+    ToolPermissionRequired
+    | ToolPermissionClassified
+    | ToolPermissionClassificationFailed
+    | ToolPermissionResolved
+    | ToolInvocationRequested
+    | ToolProgress
+    | ToolResult
+)
+
+
+def _tool_move(event: _ToolEvent, auto_permission: bool) -> ToolCallMove:
+    """The table's name for a tool event: where the event itself picks the next phase,
+    it says so. ``tool_permission_required/human`` is where the human-wait rule
+    (``_AWAITING_HUMAN``) starts: a permission the classifier may not decide."""
+    match event:
+        case ToolPermissionRequired():
+            if auto_permission and event.checker_error is None:
+                return "tool_permission_required"
+            return "tool_permission_required/human"
+        case ToolPermissionClassified():
+            if event.decision == "defer":
+                return "tool_permission_classified/defer"
+            return "tool_permission_classified"
+        case ToolPermissionClassificationFailed():
+            return "tool_permission_classification_failed"
+        case ToolPermissionResolved():
+            if event.source == "classifier":
+                if event.decision == "allow":
+                    return "tool_permission_resolved/classifier/allow"
+                return "tool_permission_resolved/classifier/deny"
+            if event.decision == "allow":
+                return "tool_permission_resolved/human/allow"
+            return "tool_permission_resolved/human/deny"
+        case ToolInvocationRequested():
+            return "tool_invocation_requested"
+        case ToolProgress():
+            return "tool_progress"
+        case ToolResult():
+            return _result_move(event)
+        case _:
+            assert_never(event)
+
+
+def _result_move(event: ToolResult) -> ToolCallMove:
+    return "tool_result/runtime" if event.source == "runtime" else "tool_result"
+
 
 # ---------------------------------------------------------------- the §14.2 projection
 
@@ -74,11 +272,13 @@ class PermissionState(WireModel):
 
 class ModelCallState(WireModel):
     index: int
+    phase: ModelCallPhase
     request: ModelRequest
     step_events: list[DurableLlmStepStreamEvent]
     response: Opt[AssistantMessage] = None
     finish_reason: Opt[str] = None
     usage: Opt[TurnUsage] = None
+    """The completion's usage, or for a failed call the provider's last report, if any."""
     error: Opt[str] = None
 
 
@@ -86,7 +286,10 @@ class ToolCallState(WireModel):
     model_call_index: int
     order: int
     tool_call_id: str
+    phase: ToolCallPhase
     tool_id: Opt[str] = None
+    """The invocation's, or before it the turn's tool snapshot's (unknown for an
+    inherited snapshot or a tool outside the snapshot)."""
     tool_name: str
     input: JsonValue
     execution: Opt[Literal["sync", "async"]] = None
@@ -94,6 +297,38 @@ class ToolCallState(WireModel):
     invocation: Opt[ToolInvocationRequested] = None
     progress: list[ToolProgress]
     result: Opt[ToolResult] = None
+
+
+def _is_open(call: ModelCallState) -> bool:
+    return call.phase in _OPEN_MODEL_PHASES
+
+
+def _awaits_human(call: ToolCallState) -> bool:
+    return call.phase in _AWAITING_HUMAN
+
+
+def _runs(call: ToolCallState, execution: Literal["sync", "async"]) -> bool:
+    """An invoked ``execution`` call still without its result: the open-call filter."""
+    return call.phase == "invoked" and call.execution == execution
+
+
+def _pending_permission(call: ToolCallState) -> PendingPermission:
+    assert call.permission is not None
+    return PendingPermission(
+        tool_call_id=call.tool_call_id,
+        tool_name=call.tool_name,
+        request=call.permission.required.request,
+    )
+
+
+def _pending_async(call: ToolCallState) -> PendingAsyncTool:
+    assert call.invocation is not None
+    return PendingAsyncTool(
+        tool_call_id=call.tool_call_id,
+        tool_id=call.invocation.tool_id,
+        tool_name=call.tool_name,
+        input=call.invocation.input,
+    )
 
 
 class TurnState(WireModel):
@@ -107,7 +342,7 @@ class TurnState(WireModel):
     usage: TurnUsage
 
     # Derived views used by the runtime and by surfaces. They read the state;
-    # they never add to it.
+    # they never add to it. Each filters on phase.
 
     def open_model_call(self) -> ModelCallState | None:
         if self.model_calls and _is_open(self.model_calls[-1]):
@@ -115,33 +350,17 @@ class TurnState(WireModel):
         return None
 
     def unresolved_tool_calls(self) -> list[ToolCallState]:
-        return [t for t in self.tool_calls if t.result is None]
+        return [t for t in self.tool_calls if t.phase != "done"]
 
     def pending_permissions(self) -> list[PendingPermission]:
-        return [
-            PendingPermission(
-                tool_call_id=t.tool_call_id,
-                tool_name=t.tool_name,
-                request=t.permission.required.request,
-            )
-            for t in self.tool_calls
-            if t.result is None
-            and t.permission is not None
-            and t.permission.resolved is None
-            and _awaits_human(t.permission, self.definition.config.auto_permission)
-        ]
+        return [_pending_permission(t) for t in self.tool_calls if _awaits_human(t)]
 
     def pending_async_tools(self) -> list[PendingAsyncTool]:
-        return [
-            PendingAsyncTool(
-                tool_call_id=t.tool_call_id,
-                tool_id=t.invocation.tool_id,
-                tool_name=t.tool_name,
-                input=t.invocation.input,
-            )
-            for t in self.tool_calls
-            if t.result is None and t.invocation is not None and t.invocation.execution == "async"
-        ]
+        return [_pending_async(t) for t in self.tool_calls if _runs(t, "async")]
+
+    def running_sync_tools(self) -> list[ToolCallState]:
+        """Invoked sync calls without a result: running, or interrupted (§23)."""
+        return [t for t in self.tool_calls if _runs(t, "sync")]
 
     def tool_call(
         self, tool_call_id: str, model_call_index: int | None = None
@@ -160,82 +379,129 @@ class TurnState(WireModel):
         return None
 
 
-def _is_open(call: ModelCallState) -> bool:
-    return call.response is None and call.error is None
+# ---------------------------------------------------------------- refusals
+
+# When a pair is not in a table, these name the rule it breaks. Each checks
+# the rules in the order the reducer always has, so a log breaking several
+# reports the same one. They run only on the illegal path.
 
 
-def _awaits_human(permission: PermissionState, auto: bool) -> bool:
-    """Whether an unresolved required permission waits on a human now (§9.3).
-
-    Without ``autoPermission``: always. With it: once the classifier deferred
-    or failed, or when the checker failed (never classified). Before the
-    classifier has spoken the runtime still owns the decision, so the
-    suspension snapshot lists only what a human must answer.
-    """
-    return (
-        _human_wait_reason(
-            auto,
-            permission.required.checker_error is not None,
-            permission.classification,
-            permission.classification_failed is not None,
-        )
-        is None
-    )
+def _refuse_model(calls: Sequence[ModelCallState], index: int, kind: str) -> str:
+    if index >= len(calls):
+        return f"{kind} for model call {index}, which was never requested"
+    return f"{kind} for model call {index}, which already {calls[index].phase}"
 
 
-def _human_wait_reason(
-    auto: bool,
-    checker_failed: bool,
-    classification: ToolPermissionClassified | None,
-    classification_failed: bool,
-) -> str | None:
-    """None if the permission waits on a human; else why not (one rule for state and fold)."""
-    if not auto or checker_failed or classification_failed:
-        return None
-    if classification is None:
-        return "the classifier has not decided it yet"
-    if classification.decision != "defer":
-        return f"the classifier decided {classification.decision}"
+def _refuse_required(call: ToolCallState) -> str:
+    if call.permission is not None:
+        return f"permission for tool call {call.tool_call_id!r} was already required"
+    return f"permission for tool call {call.tool_call_id!r} was required after its invocation"
+
+
+def _permission_closed(call: ToolCallState, kind: str) -> str | None:
+    """Why no classification or resolution can concern this call's permission, if so."""
+    if call.permission is None:
+        return f"{kind} for tool call {call.tool_call_id!r}, which required no permission"
+    if call.permission.resolved is not None:
+        return f"{kind} for tool call {call.tool_call_id!r} after its permission was resolved"
     return None
 
 
-# ---------------------------------------------------------------- internal fold state
+def _classification_twice_or_unclassifiable(call: ToolCallState, kind: str) -> str | None:
+    p = call.permission
+    assert p is not None
+    if p.classification is not None or p.classification_failed is not None:
+        return f"tool call {call.tool_call_id!r} was classified twice"
+    if p.required.checker_error is not None:
+        return (
+            f"{kind} for tool call {call.tool_call_id!r}, whose permission checker failed: "
+            "it asks a human and is never classified (§9.3)"
+        )
+    return None
 
 
-@dataclass(slots=True)
-class _ModelCall:
-    event: ModelCallRequested
-    steps: list[DurableLlmStepStreamEvent] = field(default_factory=list)
-    completed: ModelCallCompleted | None = None
-    failed: ModelCallFailed | None = None
-
-    @property
-    def open(self) -> bool:
-        return self.completed is None and self.failed is None
+def _no_classifier(kind: str) -> str:
+    return f"{kind} in a turn without autoPermission: no classifier may run"
 
 
-@dataclass(slots=True)
-class _ToolCall:
-    model_call_index: int
-    order: int
-    tool_call_id: str
-    tool_name: str
-    input: JsonValue
-    descriptor: ToolDescriptor | None
-    required: ToolPermissionRequired | None = None
-    classification: ToolPermissionClassified | None = None
-    classification_failed: ToolPermissionClassificationFailed | None = None
-    resolved: ToolPermissionResolved | None = None
-    invocation: ToolInvocationRequested | None = None
-    progress: list[ToolProgress] = field(default_factory=list)
-    result: ToolResult | None = None
+def _refuse_classified(call: ToolCallState, kind: str, config: TurnConfig) -> str:
+    closed = _permission_closed(call, kind)
+    if closed is not None:
+        return closed
+    if not config.auto_permission:
+        return _no_classifier(kind)
+    why = _classification_twice_or_unclassifiable(call, kind)
+    assert why is not None, f"{call.phase} refused a classification for no reason"
+    return why
 
-    @property
-    def execution(self) -> Literal["sync", "async"] | None:
-        if self.invocation is not None:
-            return self.invocation.execution
-        return self.descriptor.execution if self.descriptor is not None else None
 
+def _refuse_classification_failed(call: ToolCallState, kind: str) -> str | None:
+    """Why this one call cannot be in the failure; None when only the turn's rule
+    (no classifier without autoPermission, checked after every call's) forbids it."""
+    closed = _permission_closed(call, kind)
+    if closed is not None:
+        return closed
+    return _classification_twice_or_unclassifiable(call, kind)
+
+
+def _resolution_guard(
+    call: ToolCallState, event: ToolPermissionResolved, human: bool
+) -> str | None:
+    """What the resolution's source says about it, on either path: a classifier's
+    must repeat the classification; a human's needs a turn with a human, and
+    ``human_unavailable`` one without."""
+    if event.source == "classifier":
+        assert call.permission is not None
+        c = call.permission.classification
+        if c is None or c.decision != event.decision:
+            said = c.decision if c is not None else "nothing"
+            return (
+                f"a classifier {event.decision} for tool call {event.tool_call_id!r}, "
+                f"whose classification said {said}"
+            )
+    elif event.source == "human" and not human:
+        return f"a human decision for tool call {event.tool_call_id!r} in a turn without a human"
+    elif event.source == "human_unavailable" and human:
+        return (
+            f"tool call {event.tool_call_id!r} resolved as human_unavailable in a turn with a human"
+        )
+    return None
+
+
+def _refuse_resolved(call: ToolCallState, event: ToolPermissionResolved, human: bool) -> str:
+    p = call.permission
+    if p is not None and p.resolved is not None:
+        return (
+            f"conflicting permission decisions for tool call {event.tool_call_id!r}: "
+            f"already resolved {p.resolved.decision}"
+        )
+    closed = _permission_closed(call, event.type)
+    if closed is not None:
+        return closed
+    guard = _resolution_guard(call, event, human)
+    if guard is not None:
+        return guard
+    assert p is not None
+    # Left: a human or human_unavailable decision before the classifier spoke
+    # or after it decided allow or deny.
+    waits = (
+        "the classifier has not decided it yet"
+        if p.classification is None
+        else f"the classifier decided {p.classification.decision}"
+    )
+    return (
+        f"a {event.source} decision for tool call {event.tool_call_id!r}, "
+        f"which is not awaiting a human: {waits}"
+    )
+
+
+def _refuse_invocation(call: ToolCallState) -> str:
+    if call.phase == "invoked":
+        return f"tool call {call.tool_call_id!r} was invoked twice"
+    return f"tool call {call.tool_call_id!r} was invoked without an allow decision"
+
+
+# ---------------------------------------------------------------- fold helpers
 
 _Totals = tuple[int | None, int | None, int | None, int | None, int | None]
 
@@ -286,12 +552,79 @@ def _reported_usage(steps: Sequence[DurableLlmStepStreamEvent]) -> TurnUsage | N
     return None
 
 
+_R = TypeVar("_R", bound=WireModel)
+
+
+def _record(cls: type[_R], fields: dict[str, Any]) -> _R:
+    """``cls.model_construct(**fields)`` where ``fields`` names every field.
+
+    The values come from validated events, so there is nothing to validate
+    and no default to resolve; skipping both makes a new call's record about
+    twice as cheap, which a fold of a long turn notices.
+    """
+    record = _new(cls)
+    _set_dict(record, fields)
+    # Every field is set, so every record of a class can share one set;
+    # pydantic copies it before changing it (``model_copy``), and a frozen
+    # model never changes it otherwise.
+    _set_fields_set(record, _ALL_FIELDS[cls])
+    _set_extra(record, None)
+    _set_private(record, None)
+    return record
+
+
+# The slots ``model_construct`` fills, set through their descriptors (cheaper
+# than ``object.__setattr__``, which checks its receiver on every call).
+_new = object.__new__
+_set_dict = BaseModel.__dict__["__dict__"].__set__
+_set_fields_set = BaseModel.__dict__["__pydantic_fields_set__"].__set__
+_set_extra = BaseModel.__dict__["__pydantic_extra__"].__set__
+_set_private = BaseModel.__dict__["__pydantic_private__"].__set__
+
+
+_ALL_FIELDS: dict[type[BaseModel], set[str]] = {
+    cls: set(cls.model_fields) for cls in (ModelCallState, ToolCallState, PermissionState)
+}
+_TOOL_FIELDS = _ALL_FIELDS[ToolCallState]
+
+
+_PROPOSED: dict[str, Any] = {
+    "model_call_index": 0,
+    "order": 0,
+    "tool_call_id": "",
+    "phase": "proposed",
+    "tool_id": None,
+    "tool_name": "",
+    "input": None,
+    "execution": None,
+    "permission": None,
+    "invocation": None,
+    "progress": None,
+    "result": None,
+}
+"""Every field of a new tool call, to copy and fill in (cheaper than a literal)."""
+assert _PROPOSED.keys() == ToolCallState.model_fields.keys()
+
+
+def _cloned_model(call: ModelCallState) -> ModelCallState:
+    return call.model_copy(update={"step_events": list(call.step_events)})
+
+
+def _cloned_tool(call: ToolCallState) -> ToolCallState:
+    p = call.permission
+    return call.model_copy(
+        update={"progress": list(call.progress), "permission": p.model_copy() if p else None}
+    )
+
+
 class TurnReducer:
     """Incremental, linear fold of a turn log. ``apply`` checks, then mutates."""
 
     __slots__ = (
         "_created",
+        "_turn_id",
         "_tools_by_name",
+        "_proposed",
         "_model_calls",
         "_tool_calls",
         "_tool_by_id",
@@ -306,15 +639,21 @@ class TurnReducer:
 
     def __init__(self) -> None:
         self._created: TurnCreated | None = None
+        self._turn_id = ""  # the created turn's, read once per event
         self._tools_by_name: dict[str, ToolDescriptor] | None = None
-        self._model_calls: list[_ModelCall] = []
-        self._tool_calls: list[_ToolCall] = []
-        self._tool_by_id: dict[str, _ToolCall] = {}
-        # The tool calls without a terminal result, in source order. Only the
-        # latest completed model call's batch can have any (a model call may
-        # not start before the previous batch is resolved), so every check
-        # that asks "what is still open" is O(batch), not O(turn).
-        self._unresolved: dict[str, _ToolCall] = {}
+        # Per tool in the snapshot, the fields of a new call to it (see
+        # ``_PROPOSED``): the snapshot never changes, so they are made once.
+        self._proposed: dict[str, dict[str, Any]] = {}
+        self._model_calls: list[ModelCallState] = []
+        self._tool_calls: list[ToolCallState] = []
+        # Tool call id → index in ``_tool_calls`` of the newest call with it.
+        self._tool_by_id: dict[str, int] = {}
+        # The tool calls without a terminal result, in source order, by id:
+        # their records' fields (see "records"). Only the latest completed
+        # model call's batch can have any (a model call may not start before
+        # the previous batch is resolved), so every check that asks "what is
+        # still open" is O(batch), not O(turn).
+        self._unresolved: dict[str, dict[str, Any]] = {}
         self._suspension: TurnSuspended | None = None
         self._terminal: TerminalEvent | None = None
         # The aggregate usage as plain counters (summed per completion without
@@ -350,37 +689,40 @@ class TurnReducer:
         if self._created is None:
             raise _corrupt("the turn has no turn_created event")
         if self._state is None:
-            self._state = self._project(self._created)
+            # Copies of the records, not the records: a caller may change the
+            # state's lists (progress, step events) without reaching the
+            # reducer's, which it shares only with its own copies.
+            self._state = TurnState.model_construct(
+                definition=self._created,
+                model_calls=[_cloned_model(m) for m in self._model_calls],
+                tool_calls=[_cloned_tool(t) for t in self._tool_calls],
+                suspension=self._suspension,
+                terminal=self._terminal,
+                usage=self._aggregate(),
+            )
         return self._state
 
     def copy(self) -> TurnReducer:
-        """An independent reducer at the same point (for trial appends)."""
+        """An independent reducer at the same point (for trial appends).
+
+        Settled records never change, so both share them; the open ones (the
+        last model call, the unresolved batch) are cloned: O(batch), not O(turn).
+        """
         other = TurnReducer()
         other._created = self._created
+        other._turn_id = self._turn_id
         other._tools_by_name = self._tools_by_name
-        other._model_calls = [
-            _ModelCall(m.event, list(m.steps), m.completed, m.failed) for m in self._model_calls
-        ]
-        other._tool_calls = [
-            _ToolCall(
-                t.model_call_index,
-                t.order,
-                t.tool_call_id,
-                t.tool_name,
-                t.input,
-                t.descriptor,
-                t.required,
-                t.classification,
-                t.classification_failed,
-                t.resolved,
-                t.invocation,
-                list(t.progress),
-                t.result,
-            )
-            for t in self._tool_calls
-        ]
-        other._tool_by_id = {t.tool_call_id: t for t in other._tool_calls}
-        other._unresolved = {i: other._tool_by_id[i] for i in self._unresolved}
+        other._proposed = self._proposed
+        other._model_calls = models = list(self._model_calls)
+        if models and _is_open(models[-1]):
+            models[-1] = _cloned_model(models[-1])
+        other._tool_calls = tools = list(self._tool_calls)
+        other._unresolved = {}
+        for call_id in self._unresolved:
+            i = self._tool_by_id[call_id]
+            clone = tools[i] = _cloned_tool(tools[i])
+            other._unresolved[call_id] = clone.__dict__
+        other._tool_by_id = dict(self._tool_by_id)
         other._suspension = self._suspension
         other._terminal = self._terminal
         other._totals = self._totals
@@ -401,12 +743,22 @@ class TurnReducer:
                 raise _corrupt(f"the first event must be turn_created, not {event.type}")
             self._check_created(event)
             self._created = event
+            self._turn_id = event.turn_id
             resolved = event.agent.resolved
             if isinstance(resolved, ResolvedAgent):
                 self._tools_by_name = {t.name: t for t in resolved.tools}
+                self._proposed = {
+                    t.name: {
+                        **_PROPOSED,
+                        "tool_name": t.name,
+                        "tool_id": t.tool_id,
+                        "execution": t.execution,
+                    }
+                    for t in resolved.tools
+                }
             self._commit(event)
             return
-        if event.turn_id != created.turn_id:
+        if event.turn_id != self._turn_id:
             raise _corrupt(
                 f"{event.type} has turnId {event.turn_id!r}, not this turn's {created.turn_id!r}"
             )
@@ -422,6 +774,33 @@ class TurnReducer:
         self._suspension = (
             event if handler is _ON_SUSPENDED and isinstance(event, TurnSuspended) else None
         )
+
+    # -- records ------------------------------------------------------------
+
+    # Pydantic models define ``__getattr__``, which makes every attribute read
+    # several times slower than a dict read, so the handlers that run per
+    # event read and write an open record's fields through its ``__dict__``.
+    # Writing is safe there: the record is open, so this reducer alone holds it.
+
+    def _tool(self, tool_call_id: str) -> ToolCallState:
+        """The newest call with this id (which must exist)."""
+        return self._tool_calls[self._tool_by_id[tool_call_id]]
+
+    def _open_fields(self, tool_call_id: str, kind: str) -> dict[str, Any]:
+        """The fields of the open call an event names; ``_target``'s error if none."""
+        fields = self._unresolved.get(tool_call_id)
+        if fields is None:
+            self._target(tool_call_id, kind)  # raises: every known call not done is open
+            raise AssertionError(f"tool call {tool_call_id!r} is neither open nor done")
+        return fields
+
+    def _tool_fields(self, index: int) -> dict[str, Any]:
+        return self._tool_calls[index].__dict__
+
+    def _permission_fields(self, index: int) -> dict[str, Any]:
+        permission = self._tool_calls[index].permission
+        assert permission is not None
+        return permission.__dict__
 
     # -- bookkeeping --------------------------------------------------------
 
@@ -473,29 +852,14 @@ class TurnReducer:
     def _on_created_again(self, event: TurnCreated) -> None:
         raise _corrupt("a turn has exactly one turn_created event")
 
-    def _on_step(self, event: ModelStepEvent) -> None:
-        calls, index = self._model_calls, event.model_call_index
-        call = calls[index] if index < len(calls) else None
-        if call is None or call.completed is not None or call.failed is not None:
-            call = self._open_call(index, event.type)  # raises
-        call.steps.append(event.event)
-
-    def _on_model_failed(self, event: ModelCallFailed) -> None:
-        call = self._open_call(event.model_call_index, event.type)
-        call.failed = event
-        # Tokens an accepted attempt used before it broke are still spent: the
-        # provider's last report rides a finish-step of the failed call.
-        reported = _reported_usage(call.steps)
-        if reported is not None:
-            self._add_usage(reported)
-
     def _on_failed_or_cancelled(self, event: TurnFailed | TurnCancelled) -> None:
         self._check_settled(event.type)
         last = self._model_calls[-1] if self._model_calls else None
         if (
             last is not None
-            and last.completed is not None
-            and not _tool_calls(last.completed.message)
+            and last.phase == "completed"
+            and last.response is not None
+            and not _tool_calls(last.response)
         ):
             # §18 10.l: the loop completes as soon as such a response is recorded;
             # no failure or cancellation can come between (§22 cancels open work only).
@@ -508,14 +872,13 @@ class TurnReducer:
 
     # -- model calls --------------------------------------------------------
 
-    def _open_call(self, index: int, kind: str) -> _ModelCall:
-        if index >= len(self._model_calls):
-            raise _corrupt(f"{kind} for model call {index}, which was never requested")
-        call = self._model_calls[index]
-        if call.completed is not None or call.failed is not None:
-            done = "completed" if call.completed is not None else "failed"
-            raise _corrupt(f"{kind} for model call {index}, which already {done}")
-        return call
+    def _move_model(self, index: int, move: ModelCallMove, kind: str) -> ModelCallPhase:
+        """The phase model call ``index`` moves to, or the rule the move breaks."""
+        calls = self._model_calls
+        nxt = _MODEL_NEXT[move].get(calls[index].phase) if index < len(calls) else None
+        if nxt is None:
+            raise _corrupt(_refuse_model(calls, index, kind))
+        return nxt
 
     def _on_model_requested(self, event: ModelCallRequested) -> None:
         created = self._created
@@ -526,7 +889,8 @@ class TurnReducer:
             raise _corrupt(
                 f"model call index {index} is out of order; the next index is {expected}"
             )
-        if self._model_calls and self._model_calls[-1].open:
+        models = self._model_calls
+        if models and models[-1].__dict__["phase"] in _OPEN_MODEL_PHASES:  # see "records"
             raise _corrupt(
                 f"model call {index} was requested while model call {index - 1} is unresolved"
             )
@@ -540,7 +904,21 @@ class TurnReducer:
                 f"{list(self._unresolved)} have results"
             )
         self._check_request_refs(created, index, event.request)
-        self._model_calls.append(_ModelCall(event))
+        self._model_calls.append(
+            _record(
+                ModelCallState,
+                {
+                    "index": index,
+                    "phase": "requested",
+                    "request": event.request,
+                    "step_events": [],
+                    "response": None,
+                    "finish_reason": None,
+                    "usage": None,
+                    "error": None,
+                },
+            )
+        )
 
     def _check_request_refs(self, created: TurnCreated, index: int, request: ModelRequest) -> None:
         if index == 0:
@@ -558,9 +936,10 @@ class TurnReducer:
         else:
             if request.context_ref is not None:
                 raise _corrupt(f"model call {index} has a contextRef; only call 0 may")
-            previous = self._model_calls[index - 1]
-            if previous.completed is not None:
-                calls = _tool_calls(previous.completed.message)
+            previous = self._model_calls[index - 1].__dict__  # see "records"
+            response = previous["response"]
+            if previous["phase"] == "completed" and response is not None:
+                calls = _tool_calls(response)
                 if not calls:
                     raise _corrupt(
                         f"model call {index} follows a response without tool calls, "
@@ -577,181 +956,184 @@ class TurnReducer:
                 f"but the transcript requires {expected} (tool results in call order)"
             )
 
+    def _on_step(self, event: ModelStepEvent) -> None:
+        # Hot: fields through ``__dict__`` (see "records").
+        index, calls = event.model_call_index, self._model_calls
+        fields = calls[index].__dict__ if index < len(calls) else None
+        nxt = _STEP_NEXT.get(fields["phase"]) if fields else None
+        if fields is None or nxt is None:
+            raise _corrupt(_refuse_model(calls, index, event.type))
+        fields["step_events"].append(event.event)
+        if nxt is not fields["phase"]:  # only the first step moves it
+            fields["phase"] = nxt
+
+    def _on_model_failed(self, event: ModelCallFailed) -> None:
+        index = event.model_call_index
+        nxt = self._move_model(index, "model_call_failed", event.type)
+        fields = self._model_calls[index].__dict__
+        # Tokens an accepted attempt used before it broke are still spent: the
+        # provider's last report rides a finish-step of the failed call.
+        reported = _reported_usage(fields["step_events"])
+        fields.update(phase=nxt, error=event.error, usage=reported)
+        if reported is not None:
+            self._add_usage(reported)
+
     def _on_model_completed(self, event: ModelCallCompleted) -> None:
-        call = self._open_call(event.model_call_index, event.type)
-        new_calls: list[_ToolCall] = []
-        seen: set[str] = set()
+        index, calls = event.model_call_index, self._model_calls
+        model = calls[index].__dict__ if index < len(calls) else None  # see "records"
+        nxt = _COMPLETE_NEXT.get(model["phase"]) if model else None
+        if model is None or nxt is None:
+            raise _corrupt(_refuse_model(calls, index, event.type))
+        # Parts are pydantic models too: each field is read once (see "records").
+        new_calls: dict[str, ToolCallState] = {}
+        proposed = self._proposed
         for order, part in enumerate(_tool_calls(event.message)):
-            if part.tool_call_id in seen:
+            call_id, name = part.tool_call_id, part.tool_name
+            if call_id in new_calls:
                 raise _corrupt(
-                    f"tool-call id {part.tool_call_id!r} appears twice in model call "
-                    f"{event.model_call_index}'s response"
+                    f"tool-call id {call_id!r} appears twice in model call {index}'s response"
                 )
-            seen.add(part.tool_call_id)
-            descriptor = self._tools_by_name.get(part.tool_name) if self._tools_by_name else None
-            new_calls.append(
-                _ToolCall(
-                    event.model_call_index,
-                    order,
-                    part.tool_call_id,
-                    part.tool_name,
-                    part.input,
-                    descriptor,
-                )
-            )
-        call.completed = event
+            known = proposed.get(name)
+            if known is None:  # not in the snapshot: its id and execution are unknown
+                fields = _PROPOSED.copy()
+                fields["tool_name"] = name
+            else:
+                fields = known.copy()
+            fields["model_call_index"] = index
+            fields["order"] = order
+            fields["tool_call_id"] = call_id
+            fields["input"] = part.input
+            fields["progress"] = []
+            # ``_record``, inlined: this loop makes every tool call of a turn.
+            t = _new(ToolCallState)
+            _set_dict(t, fields)
+            _set_fields_set(t, _TOOL_FIELDS)
+            _set_extra(t, None)
+            _set_private(t, None)
+            new_calls[call_id] = t
+        model["phase"] = nxt
+        model["response"] = event.message
+        model["finish_reason"] = event.finish_reason
+        model["usage"] = event.usage
         self._add_usage(event.usage)
-        for t in new_calls:
-            self._tool_calls.append(t)
+        tool_calls, by_id, unresolved = self._tool_calls, self._tool_by_id, self._unresolved
+        for call_id, t in new_calls.items():
+            i = len(tool_calls)
+            tool_calls.append(t)
             # An id reused from an earlier response (§24 forbids duplicates
             # within one response only) now names this call: the earlier one
             # is settled, since no model call starts before its batch is.
-            self._tool_by_id[t.tool_call_id] = t
-            self._unresolved[t.tool_call_id] = t
+            by_id[call_id] = i
+            unresolved[call_id] = t.__dict__
 
-    # -- permissions --------------------------------------------------------
+    # -- tool calls ---------------------------------------------------------
 
-    def _target(self, tool_call_id: str, kind: str) -> _ToolCall:
-        call = self._tool_by_id.get(tool_call_id)
-        if call is None:
+    def _target(self, tool_call_id: str, kind: str) -> int:
+        """The index of the call a tool event names; it must still be open."""
+        i = self._tool_by_id.get(tool_call_id)
+        if i is None:
             raise _corrupt(f"{kind} targets unknown tool call {tool_call_id!r}")
-        if call.result is not None:
+        # Nothing follows a call's result: every move out of ``done`` is
+        # refused, and (but for a second result) with this rule.
+        if self._tool_calls[i].phase == "done":
             raise _corrupt(f"{kind} for tool call {tool_call_id!r} after its terminal result")
-        return call
+        return i
 
     def _on_permission_required(self, event: ToolPermissionRequired) -> None:
-        call = self._target(event.tool_call_id, event.type)
-        if call.required is not None:
-            raise _corrupt(f"permission for tool call {event.tool_call_id!r} was already required")
-        if call.invocation is not None:
-            raise _corrupt(
-                f"permission for tool call {event.tool_call_id!r} was required after its invocation"
-            )
+        assert self._created is not None
+        i = self._target(event.tool_call_id, event.type)
+        call = self._tool_calls[i]
+        nxt = _TOOL_NEXT[_tool_move(event, self._created.config.auto_permission)].get(call.phase)
+        if nxt is None:
+            raise _corrupt(_refuse_required(call))
         if event.tool_name != call.tool_name:
             raise _corrupt(
                 f"tool_permission_required names {event.tool_name!r} but tool call "
                 f"{event.tool_call_id!r} is {call.tool_name!r}"
             )
-        call.required = event
-
-    def _needs_open_permission(self, call: _ToolCall, kind: str) -> None:
-        if call.required is None:
-            raise _corrupt(
-                f"{kind} for tool call {call.tool_call_id!r}, which required no permission"
-            )
-        if call.resolved is not None:
-            raise _corrupt(
-                f"{kind} for tool call {call.tool_call_id!r} after its permission was resolved"
-            )
-
-    def _human_wait(self, call: _ToolCall) -> str | None:
-        """None if the permission now waits on a human (§9.3); else why it does not.
-
-        Without ``autoPermission`` every required permission asks a human. With
-        it, only a classifier ``defer``, a classification failure or a checker
-        error (which is never classified) reach one; an ``allow`` or ``deny``
-        is the classifier's, and before it speaks nothing waits on a human.
-        """
-        assert self._created is not None and call.required is not None
-        return _human_wait_reason(
-            self._created.config.auto_permission,
-            call.required.checker_error is not None,
-            call.classification,
-            call.classification_failed is not None,
+        self._tool_fields(i).update(
+            phase=nxt,
+            permission=_record(
+                PermissionState,
+                {
+                    "required": event,
+                    "classification": None,
+                    "classification_failed": None,
+                    "resolved": None,
+                },
+            ),
         )
 
-    def _never_classified(self, call: _ToolCall, kind: str) -> None:
-        if call.required is not None and call.required.checker_error is not None:
-            raise _corrupt(
-                f"{kind} for tool call {call.tool_call_id!r}, whose permission checker failed: "
-                "it asks a human and is never classified (§9.3)"
-            )
-
-    def _needs_auto_permission(self, kind: str) -> None:
-        assert self._created is not None
-        if not self._created.config.auto_permission:
-            raise _corrupt(f"{kind} in a turn without autoPermission: no classifier may run")
-
     def _on_permission_classified(self, event: ToolPermissionClassified) -> None:
-        call = self._target(event.tool_call_id, event.type)
-        self._needs_open_permission(call, event.type)
-        self._needs_auto_permission(event.type)
-        if call.classification is not None or call.classification_failed is not None:
-            raise _corrupt(f"tool call {event.tool_call_id!r} was classified twice")
-        self._never_classified(call, event.type)
-        call.classification = event
+        assert self._created is not None
+        config = self._created.config
+        i = self._target(event.tool_call_id, event.type)
+        call = self._tool_calls[i]
+        nxt = _TOOL_NEXT[_tool_move(event, config.auto_permission)].get(call.phase)
+        if nxt is None:
+            raise _corrupt(_refuse_classified(call, event.type, config))
+        self._permission_fields(i)["classification"] = event
+        self._tool_fields(i)["phase"] = nxt
 
     def _on_classification_failed(self, event: ToolPermissionClassificationFailed) -> None:
         if not event.tool_call_ids:
             raise _corrupt("tool_permission_classification_failed names no tool call")
         if len(set(event.tool_call_ids)) != len(event.tool_call_ids):
             raise _corrupt("tool_permission_classification_failed lists a tool call twice")
+        assert self._created is not None
+        config = self._created.config
         targets = [self._target(i, event.type) for i in event.tool_call_ids]
-        for call in targets:
-            self._needs_open_permission(call, event.type)
-            if call.classification is not None or call.classification_failed is not None:
-                raise _corrupt(f"tool call {call.tool_call_id!r} was classified twice")
-            self._never_classified(call, event.type)
-        self._needs_auto_permission(event.type)
-        for call in targets:
-            call.classification_failed = event
+        moves: list[tuple[int, ToolCallPhase]] = []
+        for i in targets:
+            call = self._tool_calls[i]
+            nxt = _TOOL_NEXT["tool_permission_classification_failed"].get(call.phase)
+            if nxt is None:
+                why = _refuse_classification_failed(call, event.type)
+                if why is not None:
+                    raise _corrupt(why)
+                # A call that only a turn without autoPermission can hold:
+                # the turn's rule below refuses it, after every call's own.
+                assert not config.auto_permission
+                continue
+            moves.append((i, nxt))
+        if not config.auto_permission:
+            raise _corrupt(_no_classifier(event.type))
+        for i, nxt in moves:
+            self._permission_fields(i)["classification_failed"] = event
+            self._tool_fields(i)["phase"] = nxt
 
     def _on_permission_resolved(self, event: ToolPermissionResolved) -> None:
-        call = self._target(event.tool_call_id, event.type)
-        if call.resolved is not None:
-            raise _corrupt(
-                f"conflicting permission decisions for tool call {event.tool_call_id!r}: "
-                f"already resolved {call.resolved.decision}"
-            )
-        self._needs_open_permission(call, event.type)
         assert self._created is not None
-        human = self._created.config.human_available
-        if event.source == "classifier":
-            c = call.classification
-            if c is None or c.decision != event.decision:
-                said = c.decision if c is not None else "nothing"
-                raise _corrupt(
-                    f"a classifier {event.decision} for tool call {event.tool_call_id!r}, "
-                    f"whose classification said {said}"
-                )
-        elif event.source == "human" and not human:
-            raise _corrupt(
-                f"a human decision for tool call {event.tool_call_id!r} in a turn without a human"
-            )
-        elif event.source == "human_unavailable" and human:
-            raise _corrupt(
-                f"tool call {event.tool_call_id!r} resolved as human_unavailable in a turn with a human"
-            )
-        if event.source != "classifier":
-            waits = self._human_wait(call)
-            if waits is not None:
-                raise _corrupt(
-                    f"a {event.source} decision for tool call {event.tool_call_id!r}, "
-                    f"which is not awaiting a human: {waits}"
-                )
-        call.resolved = event
-
-    # -- tools --------------------------------------------------------------
+        config = self._created.config
+        i = self._target(event.tool_call_id, event.type)
+        call = self._tool_calls[i]
+        nxt = _TOOL_NEXT[_tool_move(event, config.auto_permission)].get(call.phase)
+        if nxt is None:
+            raise _corrupt(_refuse_resolved(call, event, config.human_available))
+        guard = _resolution_guard(call, event, config.human_available)
+        if guard is not None:
+            raise _corrupt(guard)
+        self._permission_fields(i)["resolved"] = event
+        self._tool_fields(i)["phase"] = nxt
 
     def _on_invocation(self, event: ToolInvocationRequested) -> None:
-        call = self._target(event.tool_call_id, event.type)
-        if call.invocation is not None:
-            raise _corrupt(f"tool call {event.tool_call_id!r} was invoked twice")
-        if call.required is not None and (
-            call.resolved is None or call.resolved.decision != "allow"
-        ):
+        fields = self._unresolved.get(event.tool_call_id) or self._open_fields(
+            event.tool_call_id, event.type
+        )
+        nxt = _INVOKE_NEXT.get(fields["phase"])
+        if nxt is None:
+            raise _corrupt(_refuse_invocation(self._tool(event.tool_call_id)))
+        name = fields["tool_name"]
+        if event.tool_name != name:
             raise _corrupt(
-                f"tool call {event.tool_call_id!r} was invoked without an allow decision"
+                f"invocation names tool {event.tool_name!r} but the model called {name!r}"
             )
-        if event.tool_name != call.tool_name:
-            raise _corrupt(
-                f"invocation names tool {event.tool_name!r} but the model called {call.tool_name!r}"
-            )
-        if event.input != call.input:
+        if event.input != fields["input"]:
             raise _corrupt(
                 f"invocation input for tool call {event.tool_call_id!r} differs from the model's"
             )
-        d = call.descriptor
+        tools = self._tools_by_name
+        d = tools.get(name) if tools else None
         if d is not None and (d.tool_id != event.tool_id or d.execution != event.execution):
             raise _corrupt(
                 f"invocation of {event.tool_name!r} as {event.tool_id}/{event.execution} "
@@ -761,74 +1143,83 @@ class TurnReducer:
             raise _corrupt(
                 f"invocation of {event.tool_name!r}, which is not in the turn's tool set"
             )
-        call.invocation = event
+        fields["phase"] = nxt
+        fields["invocation"] = event
+        if d is None:  # else they are the snapshot's, which the invocation repeats
+            fields["tool_id"] = event.tool_id
+            fields["execution"] = event.execution
 
     def _on_progress(self, event: ToolProgress) -> None:
-        # An unresolved call is a known one without a result: ``_target``'s
-        # checks, which raise the precise error when the lookup misses.
-        call = self._unresolved.get(event.tool_call_id) or self._target(
+        # The hottest handler.
+        fields = self._unresolved.get(event.tool_call_id) or self._open_fields(
             event.tool_call_id, event.type
         )
-        if call.invocation is None:
+        if _PROGRESS_NEXT.get(fields["phase"]) is None:
             raise _corrupt(
                 f"progress for tool call {event.tool_call_id!r}, which was never invoked"
             )
-        if call.invocation.execution != event.source:
+        source = event.source
+        if fields["execution"] != source:
             raise _corrupt(
-                f"{event.source} progress for {call.invocation.execution} tool call "
-                f"{event.tool_call_id!r}"
+                f"{source} progress for {fields['execution']} tool call {event.tool_call_id!r}"
             )
-        if event.source == "async":
-            self._human_present_for(call, event.type)
-        call.progress.append(event)
+        if source == "async":
+            self._human_present_for(event.tool_call_id, fields["tool_name"], event.type)
+        # ``invoked`` → ``invoked``: only the progress changes.
+        fields["progress"].append(event)
 
     def _on_result(self, event: ToolResult) -> None:
-        call = self._tool_by_id.get(event.tool_call_id)
-        if call is None:
-            raise _corrupt(f"tool_result targets unknown tool call {event.tool_call_id!r}")
-        if call.result is not None:
-            raise _corrupt(f"duplicate terminal result for tool call {event.tool_call_id!r}")
-        if event.tool_name != call.tool_name:
+        call_id = event.tool_call_id
+        fields = self._unresolved.get(call_id)
+        # The rules in their order: a known call; not a second result; then
+        # what the result says of itself; then whether its source could have
+        # produced it (the table: only an invoked call has a sync or async one).
+        if fields is None:
+            if call_id not in self._tool_by_id:
+                raise _corrupt(f"tool_result targets unknown tool call {call_id!r}")
+            raise _corrupt(f"duplicate terminal result for tool call {call_id!r}")
+        source, name = event.source, fields["tool_name"]
+        nxt = _TOOL_NEXT[_result_move(event)].get(fields["phase"])
+        if event.tool_name != name:
             raise _corrupt(
-                f"tool_result names {event.tool_name!r} but tool call "
-                f"{event.tool_call_id!r} is {call.tool_name!r}"
+                f"tool_result names {event.tool_name!r} but tool call {call_id!r} is {name!r}"
             )
-        if event.source == "runtime" and not event.result.is_error:
+        if source == "runtime" and not event.result.is_error:
             raise _corrupt(
                 f"runtime result for tool call {event.tool_call_id!r} has isError false; "
                 "a runtime result must be an error (§10.3)"
             )
-        if event.source == "async":
-            self._human_present_for(call, event.type)
-        if event.source != "runtime":
-            if call.invocation is None:
-                raise _corrupt(
-                    f"{event.source} result for tool call {event.tool_call_id!r}, "
-                    "which was never invoked"
-                )
-            if call.invocation.execution != event.source:
-                raise _corrupt(
-                    f"{event.source} result for {call.invocation.execution} tool call "
-                    f"{event.tool_call_id!r}"
-                )
-        call.result = event
-        del self._unresolved[event.tool_call_id]
+        if source == "async":
+            self._human_present_for(call_id, name, event.type)
+        if nxt is None:
+            raise _corrupt(
+                f"{event.source} result for tool call {event.tool_call_id!r}, "
+                "which was never invoked"
+            )
+        if source != "runtime" and fields["execution"] != source:
+            raise _corrupt(
+                f"{source} result for {fields['execution']} tool call {event.tool_call_id!r}"
+            )
+        fields["phase"] = nxt
+        fields["result"] = event
+        del self._unresolved[call_id]
 
-    def _human_present_for(self, call: _ToolCall, kind: str) -> None:
+    def _human_present_for(self, tool_call_id: str, tool_name: str, kind: str) -> None:
         """§10.2: a human-only tool in a turn without a human gets a runtime error at
         once, so nothing may wait on it or answer it from outside."""
         assert self._created is not None
-        d = call.descriptor
+        tools = self._tools_by_name
+        d = tools.get(tool_name) if tools else None
         if d is not None and d.requires_human and not self._created.config.human_available:
             raise _corrupt(
-                f"{kind} for tool call {call.tool_call_id!r}: {call.tool_name} needs a human and "
+                f"{kind} for tool call {tool_call_id!r}: {tool_name} needs a human and "
                 "this turn has none, so it gets an immediate runtime error (§10.2)"
             )
 
     # -- settle points ------------------------------------------------------
 
     def _check_settled(self, kind: str) -> None:
-        if self._model_calls and self._model_calls[-1].open:
+        if self._model_calls and _is_open(self._model_calls[-1]):
             raise _corrupt(f"{kind} while model call {len(self._model_calls) - 1} is unresolved")
         if self._unresolved:
             raise _corrupt(
@@ -843,53 +1234,46 @@ class TurnReducer:
                 "turn_suspended directly follows another turn_suspended; a new snapshot "
                 "is appended only after something changed (§11.1)"
             )
-        if self._model_calls and self._model_calls[-1].open:
+        if self._model_calls and _is_open(self._model_calls[-1]):
             raise _corrupt("turn_suspended while a model call is unresolved")
-        # Compare against what is actually pending (same rule as TurnState's views).
-        want_perm = {
-            t.tool_call_id
-            for t in self._unresolved.values()
-            if t.required is not None and t.resolved is None and self._human_wait(t) is None
-        }
-        want_async = {
-            t.tool_call_id
-            for t in self._unresolved.values()
-            if t.invocation is not None and t.invocation.execution == "async"
-        }
+        # Compare against what is actually pending: the same phase filters as
+        # TurnState's views, over the open batch.
+        open_calls = [self._tool(i) for i in self._unresolved]
+        want_perm = {t.tool_call_id: t for t in open_calls if _awaits_human(t)}
+        want_async = {t.tool_call_id: t for t in open_calls if _runs(t, "async")}
         got_perm = [p.tool_call_id for p in event.pending_permissions]
         got_async = [p.tool_call_id for p in event.pending_async_tools]
-        if set(got_perm) != want_perm or len(got_perm) != len(want_perm):
+        if set(got_perm) != want_perm.keys() or len(got_perm) != len(want_perm):
             raise _corrupt(
                 f"turn_suspended lists pending permissions {sorted(got_perm)} "
                 f"but {sorted(want_perm)} are pending"
             )
-        if set(got_async) != want_async or len(got_async) != len(want_async):
+        if set(got_async) != want_async.keys() or len(got_async) != len(want_async):
             raise _corrupt(
                 f"turn_suspended lists pending async tools {sorted(got_async)} "
                 f"but {sorted(want_async)} are pending"
             )
         if not want_perm and not want_async:
             raise _corrupt("turn_suspended with no pending permission or async tool")
-        for i in want_async:
-            self._human_present_for(self._tool_by_id[i], event.type)
+        for t in want_async.values():
+            self._human_present_for(t.tool_call_id, t.tool_name, event.type)
         if event.usage != self._aggregate():
             raise _corrupt("turn_suspended.usage differs from the turn's aggregate usage")
         # The snapshot is what callers answer from, so each entry must describe
         # the pending work exactly, not just name it.
+        # (Field by field: building the entries to compare costs more.)
         for p in event.pending_permissions:
-            t = self._tool_by_id[p.tool_call_id]
-            if t.required is None or (p.tool_name, p.request) != (t.tool_name, t.required.request):
+            t = want_perm[p.tool_call_id]
+            assert t.permission is not None
+            if (p.tool_name, p.request) != (t.tool_name, t.permission.required.request):
                 raise _corrupt(
                     f"turn_suspended misdescribes the pending permission of tool call "
                     f"{p.tool_call_id!r}"
                 )
         for a in event.pending_async_tools:
-            inv = self._tool_by_id[a.tool_call_id].invocation
-            if inv is None or (a.tool_id, a.tool_name, a.input) != (
-                inv.tool_id,
-                inv.tool_name,
-                inv.input,
-            ):
+            inv = want_async[a.tool_call_id].invocation
+            assert inv is not None
+            if (a.tool_id, a.tool_name, a.input) != (inv.tool_id, inv.tool_name, inv.input):
                 raise _corrupt(
                     f"turn_suspended misdescribes the pending async tool call {a.tool_call_id!r}"
                 )
@@ -897,77 +1281,20 @@ class TurnReducer:
     def _on_completed(self, event: TurnCompleted) -> None:
         self._check_settled(event.type)
         last = self._model_calls[-1] if self._model_calls else None
-        if last is None or last.completed is None:
+        if last is None or last.phase != "completed" or last.response is None:
             raise _corrupt("turn_completed without a completed final model call")
-        if _tool_calls(last.completed.message):
+        if _tool_calls(last.response):
             raise _corrupt("turn_completed after a response that called tools")
-        if event.output != last.completed.message:
+        if event.output != last.response:
             raise _corrupt("turn_completed.output differs from the final model response")
-        if event.finish_reason != last.completed.finish_reason:
+        if event.finish_reason != last.finish_reason:
             raise _corrupt(
                 f"turn_completed.finishReason {event.finish_reason!r} differs from the final "
-                f"model response's {last.completed.finish_reason!r}"
+                f"model response's {last.finish_reason!r}"
             )
         if event.usage != self._aggregate():
             raise _corrupt("turn_completed.usage differs from the turn's aggregate usage")
         self._terminal = event
-
-    # -- projection ---------------------------------------------------------
-
-    def _project(self, created: TurnCreated) -> TurnState:
-        model_calls = [
-            ModelCallState.model_construct(
-                index=m.event.model_call_index,
-                request=m.event.request,
-                step_events=list(m.steps),
-                response=m.completed.message if m.completed else None,
-                finish_reason=m.completed.finish_reason if m.completed else None,
-                usage=(
-                    m.completed.usage
-                    if m.completed
-                    else (_reported_usage(m.steps) if m.failed else None)
-                ),
-                error=m.failed.error if m.failed else None,
-            )
-            for m in self._model_calls
-        ]
-        tool_calls = [
-            ToolCallState.model_construct(
-                model_call_index=t.model_call_index,
-                order=t.order,
-                tool_call_id=t.tool_call_id,
-                tool_id=(
-                    t.invocation.tool_id
-                    if t.invocation
-                    else (t.descriptor.tool_id if t.descriptor else None)
-                ),
-                tool_name=t.tool_name,
-                input=t.input,
-                execution=t.execution,
-                permission=(
-                    PermissionState.model_construct(
-                        required=t.required,
-                        classification=t.classification,
-                        classification_failed=t.classification_failed,
-                        resolved=t.resolved,
-                    )
-                    if t.required is not None
-                    else None
-                ),
-                invocation=t.invocation,
-                progress=list(t.progress),
-                result=t.result,
-            )
-            for t in self._tool_calls
-        ]
-        return TurnState.model_construct(
-            definition=created,
-            model_calls=model_calls,
-            tool_calls=tool_calls,
-            suspension=self._suspension,
-            terminal=self._terminal,
-            usage=self._aggregate(),
-        )
 
 
 _Handler = Callable[[TurnReducer, Any], None]
