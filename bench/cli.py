@@ -6,14 +6,19 @@ dir it runs one demo turn, then times, side by side in this one run:
 - a bare interpreter start (``python -c pass``);
 - each read-only command on that turn's file (``state``, ``show``, ``log``,
   ``validate``, ``inspect``), as the installed ``turns`` script runs them;
-- ``turns run`` of the demo on the embedded default, once starting the
-  server and then reusing the idle one (``TURNS_SERVER_IDLE``).
+- ``turns run`` of the demo on the embedded default: cold (``--cold`` runs,
+  each in a fresh work dir that starts its server and leaves it to its idle
+  grace, as the default ``TURNS_SERVER_IDLE`` does) and warm (reusing an idle
+  server).
 
-Each figure is the median of ``--repeat`` runs, with bytecode compiled as an
-installed package has it (``PYTHONDONTWRITEBYTECODE`` is dropped and each
-command runs once first). It prints JSON::
+Read-only figures are medians over ``--repeat`` rounds; each round times the
+bare start and every command back to back, and a command's ``times_bare`` is
+the median of its per-round ratios (this host's speed drifts between rounds).
+Bytecode is compiled as an installed package has it (``PYTHONDONTWRITEBYTECODE``
+is dropped and each command runs once first). It prints JSON::
 
     {"bare_python_s": …,
+     "floor": {"import_pydantic": {"seconds": …, "times_bare": …}},
      "read_only": {"state": {"seconds": …, "times_bare": …}, …},
      "run_demo": {"cold_s": …, "warm_s": …},
      "targets": {"read_only_times_bare": 5, "run_demo_s": 2.5},
@@ -59,7 +64,8 @@ def _turns() -> str:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--repeat", type=int, default=7)
+    parser.add_argument("--repeat", type=int, default=9)
+    parser.add_argument("--cold", type=int, default=3, help="cold runs (each starts a server)")
     args = parser.parse_args()
     turns = _turns()
     with tempfile.TemporaryDirectory() as tmp:
@@ -71,24 +77,54 @@ def main() -> None:
             for k, v in os.environ.items()
             if not k.startswith(("TEMPORAL_", "TURNS_")) and k != "PYTHONDONTWRITEBYTECODE"
         }
-        env.update({"TURNS_HOME": str(home), "NO_COLOR": "1", "TURNS_SERVER_IDLE": "0"})
-        cold = _timed([turns, "run", PROMPT], env, Path(tmp))
-        warm_env = {**env, "TURNS_SERVER_IDLE": "30"}
-        _timed([turns, "run", PROMPT], warm_env, Path(tmp))  # leaves an idle server
-        warm = _median([turns, "run", PROMPT], warm_env, Path(tmp), args.repeat)
-        _timed([turns, "run", PROMPT], env, Path(tmp))  # idle grace 0: stops the server
+        env.update({"TURNS_HOME": str(home), "NO_COLOR": "1"})
+        stop = {**env, "TURNS_SERVER_IDLE": "0"}  # the last user stops the server as it exits
+        keep = {**env, "TURNS_SERVER_IDLE": "30"}
+        colds = []
+        for i in range(args.cold):
+            # A fresh work dir starts its own server; with the default idle grace
+            # the command exits without waiting for the server to stop.
+            fresh = {**env, "TURNS_HOME": str(Path(tmp) / f"cold{i}")}
+            colds.append(_timed([turns, "run", PROMPT], fresh, Path(tmp)))
+            _timed([turns, "list"], {**fresh, "TURNS_SERVER_IDLE": "0"}, Path(tmp))
+        _timed([turns, "run", PROMPT], keep, Path(tmp))  # leaves an idle server
+        warm = _median([turns, "run", PROMPT], keep, Path(tmp), args.repeat)
+        _timed([turns, "list"], stop, Path(tmp))
         (path, *_) = sorted(home.glob("storage/turns/*/*/*/*.jsonl"))
-        bare = _median([sys.executable, "-c", "pass"], env, Path(tmp), args.repeat)
-        read_only = {}
-        for name in READ_ONLY:
-            _timed([turns, name, str(path)], env, Path(tmp))  # writes the bytecode once
-            seconds = _median([turns, name, str(path)], env, Path(tmp), args.repeat)
-            read_only[name] = {"seconds": round(seconds, 4), "times_bare": round(seconds / bare, 2)}
+        bare_cmd = [sys.executable, "-c", "pass"]
+        commands = {name: [turns, name, str(path)] for name in READ_ONLY}
+        # The floor every strict read stands on: importing pydantic, nothing else.
+        commands["import_pydantic"] = [sys.executable, "-c", "import pydantic"]
+        for cmd in commands.values():
+            _timed(cmd, stop, Path(tmp))  # writes the bytecode once
+        # Rounds interleave the bare start and every command, and each ratio is
+        # taken within its round: the host's speed drifts between rounds here.
+        bares: list[float] = []
+        seconds: dict[str, list[float]] = {name: [] for name in commands}
+        ratios: dict[str, list[float]] = {name: [] for name in commands}
+        for _ in range(args.repeat):
+            bare_now = _timed(bare_cmd, stop, Path(tmp))
+            bares.append(bare_now)
+            for name, cmd in commands.items():
+                took = _timed(cmd, stop, Path(tmp))
+                seconds[name].append(took)
+                ratios[name].append(took / bare_now)
+        bare = statistics.median(bares)
+        cold = statistics.median(colds)
+        measured = {
+            name: {
+                "seconds": round(statistics.median(seconds[name]), 4),
+                "times_bare": round(statistics.median(ratios[name]), 2),
+            }
+            for name in commands
+        }
+        read_only = {name: measured[name] for name in READ_ONLY}
     worst = max(r["times_bare"] for r in read_only.values())
     print(
         json.dumps(
             {
                 "bare_python_s": round(bare, 4),
+                "floor": {"import_pydantic": measured["import_pydantic"]},
                 "read_only": read_only,
                 "run_demo": {"cold_s": round(cold, 3), "warm_s": round(warm, 3)},
                 "targets": {"read_only_times_bare": 5, "run_demo_s": 2.5},
