@@ -65,7 +65,7 @@ from bench._plain import PlainWorkflow, noop  # noqa: E402
 from tests.harness import Harness, async_tool, sync_tool  # noqa: E402
 from turnclient.devserver import find_temporal_cli  # noqa: E402
 from turncore.events import AsyncToolResultInput  # noqa: E402
-from turncore.messages import UserMessage  # noqa: E402
+from turncore.messages import AssistantMessage, UserMessage  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402
 from turncore.model.scripted import call_index  # noqa: E402
 from turncore_temporal.activities.turn_activities import TurnActivities  # noqa: E402
@@ -119,12 +119,12 @@ def echo(value: Any, context: Any) -> Any:
     return value
 
 
-def _context(size: int) -> list[dict[str, str]] | None:
+def _context(size: int) -> list[UserMessage | AssistantMessage] | None:
     if size <= 0:
         return None
     return [
-        {"role": "user", "content": ("Earlier material. " * (size // 18 + 1))[:size]},
-        {"role": "assistant", "content": "Noted."},
+        UserMessage(content=("Earlier material. " * (size // 18 + 1))[:size]),
+        AssistantMessage(content="Noted."),
     ]
 
 
