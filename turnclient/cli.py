@@ -189,7 +189,14 @@ class _Parser(argparse.ArgumentParser):
         raise _UsageError(f"{self.prog}: {message} (see `{self.prog} --help`)")
 
 
-def build_parser() -> argparse.ArgumentParser:
+def build_parser(only: str | None = None) -> argparse.ArgumentParser:
+    """The ``turns`` parser; with ``only``, just that command's subparser.
+
+    Building all ~25 subparsers costs about a bare interpreter start (argparse
+    looks up translations for every message), so a command line that names a
+    known command builds only its own. Anything else (``--help``, a mistyped
+    command, whose error lists every choice) gets the whole parser.
+    """
     parser = _Parser(
         prog=PROG,
         description="Run, answer and inspect durable agent turns.",
@@ -200,7 +207,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--version", action=_VersionAction, nargs=0, help="print the version and exit"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for c in COMMANDS.values():
+    for c in COMMANDS.values() if only is None else [COMMANDS[only]]:
         p = sub.add_parser(c.name, help=c.help, description=c.help)
         for a in c.args:
             p.add_argument(*a.flags, **a.options)
@@ -212,8 +219,8 @@ def main(argv: list[str] | None = None) -> int:
     with contextlib.suppress(AttributeError, ValueError):
         sys.stdout.reconfigure(errors="replace")  # type: ignore[union-attr]
         sys.stderr.reconfigure(errors="replace")  # type: ignore[union-attr]
-    parser = build_parser()
     argv = sys.argv[1:] if argv is None else argv
+    parser = build_parser(argv[0] if argv and argv[0] in COMMANDS else None)
     try:
         args = parser.parse_args(argv)
     except SystemExit as exc:  # --help or --version
