@@ -398,28 +398,27 @@ class TurnWorkflow:
     async def _append_derived(self, kind: Derived) -> None:
         """Append an event the activity builds from the file (it copies values the
         workflow holds only elided), then fold the elided copy it returns."""
-        assert self._reducer is not None
-        result = await self._local(
-            Activities.append_events,
-            AppendInput(
-                turn_id=self._turn_id,
-                events=[],
-                known_offset=self._seen_lines,
-                derive=kind,
-                ts=_ts(),
-            ),
-        )
-        self._saw(result.offset)
-        if not result.events and self._state.terminal is None:
+        folded = await self._append_built(derive=kind)
+        if not folded and self._state.terminal is None:
             self._flags.reload = True  # it was already there: trust the file
-        for event in result.events:
-            self._reducer.apply(event)
 
     async def _append_staged(
         self, staged: StagedAsyncToolProgressInput | StagedAsyncToolResultInput
     ) -> None:
         """Append a staged input: the activity fetches and validates its value,
-        appends the whole event and returns the elided copy to fold (DESIGN §5)."""
+        appends the whole event and returns the elided copy to fold (DESIGN §5).
+        A value that is missing or does not match rejects the input."""
+        await self._append_built(staged=staged)
+
+    async def _append_built(
+        self,
+        *,
+        derive: Derived | None = None,
+        staged: StagedAsyncToolProgressInput | StagedAsyncToolResultInput | None = None,
+    ) -> bool:
+        """Have the append activity build one event (``derive`` or ``staged``), append
+        it and return its elided copy, which is folded here; False if it found the
+        event already on file and appended nothing."""
         assert self._reducer is not None
         result = await self._local(
             Activities.append_events,
@@ -428,13 +427,15 @@ class TurnWorkflow:
                 events=[],
                 known_offset=self._seen_lines,
                 ts=_ts(),
+                derive=derive,
                 staged=staged,
             ),
-            reject=True,
+            reject=staged is not None,
         )
         self._saw(result.offset)
         for event in result.events:
             self._reducer.apply(event)
+        return bool(result.events)
 
     def _absorb(self, events: list[TurnEvent]) -> None:
         """Fold events an activity appended, skipping any a reload already brought in."""
