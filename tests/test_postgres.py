@@ -8,9 +8,6 @@ unreachable server, and credentials kept out of every message.
 
 from __future__ import annotations
 
-import os
-import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -28,6 +25,7 @@ from tests.builders import (
     tool_progress,
     tool_result,
 )
+from tests.children import run_children
 from tests.postgres import PASSWORD, PostgresServer, free_port
 from turncore.errors import CorruptTurnError, InfrastructureError, TurnExistsError
 from turncore.events import ToolProgress, TurnEvent
@@ -111,31 +109,8 @@ print(won)
 """
 
 
-def run_children(tmp_path: Path, url: str, mode: str, count: int, children: int = 3) -> list[int]:
-    go = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", CHILD, url, mode, str(i), str(count), str(go)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(children)
-    ]
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"go.ready.{i}").exists() for i in range(children)):
-        assert time.monotonic() < deadline, "children did not start"
-        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-        time.sleep(0.01)
-    go.touch()
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        results.append(int(out))
-    return results
+def _run_children(tmp_path: Path, url: str, mode: str, count: int, children: int = 3) -> list[int]:
+    return run_children(CHILD, url, tmp_path, mode, count, children)
 
 
 class TestOtherHosts:
@@ -146,7 +121,7 @@ class TestOtherHosts:
     ) -> None:
         builder = open_sync_calls(n=1)
         seed(repo, builder.events)
-        assert run_children(tmp_path, url, "progress", 60) == [60, 60, 60]
+        assert _run_children(tmp_path, url, "progress", 60) == [60, 60, 60]
         events = repo.read(TURN_ID)
         assert len(events) == len(builder.events) + 180
         progress = [e.progress for e in events if isinstance(e, ToolProgress)]
@@ -159,7 +134,7 @@ class TestOtherHosts:
         calls = 30
         builder = open_sync_calls(n=calls)
         seed(repo, builder.events)
-        wins = run_children(tmp_path, url, "results", calls)
+        wins = _run_children(tmp_path, url, "results", calls)
         # Every call got exactly one result: a loser re-reduced and was refused.
         assert sum(wins) == calls
         events = repo.read(TURN_ID)

@@ -10,10 +10,7 @@ from __future__ import annotations
 import errno
 import itertools
 import os
-import subprocess
-import sys
 import threading
-import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -35,6 +32,7 @@ from tests.builders import (
     tool_result,
     turn_created,
 )
+from tests.children import run_children
 from tests.postgres import PostgresServer
 from turncore.errors import (
     AppendConflictError,
@@ -1027,30 +1025,7 @@ print(won)
 
 
 def _run_children(tmp_path: Path, mode: str, count: int, children: int = 2) -> list[int]:
-    go = tmp_path / "go"
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-c", CHILD, str(tmp_path), mode, str(i), str(count), str(go)],
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(children)
-    ]
-    deadline = time.monotonic() + 120
-    while not all((tmp_path / f"go.ready.{i}").exists() for i in range(children)):
-        assert time.monotonic() < deadline, "children did not start"
-        assert all(p.poll() is None for p in procs), [p.communicate() for p in procs]
-        time.sleep(0.01)
-    go.touch()
-    results = []
-    for p in procs:
-        out, err = p.communicate(timeout=120)
-        assert p.returncode == 0, err
-        results.append(int(out))
-    return results
+    return run_children(CHILD, str(tmp_path), tmp_path, mode, count, children)
 
 
 class TestProcesses:
