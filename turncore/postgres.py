@@ -74,7 +74,7 @@ from .errors import (
 )
 from .events import parse_event
 from .ids import validate_turn_id
-from .repository import _decode, _JsonlRepository, _LockTable, _Writer
+from .repository import RemovedTail, _decode, _JsonlRepository, _LockTable, _Writer
 
 __all__ = [
     "PG_SCHEMA_VERSION",
@@ -261,23 +261,12 @@ def _close_quietly(ref: weakref.ref[ConnectionPool[Any]]) -> None:
         pool.close(timeout=1.0)
 
 
-@dataclass(frozen=True)
-class PostgresRepairReport:
+@dataclass(frozen=True, kw_only=True)
+class PostgresRepairReport(RemovedTail):
     """What ``PostgresTurnRepository.repair_tail`` moved into ``turn_events_broken``."""
 
     turn_id: str
     where: str
-    line: int
-    removed: bytes
-    kept_lines: int
-
-    @property
-    def removed_bytes(self) -> int:
-        return len(self.removed)
-
-    def preview(self, limit: int = 80) -> str:
-        text = self.removed.decode("utf-8", errors="backslashreplace").replace("\n", "\\n")
-        return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 class _PgWriter(_Writer):

@@ -115,6 +115,7 @@ __all__ = [
     "InMemoryTurnRepository",
     "JsonlRepository",
     "RepairRefusedError",
+    "RemovedTail",
     "RepairReport",
     "TurnRepository",
     "read_path",
@@ -1024,18 +1025,15 @@ class NothingToRepairError(RepairRefusedError):
     """The file is a whole, valid turn log: there is nothing to repair."""
 
 
-@dataclass(frozen=True)
-class RepairReport:
-    """What ``repair_torn_tail`` moved out of a turn file."""
+@dataclass(frozen=True, kw_only=True)
+class RemovedTail:
+    """What a repair moved out of a turn's log, wherever the log is stored."""
 
-    path: Path
-    sidecar: Path
-    """``<turnId>.jsonl.broken`` beside the file; the removed bytes were appended to it."""
     line: int
     """The 1-based line number the removed tail had."""
     removed: bytes
     kept_lines: int
-    """Complete, valid lines left in the file."""
+    """Complete, valid lines left in the log."""
 
     @property
     def removed_bytes(self) -> int:
@@ -1046,6 +1044,15 @@ class RepairReport:
         text = self.removed.decode("utf-8", errors="backslashreplace")
         text = text.replace("\n", "\\n").replace("\r", "\\r")
         return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+@dataclass(frozen=True, kw_only=True)
+class RepairReport(RemovedTail):
+    """What ``repair_torn_tail`` moved out of a turn file."""
+
+    path: Path
+    sidecar: Path
+    """``<turnId>.jsonl.broken`` beside the file; the removed bytes were appended to it."""
 
 
 def _unparseable(raw: bytes) -> bool:
