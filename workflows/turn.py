@@ -658,16 +658,8 @@ class TurnWorkflow:
                         output={"childTurnId": child_id, "status": "error", "error": reason},
                         is_error=True,
                     )
-            result = ToolResult(
-                turn_id=self._turn_id,
-                ts=_ts(),
-                tool_call_id=call.tool_call_id,
-                tool_name=call.tool_name,
-                source="sync",
-                result=data,
-            )
             if self._state.terminal is None and self._cancel is None:
-                await self._append([result])
+                await self._append([self._sync_result(call, data)])
         except (ActivityError, asyncio.CancelledError) as exc:
             workflow.logger.warning(
                 "sub-agent of %s ended without a result: %s", call.tool_call_id, exc
