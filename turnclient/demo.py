@@ -15,13 +15,14 @@ recovered call gets the same decision.
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import orjson
 
 from turncore.messages import AssistantMessage, TextPart, ToolMessage, UserMessage
-from turncore.model import ModelCallRequest
-from turncore.model.scripted import call_index
+
+if TYPE_CHECKING:
+    from turncore.model import ModelCallRequest
 
 DEMO_MODEL = "demo"
 
@@ -189,6 +190,10 @@ def demo_model(request: ModelCallRequest) -> dict[str, Any]:
     """The ``scripted/demo`` model: answers model call *i* of a turn from the request alone."""
     prompt = _last_user(request)
     tools = {t.name for t in request.tools}
+    # Imported here: turns.toml names DEMO_MODEL, and reading it (every `turns show`)
+    # should not load the scripted model and asyncio.
+    from turncore.model.scripted import call_index
+
     if call_index(request.messages) == 0:
         try:
             chosen = plan(prompt, tools)

@@ -28,7 +28,6 @@ snapshotted ids back to live tools when a turn advances.
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import inspect
 import logging
@@ -36,7 +35,7 @@ import re
 import typing
 from collections.abc import Awaitable, Callable, Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
@@ -47,6 +46,9 @@ from .errors import DependencyError
 from .events import ToolDescriptor, ToolResultData
 from .jsonvalue import JsonValue, json_problem
 from .subagents import SPAWN_AGENT_TOOL_ID, WORKFLOW_TOOL_PREFIX
+
+if TYPE_CHECKING:
+    import asyncio  # imported where a tool runs: declaring tools (reading turns.toml) never needs it
 
 log = logging.getLogger("turncore.tools")
 
@@ -324,6 +326,8 @@ class Tool:
 
     async def execute(self, input: JsonValue, context: ToolContext) -> ToolResultData:
         """Validate the arguments, run the function, and make its outcome a result (§21.2)."""
+        import asyncio
+
         sig, fn = self._signature, self.function
         if sig is None or fn is None:
             return ToolResultData(output=f"Tool {self.name} has no implementation", is_error=True)
