@@ -18,7 +18,7 @@ Bytecode is compiled as an installed package has it (``PYTHONDONTWRITEBYTECODE``
 is dropped and each command runs once first). It prints JSON::
 
     {"bare_python_s": …,
-     "floor": {"one_pydantic_model": {"seconds": …, "times_bare": …}},
+     "floor": {"import_pydantic": {…}, "one_pydantic_model": {"seconds": …, "times_bare": …}},
      "read_only": {"state": {"seconds": …, "times_bare": …}, …},
      "run_demo": {"cold_s": …, "warm_s": …},
      "targets": {"read_only_times_bare": 5, "run_demo_s": 2.5},
@@ -42,8 +42,11 @@ import time
 from pathlib import Path
 
 READ_ONLY = ("state", "show", "log", "validate", "inspect")
-ONE_MODEL = "from pydantic import BaseModel\nclass M(BaseModel):\n    x: int\n"
-"""A start that only defines one pydantic model: what any strict read costs at least."""
+FLOORS = {
+    "import_pydantic": "import pydantic\n",
+    "one_pydantic_model": "from pydantic import BaseModel\nclass M(BaseModel):\n    x: int\n",
+}
+"""Starts that only import pydantic, or only define one model: what any strict read costs at least."""
 PROMPT = "What time is it in Chicago?"
 
 
@@ -95,8 +98,9 @@ def main() -> None:
         (path, *_) = sorted(home.glob("storage/turns/*/*/*/*.jsonl"))
         bare_cmd = [sys.executable, "-c", "pass"]
         commands = {name: [turns, name, str(path)] for name in READ_ONLY}
-        # The floor every strict read stands on: defining one pydantic model.
-        commands["one_pydantic_model"] = [sys.executable, "-c", ONE_MODEL]
+        # The floors every strict read stands on: pydantic, and its first model.
+        for name, code in FLOORS.items():
+            commands[name] = [sys.executable, "-c", code]
         for cmd in commands.values():
             _timed(cmd, stop, Path(tmp))  # writes the bytecode once
         # Rounds interleave the bare start and every command, and each ratio is
@@ -126,7 +130,7 @@ def main() -> None:
         json.dumps(
             {
                 "bare_python_s": round(bare, 4),
-                "floor": {"one_pydantic_model": measured["one_pydantic_model"]},
+                "floor": {name: measured[name] for name in FLOORS},
                 "read_only": read_only,
                 "run_demo": {"cold_s": round(cold, 3), "warm_s": round(warm, 3)},
                 "targets": {"read_only_times_bare": 5, "run_demo_s": 2.5},
