@@ -402,14 +402,6 @@ class TurnWorkflow:
         if not folded and self._state.terminal is None:
             self._flags.reload = True  # it was already there: trust the file
 
-    async def _append_staged(
-        self, staged: StagedAsyncToolProgressInput | StagedAsyncToolResultInput
-    ) -> None:
-        """Append a staged input: the activity fetches and validates its value,
-        appends the whole event and returns the elided copy to fold (DESIGN §5).
-        A value that is missing or does not match rejects the input."""
-        await self._append_built(staged=staged)
-
     async def _append_built(
         self,
         *,
@@ -418,7 +410,9 @@ class TurnWorkflow:
     ) -> bool:
         """Have the append activity build one event (``derive`` or ``staged``), append
         it and return its elided copy, which is folded here; False if it found the
-        event already on file and appended nothing."""
+        event already on file and appended nothing. A staged input's value is
+        fetched and checked by the activity (DESIGN §5): missing or not matching,
+        the input is rejected."""
         assert self._reducer is not None
         result = await self._local(
             Activities.append_events,
@@ -773,7 +767,7 @@ class TurnWorkflow:
                 # Only this new input shape takes this path, so the commands of
                 # recorded histories are unchanged. A value that is missing or
                 # does not match is rejected here, like a stale input.
-                await self._append_staged(staged)
+                await self._append_built(staged=staged)
         except RejectedInputError as exc:
             # Valid when it arrived, stale (or unserviceable) by its turn in the queue.
             self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
