@@ -323,4 +323,6 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    from turnclient.process import leave
+
+    leave(main())  # never finalise under the SDK's threads (see turnclient.process)

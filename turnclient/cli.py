@@ -48,7 +48,7 @@ import time
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NoReturn
 
 import orjson
 
@@ -237,6 +237,16 @@ def main(argv: list[str] | None = None) -> int:
         return _closed_pipe()
 
 
+def entry() -> NoReturn:
+    """The ``turns`` console script and ``python -m turnclient.cli``: run the command,
+    then leave without finalising the interpreter under the Temporal SDK's threads
+    (``turnclient.process``). ``main`` returns instead, for callers in a process
+    of their own."""
+    from .process import leave
+
+    leave(main())
+
+
 def _closed_pipe() -> int:
     """The reader went away (``turns watch … | head -1``): end quietly, like ``cat``."""
     with contextlib.suppress(OSError):
@@ -390,12 +400,10 @@ class _Interrupts:
             _report(self.args, self.code, message, turn, status="detached")
         return self.code
 
-    def hard_exit(self) -> None:
-        code = self.report()
-        with contextlib.suppress(Exception):
-            sys.stdout.flush()
-            sys.stderr.flush()
-        os._exit(code)
+    def hard_exit(self) -> NoReturn:
+        from .process import leave
+
+        leave(self.report())
 
 
 _INTERRUPTS: _Interrupts | None = None
@@ -447,12 +455,11 @@ def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> 
             code, message = _classify(exc)
             code = _report(args, code, message, getattr(exc, "turn_id", None))
             if code == EXIT_UNREACHABLE:
-                # The SDK's connection threads may still be retrying; letting the
-                # interpreter finalise under them aborts the process. Nothing is
-                # left to clean up here: leave at once.
-                sys.stdout.flush()
-                sys.stderr.flush()
-                os._exit(code)
+                # The SDK's connection threads may still be retrying: leave now,
+                # even when called in-process (see turnclient.process).
+                from .process import leave
+
+                leave(code)
             return code
         code = interrupts.report()  # cleanup after a signal failed: still a detach
     finally:
@@ -2345,6 +2352,6 @@ from . import uicli as _uicli  # noqa: E402, F401  (`turns ui`; its web stack lo
 
 if __name__ == "__main__":
     # Run the package's module (where every command registered), not this copy of it.
-    from turnclient.cli import main as _main
+    from turnclient.cli import entry as _entry
 
-    raise SystemExit(_main())
+    _entry()

@@ -45,6 +45,8 @@ _ON_VARS = (
 )
 
 _configured = False
+_provider: Any = None
+"""The tracer provider ``configure_tracing`` installed, so the process can flush it."""
 
 
 class TelemetryError(ValueError):
@@ -63,7 +65,7 @@ def tracing_requested(env: Mapping[str, str] | None = None) -> bool:
 
 def configure_tracing(env: Mapping[str, str] | None = None) -> bool:
     """Install the OTLP tracer provider once per process if the environment asks for it."""
-    global _configured
+    global _configured, _provider
     env = os.environ if env is None else env
     if _configured:
         return True
@@ -82,8 +84,16 @@ def configure_tracing(env: Mapping[str, str] | None = None) -> bool:
     provider = TracerProvider(resource=Resource.create({"service.name": _service_name(env)}))
     provider.add_span_processor(BatchSpanProcessor(_exporter(env)))
     trace.set_tracer_provider(provider)
+    _provider = provider
     _configured = True
     return True
+
+
+def shutdown_tracing() -> None:
+    """Export the spans still batched and stop the exporter (a process leaving with
+    ``os._exit`` skips the provider's own exit hook; see ``turnclient.process``)."""
+    if _provider is not None:
+        _provider.shutdown()
 
 
 def _service_name(env: Mapping[str, str]) -> str:
