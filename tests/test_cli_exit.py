@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.test_cli_turns import ROOT, TIMEOUT, environment, held, home
+from tests.test_cli_turns import ROOT, TIMEOUT, environment, held, home, turns
 
 __all__ = ["held", "home"]  # fixtures used by name
 
@@ -51,17 +51,6 @@ def probed(home: Path, tmp_path: Path) -> tuple[dict[str, str], Path]:
     return env, marker
 
 
-def run(env: dict[str, str], cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [sys.executable, "-m", "turnclient.cli", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=TIMEOUT,
-    )
-
-
 def test_the_probe_sees_a_plain_interpreter_finalise(tmp_path: Path) -> None:
     env, marker = probed(tmp_path / "home", tmp_path)
     r = subprocess.run([sys.executable, "-c", "pass"], env=env, timeout=TIMEOUT)
@@ -71,19 +60,19 @@ def test_the_probe_sees_a_plain_interpreter_finalise(tmp_path: Path) -> None:
 
 def test_turns_commands_on_temporal_end_without_finalising(held: Path, tmp_path: Path) -> None:
     env, marker = probed(held, tmp_path)
-    done = run(env, held.parent, "run", "--session", "s-1", "--json", "Calculate 2 + 3")
+    done = turns(held, "run", "--session", "s-1", "--json", "Calculate 2 + 3", env=env)
     assert done.returncode == 0, done.stderr
     assert json.loads(done.stdout)["status"] == "completed"
     assert not marker.exists(), "turns run finalised the interpreter under the SDK's threads"
 
-    suspended = run(env, held.parent, "run", "--session", "s-1", "--json", "Save 'x' to z.txt")
+    suspended = turns(held, "run", "--session", "s-1", "--json", "Save 'x' to z.txt", env=env)
     assert suspended.returncode == 3, suspended.stderr
     open_id = json.loads(suspended.stdout)["turnId"]
     # The command CI saw abort: it connects, starts a worker, then refuses.
-    refused = run(env, held.parent, "run", "--session", "s-1", "Calculate 1 + 1")
+    refused = turns(held, "run", "--session", "s-1", "Calculate 1 + 1", env=env)
     assert refused.returncode == 2, refused.stderr
     assert f"turn {open_id} has not ended" in refused.stderr
-    denied = run(env, held.parent, "deny", open_id, "call_0_0", "--json")
+    denied = turns(held, "deny", open_id, "call_0_0", "--json", env=env)
     assert denied.returncode == 0, denied.stderr
     assert not marker.exists(), "a turns command finalised the interpreter under the SDK's threads"
 

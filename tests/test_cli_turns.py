@@ -51,11 +51,13 @@ def environment(home: Path) -> dict[str, str]:
     return env
 
 
-def turns(home: Path, *args: str) -> subprocess.CompletedProcess[str]:
+def turns(
+    home: Path, *args: str, env: dict[str, str] | None = None
+) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "turnclient.cli", *args],
         cwd=home.parent,
-        env=environment(home),
+        env=environment(home) if env is None else env,
         capture_output=True,
         text=True,
         timeout=TIMEOUT,
