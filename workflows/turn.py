@@ -101,6 +101,8 @@ _SAFE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 _REATTACH_CHILDREN = "reattach-children"
 """Runs from here on abandon (not cancel) children when lost, and re-attach them on recovery."""
+_REJECT_QUEUED = "reject-inputs-queued-at-end"
+"""Runs from here on reject inputs a cancel overtook, instead of leaving their updates open."""
 
 _I = TypeVar("_I")
 _R = TypeVar("_R")
@@ -935,9 +937,28 @@ class TurnWorkflow:
             pairs.append(TURN_SESSION.value_set(state.definition.session_id))
         workflow.upsert_search_attributes(pairs)
         workflow.set_current_details(_details(state) if state.terminal is None else "")
+        if state.terminal is not None and self._queue and workflow.patched(_REJECT_QUEUED):
+            # Inputs still queued here were overtaken by a cancel (the only way
+            # a turn ends with inputs waiting): they are late (§22). Rejecting
+            # them answers their updates, so the run can close.
+            self._reject_queued()
         outcome = self._outcome()
         if outcome is not None:
             self._release_waiters(outcome)
+
+    def _reject_queued(self) -> None:
+        """Reject every queued input against the ended turn: listed, and its update fails."""
+        terminal = self._state.terminal
+        assert terminal is not None
+        while self._queue:
+            queued = self._queue.popleft()
+            reason = (
+                f"turn {self._turn_id} already ended ({terminal.type}); "
+                f"{queued.input.type} is not accepted"
+            )
+            self._reject(queued.input.type, [queued.input.to_wire()], reason)
+            if queued.waiter is not None and not queued.waiter.done():
+                queued.waiter.set_exception(rejection(reason))
 
     def _fail_waiters(self, exc: ApplicationError) -> None:
         self._idle = True
