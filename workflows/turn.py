@@ -35,6 +35,7 @@ from typing import Any, TypeVar, assert_never
 
 from temporalio import workflow
 from temporalio.common import (
+    RawValue,
     RetryPolicy,
     SearchAttributeKey,
     SearchAttributeUpdate,
@@ -56,7 +57,7 @@ from turncore.events import (
     TurnEvent,
     outcome_adapter,
 )
-from turncore.inputs import MAX_REJECTED_INPUTS, accept_input, rejection_record
+from turncore.inputs import INPUT_NAMES, MAX_REJECTED_INPUTS, accept_input, rejection_record
 from turncore.reducer import ToolCallState, TurnReducer, TurnState
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
 from turncore.timestamps import format_ts
@@ -812,6 +813,25 @@ class TurnWorkflow:
     @workflow.signal(name="cancel")
     def cancel_signal(self, *args: Any) -> None:
         self._signal("cancel", args)
+
+    @workflow.signal(dynamic=True)
+    def other_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal of any other name carries no input (a mistyped ``approve``):
+        listed like an invalid one, rather than buffered unseen for a handler
+        that never comes."""
+        self._reject(
+            name,
+            [self._decoded(a) for a in args],
+            f"the turn has no {name!r} signal; its inputs are the signals {', '.join(INPUT_NAMES)}",
+        )
+
+    @staticmethod
+    def _decoded(raw: RawValue) -> Any:
+        try:
+            return workflow.payload_converter().from_payload(raw.payload)
+        except Exception:
+            # Listed by size and digest only, like any value: its bytes as text.
+            return raw.payload.data.decode("utf-8", "replace")
 
     @workflow.update(name="settle")
     async def settle_update(self, *args: Any) -> dict[str, Any]:
