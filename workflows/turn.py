@@ -27,7 +27,8 @@ from __future__ import annotations
 # (see PASSTHROUGH in turncore_temporal.worker).
 import asyncio
 import dataclasses
-from collections import deque
+import json
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -102,6 +103,11 @@ _SAFE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 _REATTACH_CHILDREN = "reattach-children"
 """Runs from here on abandon (not cancel) children when lost, and re-attach them on recovery."""
+_BOUND_PENDING = "bound-pending-search-attribute"
+"""Runs from here on cut the pending-inputs search attribute to what Temporal accepts."""
+MAX_KEYWORD_BYTES = 2048
+"""The largest keyword search attribute Temporal accepts by default
+(``limit.searchAttributesSizeOfValue``), counted as its JSON payload."""
 _REJECT_QUEUED = "reject-inputs-queued-at-end"
 """Runs from here on reject inputs a cancel overtook, instead of leaving their updates open."""
 
@@ -946,12 +952,17 @@ class TurnWorkflow:
             _count_settled(status)
         pending = [f"permission:{p.tool_call_id}" for p in state.pending_permissions()]
         pending += [f"async:{p.tool_call_id}" for p in state.pending_async_tools()]
+        listed = ",".join(pending)
+        if _keyword_size(listed) > MAX_KEYWORD_BYTES and workflow.patched(_BOUND_PENDING):
+            # Temporal fails (and the server then terminates) a run whose keyword
+            # value is longer: many parallel calls, or one very long call id.
+            listed = _bounded_list(pending, MAX_KEYWORD_BYTES)
         resolved = state.definition.agent.resolved
         pairs: list[SearchAttributeUpdate[Any]] = [
             TURN_STATUS.value_set(status),
             TURN_AGENT.value_set(resolved.agent_id),
             TURN_MODEL.value_set(resolved.model.label()),
-            TURN_PENDING.value_set(",".join(pending)),
+            TURN_PENDING.value_set(listed),
         ]
         if state.definition.session_id:
             pairs.append(TURN_SESSION.value_set(state.definition.session_id))
@@ -1043,6 +1054,40 @@ def _infrastructure_failure(exc: ActivityError) -> ApplicationError:
     return infrastructure_failure(cause(exc), failure.type if failure is not None else None)
 
 
+def _keyword_size(text: str) -> int:
+    """The bytes Temporal counts for a keyword value: its JSON payload, quotes included."""
+    return len(json.dumps(text))
+
+
+def _bounded_list(items: Sequence[str], limit: int) -> str:
+    """``KIND:ID`` items joined by commas in a keyword of at most ``limit`` bytes: those
+    that fit, then ``KIND:…N more`` for each kind cut (``pending_count`` reads both)."""
+    kinds = dict.fromkeys(item.partition(":")[0] for item in items)
+    # Room for the quotes and for every kind's count, however many are cut.
+    reserve = 2 + sum(_keyword_size(f",{k}:…{len(items)} more") - 2 for k in kinds)
+    kept: list[str] = []
+    size = 0
+    for item in items:
+        size += _keyword_size(item) - 2 + 1
+        if size + reserve > limit:
+            break
+        kept.append(item)
+    cut = Counter(item.partition(":")[0] for item in items[len(kept) :])
+    return ",".join([*kept, *(f"{k}:…{n} more" for k, n in cut.items())])
+
+
+def pending_count(listed: str, kind: str) -> int:
+    """How many ``kind`` inputs a ``TurnPendingInputs`` value names, counting cut ones."""
+    count = 0
+    for item in listed.split(","):
+        prefix, _, rest = item.partition(":")
+        if prefix != kind:
+            continue
+        more = rest.removeprefix("…").removesuffix(" more")
+        count += int(more) if rest != more and more.isdigit() else 1
+    return count
+
+
 def _details(state: TurnState) -> str:
     lines = [
         f"awaiting approval: {p.tool_name} ({p.tool_call_id})" for p in state.pending_permissions()
@@ -1053,4 +1098,4 @@ def _details(state: TurnState) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SEARCH_ATTRIBUTES", "TurnWorkflow", "TurnWorkflowInput"]
+__all__ = ["SEARCH_ATTRIBUTES", "TurnWorkflow", "TurnWorkflowInput", "pending_count"]
