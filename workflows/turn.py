@@ -953,7 +953,7 @@ class TurnWorkflow:
         pending = [f"permission:{p.tool_call_id}" for p in state.pending_permissions()]
         pending += [f"async:{p.tool_call_id}" for p in state.pending_async_tools()]
         listed = ",".join(pending)
-        if _keyword_size(listed) > MAX_KEYWORD_BYTES and workflow.patched(_BOUND_PENDING):
+        if keyword_size(listed) > MAX_KEYWORD_BYTES and workflow.patched(_BOUND_PENDING):
             # Temporal fails (and the server then terminates) a run whose keyword
             # value is longer: many parallel calls, or one very long call id.
             listed = _bounded_list(pending, MAX_KEYWORD_BYTES)
@@ -1054,7 +1054,7 @@ def _infrastructure_failure(exc: ActivityError) -> ApplicationError:
     return infrastructure_failure(cause(exc), failure.type if failure is not None else None)
 
 
-def _keyword_size(text: str) -> int:
+def keyword_size(text: str) -> int:
     """The bytes Temporal counts for a keyword value: its JSON payload, quotes included."""
     return len(json.dumps(text))
 
@@ -1064,11 +1064,11 @@ def _bounded_list(items: Sequence[str], limit: int) -> str:
     that fit, then ``KIND:…N more`` for each kind cut (``pending_count`` reads both)."""
     kinds = dict.fromkeys(item.partition(":")[0] for item in items)
     # Room for the quotes and for every kind's count, however many are cut.
-    reserve = 2 + sum(_keyword_size(f",{k}:…{len(items)} more") - 2 for k in kinds)
+    reserve = 2 + sum(keyword_size(f",{k}:…{len(items)} more") - 2 for k in kinds)
     kept: list[str] = []
     size = 0
     for item in items:
-        size += _keyword_size(item) - 2 + 1
+        size += keyword_size(item) - 2 + 1
         if size + reserve > limit:
             break
         kept.append(item)
@@ -1098,4 +1098,10 @@ def _details(state: TurnState) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SEARCH_ATTRIBUTES", "TurnWorkflow", "TurnWorkflowInput", "pending_count"]
+__all__ = [
+    "SEARCH_ATTRIBUTES",
+    "TurnWorkflow",
+    "TurnWorkflowInput",
+    "keyword_size",
+    "pending_count",
+]
