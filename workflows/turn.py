@@ -108,6 +108,8 @@ _BOUND_PENDING = "bound-pending-search-attribute"
 MAX_KEYWORD_BYTES = 2048
 """The largest keyword search attribute Temporal accepts by default
 (``limit.searchAttributesSizeOfValue``), counted as its JSON payload."""
+_CANCEL_CLOSES_INTERRUPTED = "cancel-closes-interrupted-calls"
+"""Runs from here on leave calls a lost worker interrupted to a waiting cancel to close."""
 _REJECT_QUEUED = "reject-inputs-queued-at-end"
 """Runs from here on reject inputs a cancel overtook, instead of leaving their updates open."""
 
@@ -373,6 +375,11 @@ class TurnWorkflow:
                 )
         repairs = advance.close_interrupted_model_call(state, _ts())
         repairs += advance.interrupted_sync_results(state, self._running, _ts())
+        if repairs and self._cancel is not None and workflow.patched(_CANCEL_CLOSES_INTERRUPTED):
+            # A cancel is waiting: the cancellation closes these calls next, as
+            # cancelled (§22); "interrupted, it will be re-issued" would promise
+            # a model call the cancel never lets happen.
+            return
         if repairs:
             await self._append(repairs)
 
