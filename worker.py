@@ -38,7 +38,7 @@ from turncore.errors import TurnError
 from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.workflows import TurnWorkflow
-from turncore_temporal.workflows.turn import TURN_PENDING
+from turncore_temporal.workflows.turn import TURN_PENDING, pending_count
 
 log = logging.getLogger("turncore.worker")
 
@@ -174,7 +174,7 @@ async def report_pending_approvals(
             pending = 0
             async for wf in client.list_workflows(query, limit=limit):
                 listed = wf.typed_search_attributes.get(TURN_PENDING) or ""
-                pending += sum(1 for p in listed.split(",") if p.startswith("permission:"))
+                pending += pending_count(listed, "permission")
             gauge.set(pending, {"task_queue": task_queue})
         except RPCError as exc:  # visibility is down for a moment: keep the last value
             log.warning("cannot count pending approvals: %s", exc)

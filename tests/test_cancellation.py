@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import MODEL, Harness, async_tool, sync_tool
@@ -303,4 +304,77 @@ async def test_cancel_reaches_a_slow_classifier_and_nothing_is_invoked_after_it(
             and "cancelled" in str(result.result.output)
         )
         assert types[-1] == "turn_cancelled"
+        await h.assert_file_matches_query(turn_id)
+
+
+async def _admitted(h: Harness, turn_id: str, update_id: str) -> None:
+    """Wait until the server holds update ``update_id`` (no worker need have seen it)."""
+    from temporalio.api.common.v1 import WorkflowExecution
+    from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+    from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+    from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
+    from temporalio.service import RPCError
+
+    request = PollWorkflowExecutionUpdateRequest(
+        namespace=h.client.namespace,
+        update_ref=UpdateRef(
+            workflow_execution=WorkflowExecution(workflow_id=turn_id), update_id=update_id
+        ),
+        wait_policy=WaitPolicy(
+            lifecycle_stage=UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+        ),
+    )
+    for _ in range(400):
+        try:
+            await h.client.workflow_service.poll_workflow_execution_update(request)
+            return
+        except RPCError:
+            await asyncio.sleep(0.05)  # not admitted yet
+    raise AssertionError(f"update {update_id} was never admitted")
+
+
+@pytest.mark.parametrize("sent_as", ["update", "signal"])
+async def test_a_decision_queued_behind_a_cancel_is_rejected_and_the_run_ends(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, sent_as: str
+) -> None:
+    """An approval and a cancel reach the run together (two people, one turn).
+
+    The cancel wins (it stops what runs); the approval, valid when it arrived,
+    is rejected as late (§22): its update fails, it is listed, nothing of it
+    is written, and the run closes instead of waiting on the update forever.
+    """
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        [two_calls("ext", "ext2"), {"text": "never"}],
+        tools=[async_tool("ext"), async_tool("ext2")],
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "suspended" and len(outcome.pending_permissions) == 2
+        handle = h.client.get_workflow_handle(turn_id)
+        approval = {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"}
+        await h.stop_worker()  # both inputs arrive in the next worker's first task
+        approving: asyncio.Future[Any] | None = None
+        if sent_as == "update":
+            approving = asyncio.ensure_future(
+                handle.execute_update("permission_decision", approval, id="approve-call_0_0")
+            )
+            await _admitted(h, turn_id, "approve-call_0_0")
+        else:
+            await handle.signal("permission_decision", approval)
+        await handle.signal("cancel", {"type": "cancel", "reason": "stop"})
+        h.start_worker()
+        if approving is not None:
+            with pytest.raises(WorkflowUpdateFailedError) as info:
+                await asyncio.wait_for(approving, 30)
+            assert "already ended (turn_cancelled)" in str(info.value.cause)
+        result = await asyncio.wait_for(handle.result(), 30)  # the run closes
+        assert result["status"] == "cancelled" and result["reason"] == "stop"
+        types = h.types(turn_id)
+        assert "tool_permission_resolved" not in types and types[-1] == "turn_cancelled"
+        rejected = (await h.query_state(turn_id))["rejectedInputs"]
+        assert [(r["signal"], r["toolCallId"]) for r in rejected] == [
+            ("permission_decision", "call_0_0")
+        ]
+        assert "already ended" in rejected[0]["reason"]
         await h.assert_file_matches_query(turn_id)

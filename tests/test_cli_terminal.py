@@ -284,6 +284,44 @@ def test_rejections_use_the_commands_words_and_list_what_is_pending(home: Path) 
     assert json.loads(r.stdout)["turnId"] == asking
 
 
+def test_a_decision_for_an_async_call_that_needs_none_says_what_the_call_awaits(
+    home: Path,
+) -> None:
+    """An approval for an async call is refused in words that fit the call: one
+    with its result does not await it, and one approved already did need approval."""
+    from tests.histories import History, created, write_turn
+
+    h = History(created())
+    h.request()
+    h.complete("", [("c1", "run_job", {}), ("c2", "run_job", {}), ("c3", "run_job", {})])
+    h.invoke("c1")
+    h.require("c2")
+    h.resolve("c2", "allow")
+    h.invoke("c2")
+    h.invoke("c3")
+    h.result("c1", "done", source="async")
+    h.suspend()
+    stored = home / "storage" / "turns" / "2025" / "11" / "11"
+    stored.mkdir(parents=True)
+    path = write_turn(stored, h.events)
+    before = path.read_bytes()
+
+    r = turns(home, "approve", h.turn_id, "c1")
+    assert r.returncode == 6, r.stderr
+    assert "already has a result" in r.stderr, r.stderr
+    assert f"complete {h.turn_id} c1" not in r.stderr, r.stderr
+
+    r = turns(home, "approve", h.turn_id, "c2")
+    assert r.returncode == 6, r.stderr
+    assert "run_job (c2) was already approved; it awaits its result: " in r.stderr, r.stderr
+    assert "needs no approval" not in r.stderr, r.stderr
+
+    r = turns(home, "approve", h.turn_id, "c3")
+    assert r.returncode == 6, r.stderr
+    assert f"needs no approval, it awaits its result: `turns complete {h.turn_id} c3" in r.stderr
+    assert path.read_bytes() == before
+
+
 # ---------------------------------------------------------------- finding turns
 
 

@@ -152,3 +152,46 @@ async def test_kill_between_invocation_and_tool_start(
     result = state.tool_calls[0].result
     assert result is not None and result.result.output == INTERRUPTED_TOOL_RESULT
     assert state.terminal is not None and state.terminal.type == "turn_completed"
+
+
+async def test_a_cancel_after_a_kill_closes_the_interrupted_call_as_cancelled(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The worker dies while the model streams and the turn is cancelled before a
+    new worker recovers it: the open call is closed as cancelled (§22), not as
+    interrupted with a promise to re-issue it that the cancel then breaks."""
+    work = tmp_path / "w"
+    work.mkdir()
+    task_queue = f"crash-{uuid.uuid4()}"
+    repo = FileTurnRepository(work)
+    client = TurnClient(
+        temporal_env.client,
+        repo,
+        resolver(),
+        task_queue=task_queue,
+        workflow_options={"heartbeat_timeout_seconds": 2.0},
+    )
+    turn_id = await client.create_turn(
+        CreateTurnInput(
+            agent=RequestedAgent(agent_id="crash"),
+            input=UserMessage(content="go"),
+            human_available=True,
+        )
+    )
+    async with worker_process(temporal_env, task_queue, work, MODEL_DELTA_DELAY="1.0") as first:
+        advancing = asyncio.ensure_future(client.recover(turn_id))
+        await until(lambda: "model_step_event" in types(work, turn_id))
+        first.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(first.wait(), 30)
+    handle = temporal_env.client.get_workflow_handle(turn_id)
+    await handle.signal("cancel", {"type": "cancel", "reason": "stop"})
+    async with worker_process(temporal_env, task_queue, work):
+        result = await asyncio.wait_for(handle.result(), 90)
+        assert result["status"] == "cancelled" and result["reason"] == "stop"
+        assert (await asyncio.wait_for(advancing, 30)).status == "cancelled"
+        queried = await handle.query("state")
+    state = TurnReducer.of(repo.read(turn_id)).state
+    assert [(m.index, m.error) for m in state.model_calls] == [(0, "Model call was cancelled.")]
+    assert types(work, turn_id)[-2:] == ["model_call_failed", "turn_cancelled"]
+    queried.pop("rejectedInputs")
+    assert queried == state.to_wire()

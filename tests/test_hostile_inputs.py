@@ -241,3 +241,31 @@ async def test_a_workflow_whose_id_is_not_its_turn_id_is_refused(
             )
         assert "must equal its turn id" in str(info.value.cause)
         assert h.repo.path_for(turn_id).read_bytes() == before  # nothing was written
+
+
+async def test_a_signal_of_no_input_name_is_listed_not_kept(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A mistyped signal name (`--name approve`, `permission-decision`) is no input:
+    it is listed like any invalid signal instead of waiting, unseen, for a handler."""
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        _script(),
+        tools=[async_tool("a")],
+        permissions={"external:a": "none"},
+    ) as h:
+        turn_id, handle, before = await _suspended_turn(h)
+        await handle.signal("approve", {"type": "permission_decision", "toolCallId": "call_0_0"})
+        await handle.signal("async-tool-result", args=[RESULT, "x" * 1000])
+        await handle.signal("n" * 250)
+        first, second, third = await _rejected(h, turn_id, 3)
+        assert first["signal"] == "approve" and first["toolCallId"] == "call_0_0"
+        assert "no 'approve' signal" in first["reason"] and "permission_decision" in first["reason"]
+        assert second["signal"] == "async-tool-result" and second["size"] > 1000
+        assert len(third["signal"]) <= 200 and len(third["reason"]) <= 800
+        for record in (first, second, third):
+            assert set(record) <= {"signal", "type", "toolCallId", "reason", "size", "digest", "at"}
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        assert (await h.send(turn_id, RESULT)).status == "completed"
+        await h.assert_file_matches_query(turn_id)

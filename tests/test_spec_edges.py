@@ -377,3 +377,45 @@ async def test_reconstruction_with_permissions_progress_and_suspension(
         assert not {"text_delta", "reasoning_delta"} & {e.type for e in turn.events}
         assert "running" not in full.to_wire() and "status" not in full.to_wire()
         await h.assert_file_matches_query(turn_id)
+
+
+async def test_a_session_or_model_too_long_for_temporal_web_is_refused_at_creation(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The session, agent and model are search attributes from the turn's start;
+    one longer than Temporal takes would leave a turn that can never start, so
+    it is refused where the turn is created, with nothing written."""
+    import pytest
+
+    from turnclient.api import CreateTurnInput
+    from turncore.errors import InvalidInputError
+    from turncore.events import AgentOverrides, ModelDescriptor, RequestedAgent
+    from turncore.messages import UserMessage
+
+    long_model = RequestedAgent(
+        agent_id="test",
+        overrides=AgentOverrides(model=ModelDescriptor(provider="scripted", model="m" * 2100)),
+    )
+    async with Harness(temporal_env.client, tmp_path, [{"text": "ok"}]) as h:
+        for agent, session, what in (
+            (RequestedAgent(agent_id="test"), "s" * 2100, "session id"),
+            (long_model, None, "model"),
+        ):
+            request = CreateTurnInput(
+                agent=agent,
+                input=UserMessage(content="x"),
+                human_available=True,
+                session_id=session,
+            )
+            with pytest.raises(InvalidInputError, match=f"cannot be created: its {what} is"):
+                await h.turns.create_turn(request)
+        assert not list(tmp_path.rglob("*.jsonl"))
+        # At the limit it runs.
+        request = CreateTurnInput(
+            agent=RequestedAgent(agent_id="test"),
+            input=UserMessage(content="x"),
+            human_available=True,
+            session_id="s" * 2000,
+        )
+        turn_id = await h.turns.create_turn(request)
+        assert (await h.turns.advance_turn(turn_id).outcome).status == "completed"

@@ -20,7 +20,7 @@ from turncore.permissions import (
     PermissionClassificationBatch,
 )
 from turncore.tools import ToolContext
-from turncore_temporal.workflows.turn import TURN_PENDING, TURN_STATUS
+from turncore_temporal.workflows.turn import TURN_PENDING, TURN_STATUS, pending_count
 
 
 class Recorder:
@@ -613,3 +613,32 @@ async def test_turn_status_follows_the_turn_in_temporal_web(
             in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
         ]
         assert [s.decode().strip('"') for s in statuses] == ["suspended", "running", "completed"]
+
+
+async def test_many_pending_inputs_fit_temporal_webs_search_attribute(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Sixty approvals at once (provider-length call ids) are more than one keyword
+    search attribute holds (2 KiB): the list is cut short with a count of the
+    rest, instead of Temporal failing the task and terminating the run."""
+    ids = [f"toolu_01ABCDEFGHJKLMNOPQRSTU{i:04d}" for i in range(60)]
+    script = [{"toolCalls": [{"toolName": "a", "input": {}, "toolCallId": i} for i in ids]}]
+    async with Harness(
+        temporal_env.client, tmp_path, [*script, {"text": "done"}], tools=[async_tool("a")]
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "suspended" and len(outcome.pending_permissions) == 60
+        handle = h.client.get_workflow_handle(turn_id)
+        pending = (await handle.describe()).typed_search_attributes.get(TURN_PENDING)
+        assert pending is not None and len(pending.encode()) <= 2048
+        assert pending.startswith(f"permission:{ids[0]},") and pending.endswith(" more")
+        assert pending_count(pending, "permission") == 60  # what the approvals gauge counts
+        await h.assert_file_matches_query(turn_id)
+        for i in ids[:-1]:
+            await handle.signal(
+                "permission_decision",
+                {"type": "permission_decision", "toolCallId": i, "decision": "deny"},
+            )
+        last = {"type": "permission_decision", "toolCallId": ids[-1], "decision": "deny"}
+        assert (await h.send(turn_id, last)).status == "completed"
+        await h.assert_file_matches_query(turn_id)

@@ -76,7 +76,14 @@ from turncore.timestamps import format_ts
 from turncore_temporal.activities import telemetry
 from turncore_temporal.activities.failures import run_failure, update_refusal
 from turncore_temporal.workflows import TurnWorkflow, TurnWorkflowInput
-from turncore_temporal.workflows.turn import TURN_AGENT, TURN_MODEL, TURN_SESSION, TURN_STATUS
+from turncore_temporal.workflows.turn import (
+    MAX_KEYWORD_BYTES,
+    TURN_AGENT,
+    TURN_MODEL,
+    TURN_SESSION,
+    TURN_STATUS,
+    keyword_size,
+)
 
 from .summary import message_preview
 
@@ -268,6 +275,9 @@ class TurnClient:
         refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
         if refused is not None:
             raise InvalidInputError(f"the turn cannot be created: {refused}")
+        too_long = _unlisted_keyword(resolved.agent_id, resolved.model.label(), request.session_id)
+        if too_long is not None:
+            raise InvalidInputError(f"the turn cannot be created: {too_long}")
         if isinstance(context, ContextRef):
             # Only an ended turn can be continued (§6.6): refused here, before
             # any file is written, rather than failing the new turn later.
@@ -589,6 +599,21 @@ class TurnClient:
         finally:
             if deltas is not None and self._hub is not None:
                 self._hub.detach(turn_id, deltas)
+
+
+def _unlisted_keyword(agent_id: str, model: str, session_id: str | None) -> str | None:
+    """Why the turn's search attributes would not fit Temporal's keyword limit, or None.
+
+    They are set when the turn's workflow starts; a value over the limit makes
+    every start fail, which would leave a turn that can never run.
+    """
+    for what, value in (("agent id", agent_id), ("model", model), ("session id", session_id)):
+        if value is not None and keyword_size(value) > MAX_KEYWORD_BYTES:
+            return (
+                f"its {what} is {len(value.encode())} bytes; Temporal keeps at most "
+                f"{MAX_KEYWORD_BYTES} bytes (as JSON) in the {what} search attribute"
+            )
+    return None
 
 
 def _input_attributes(input: ExternalDelivery) -> dict[str, Any]:

@@ -1575,10 +1575,19 @@ def _rejection(state: TurnState, input: TurnExternalInput, exc: RejectedInputErr
             f"{call.tool_name} ({call_id}) awaits approval first: "
             f"`{PROG} approve {turn_id} {call_id}` (or deny it)"
         )
-    elif input.type == "permission_decision" and call.execution == "async" and call.invocation:
+    elif (
+        input.type == "permission_decision"
+        and call.execution == "async"
+        and call.invocation
+        and call.result is None
+    ):
+        # Only a call that still awaits its result is pointed at `complete`;
+        # one that has it is refused for that reason (the else branch).
+        approved = call.permission is not None and call.permission.resolved is not None
         reason = (
-            f"{call.tool_name} ({call_id}) needs no approval, it awaits its result: "
-            f"`{PROG} complete {turn_id} {call_id} --text '…'`"
+            f"{call.tool_name} ({call_id}) "
+            f"{'was already approved;' if approved else 'needs no approval,'} "
+            f"it awaits its result: `{PROG} complete {turn_id} {call_id} --text '…'`"
         )
     else:
         reason = str(exc)

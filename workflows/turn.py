@@ -27,7 +27,8 @@ from __future__ import annotations
 # (see PASSTHROUGH in turncore_temporal.worker).
 import asyncio
 import dataclasses
-from collections import deque
+import json
+from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -35,6 +36,7 @@ from typing import Any, TypeVar, assert_never
 
 from temporalio import workflow
 from temporalio.common import (
+    RawValue,
     RetryPolicy,
     SearchAttributeKey,
     SearchAttributeUpdate,
@@ -56,7 +58,7 @@ from turncore.events import (
     TurnEvent,
     outcome_adapter,
 )
-from turncore.inputs import MAX_REJECTED_INPUTS, accept_input, rejection_record
+from turncore.inputs import INPUT_NAMES, MAX_REJECTED_INPUTS, accept_input, rejection_record
 from turncore.reducer import ToolCallState, TurnReducer, TurnState
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
 from turncore.timestamps import format_ts
@@ -101,6 +103,15 @@ _SAFE_RETRY = RetryPolicy(initial_interval=timedelta(milliseconds=200), maximum_
 _ONE_ATTEMPT = RetryPolicy(maximum_attempts=1)
 _REATTACH_CHILDREN = "reattach-children"
 """Runs from here on abandon (not cancel) children when lost, and re-attach them on recovery."""
+_BOUND_PENDING = "bound-pending-search-attribute"
+"""Runs from here on cut the pending-inputs search attribute to what Temporal accepts."""
+MAX_KEYWORD_BYTES = 2048
+"""The largest keyword search attribute Temporal accepts by default
+(``limit.searchAttributesSizeOfValue``), counted as its JSON payload."""
+_CANCEL_CLOSES_INTERRUPTED = "cancel-closes-interrupted-calls"
+"""Runs from here on leave calls a lost worker interrupted to a waiting cancel to close."""
+_REJECT_QUEUED = "reject-inputs-queued-at-end"
+"""Runs from here on reject inputs a cancel overtook, instead of leaving their updates open."""
 
 _I = TypeVar("_I")
 _R = TypeVar("_R")
@@ -364,6 +375,11 @@ class TurnWorkflow:
                 )
         repairs = advance.close_interrupted_model_call(state, _ts())
         repairs += advance.interrupted_sync_results(state, self._running, _ts())
+        if repairs and self._cancel is not None and workflow.patched(_CANCEL_CLOSES_INTERRUPTED):
+            # A cancel is waiting: the cancellation closes these calls next, as
+            # cancelled (§22); "interrupted, it will be re-issued" would promise
+            # a model call the cancel never lets happen.
+            return
         if repairs:
             await self._append(repairs)
 
@@ -811,6 +827,25 @@ class TurnWorkflow:
     def cancel_signal(self, *args: Any) -> None:
         self._signal("cancel", args)
 
+    @workflow.signal(dynamic=True)
+    def other_signal(self, name: str, args: Sequence[RawValue]) -> None:
+        """A signal of any other name carries no input (a mistyped ``approve``):
+        listed like an invalid one, rather than buffered unseen for a handler
+        that never comes."""
+        self._reject(
+            name,
+            [self._decoded(a) for a in args],
+            f"the turn has no {name!r} signal; its inputs are the signals {', '.join(INPUT_NAMES)}",
+        )
+
+    @staticmethod
+    def _decoded(raw: RawValue) -> Any:
+        try:
+            return workflow.payload_converter().from_payload(raw.payload)
+        except Exception:
+            # Listed by size and digest only, like any value: its bytes as text.
+            return raw.payload.data.decode("utf-8", "replace")
+
     @workflow.update(name="settle")
     async def settle_update(self, *args: Any) -> dict[str, Any]:
         """The next settled outcome (now, if the turn is settled): advanceTurn with no input."""
@@ -924,20 +959,44 @@ class TurnWorkflow:
             _count_settled(status)
         pending = [f"permission:{p.tool_call_id}" for p in state.pending_permissions()]
         pending += [f"async:{p.tool_call_id}" for p in state.pending_async_tools()]
+        listed = ",".join(pending)
+        if keyword_size(listed) > MAX_KEYWORD_BYTES and workflow.patched(_BOUND_PENDING):
+            # Temporal fails (and the server then terminates) a run whose keyword
+            # value is longer: many parallel calls, or one very long call id.
+            listed = _bounded_list(pending, MAX_KEYWORD_BYTES)
         resolved = state.definition.agent.resolved
         pairs: list[SearchAttributeUpdate[Any]] = [
             TURN_STATUS.value_set(status),
             TURN_AGENT.value_set(resolved.agent_id),
             TURN_MODEL.value_set(resolved.model.label()),
-            TURN_PENDING.value_set(",".join(pending)),
+            TURN_PENDING.value_set(listed),
         ]
         if state.definition.session_id:
             pairs.append(TURN_SESSION.value_set(state.definition.session_id))
         workflow.upsert_search_attributes(pairs)
         workflow.set_current_details(_details(state) if state.terminal is None else "")
+        if state.terminal is not None and self._queue and workflow.patched(_REJECT_QUEUED):
+            # Inputs still queued here were overtaken by a cancel (the only way
+            # a turn ends with inputs waiting): they are late (§22). Rejecting
+            # them answers their updates, so the run can close.
+            self._reject_queued()
         outcome = self._outcome()
         if outcome is not None:
             self._release_waiters(outcome)
+
+    def _reject_queued(self) -> None:
+        """Reject every queued input against the ended turn: listed, and its update fails."""
+        terminal = self._state.terminal
+        assert terminal is not None
+        while self._queue:
+            queued = self._queue.popleft()
+            reason = (
+                f"turn {self._turn_id} already ended ({terminal.type}); "
+                f"{queued.input.type} is not accepted"
+            )
+            self._reject(queued.input.type, [queued.input.to_wire()], reason)
+            if queued.waiter is not None and not queued.waiter.done():
+                queued.waiter.set_exception(rejection(reason))
 
     def _fail_waiters(self, exc: ApplicationError) -> None:
         self._idle = True
@@ -1002,6 +1061,40 @@ def _infrastructure_failure(exc: ActivityError) -> ApplicationError:
     return infrastructure_failure(cause(exc), failure.type if failure is not None else None)
 
 
+def keyword_size(text: str) -> int:
+    """The bytes Temporal counts for a keyword value: its JSON payload, quotes included."""
+    return len(json.dumps(text))
+
+
+def _bounded_list(items: Sequence[str], limit: int) -> str:
+    """``KIND:ID`` items joined by commas in a keyword of at most ``limit`` bytes: those
+    that fit, then ``KIND:…N more`` for each kind cut (``pending_count`` reads both)."""
+    kinds = dict.fromkeys(item.partition(":")[0] for item in items)
+    # Room for the quotes and for every kind's count, however many are cut.
+    reserve = 2 + sum(keyword_size(f",{k}:…{len(items)} more") - 2 for k in kinds)
+    kept: list[str] = []
+    size = 0
+    for item in items:
+        size += keyword_size(item) - 2 + 1
+        if size + reserve > limit:
+            break
+        kept.append(item)
+    cut = Counter(item.partition(":")[0] for item in items[len(kept) :])
+    return ",".join([*kept, *(f"{k}:…{n} more" for k, n in cut.items())])
+
+
+def pending_count(listed: str, kind: str) -> int:
+    """How many ``kind`` inputs a ``TurnPendingInputs`` value names, counting cut ones."""
+    count = 0
+    for item in listed.split(","):
+        prefix, _, rest = item.partition(":")
+        if prefix != kind:
+            continue
+        more = rest.removeprefix("…").removesuffix(" more")
+        count += int(more) if rest != more and more.isdigit() else 1
+    return count
+
+
 def _details(state: TurnState) -> str:
     lines = [
         f"awaiting approval: {p.tool_name} ({p.tool_call_id})" for p in state.pending_permissions()
@@ -1012,4 +1105,10 @@ def _details(state: TurnState) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["SEARCH_ATTRIBUTES", "TurnWorkflow", "TurnWorkflowInput"]
+__all__ = [
+    "SEARCH_ATTRIBUTES",
+    "TurnWorkflow",
+    "TurnWorkflowInput",
+    "keyword_size",
+    "pending_count",
+]
