@@ -413,6 +413,12 @@ STRICTNESS: list[tuple[str, bytes, int, str]] = [
         1,
         "invalid turn_created event: ts",
     ),
+    (
+        "schemaVersion 1.0",
+        _mutate_line(HISTORY, 0, schemaVersion=1.0),
+        1,
+        "unsupported schemaVersion 1.0",
+    ),
 ]
 
 

@@ -246,9 +246,10 @@ class TurnCreated(_Event):
     @field_validator("schema_version", mode="before")
     @classmethod
     def _an_integer(cls, value: Any) -> Any:
-        # ``true == 1`` in Python, and a strict Literal[1] still takes it.
-        if type(value) is bool:
-            raise ValueError("schemaVersion must be the number 1, not a boolean")
+        # ``true == 1 == 1.0`` in Python, and a strict Literal[1] still takes
+        # both; reads coerce nothing (docs/file-format.md, "Lines").
+        if type(value) is not int:
+            raise ValueError(f"schemaVersion must be the integer 1, not a {type(value).__name__}")
         return value
 
     session_id: str | None
