@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -305,11 +306,69 @@ PROGRESS_AFTER_RESULT = tool_progress(TURN_ID, "call_1", at=999)
 NAN_LINE = line(HISTORY[MIDDLE]).replace(b'{"bytesRead":512}', b"NaN")
 assert b"NaN" in NAN_LINE
 
+COMPLETED_0 = next(i for i, e in enumerate(HISTORY) if e.type == "model_call_completed")
+
+
+def _replace_in_line(events: list[TurnEvent], index: int, old: bytes, new: bytes) -> bytes:
+    """The history's bytes with ``old`` replaced by ``new`` in one line (JSON orjson cannot
+    write: a key twice, an integer past 64 bits)."""
+    raw = line(events[index])
+    assert old in raw
+    return _replace_line(events, index, raw.replace(old, new))
+
+
+# A line must mean the same to every JSON reader, since other implementations
+# of the spec read these files: no key twice in one object (RFC 8259 leaves
+# which value counts to the reader; some take the first, some the last, some
+# refuse), and no integer a 64-bit reader cannot hold (orjson, like
+# JavaScript, would quietly turn it into a float).
+AMBIGUOUS: list[tuple[str, bytes, int, str]] = [
+    (
+        "a key twice in a nested object",
+        _replace_in_line(HISTORY, MIDDLE, b'{"bytesRead":512}', b'{"bytesRead":1,"bytesRead":512}'),
+        MIDDLE + 1,
+        "repeats the key 'bytesRead'",
+    ),
+    (
+        "the event type twice",
+        _replace_in_line(
+            HISTORY,
+            MIDDLE,
+            b'"type":"tool_progress"',
+            b'"type":"turn_failed","type":"tool_progress"',
+        ),
+        MIDDLE + 1,
+        "repeats the key 'type'",
+    ),
+    (
+        "an integer past 64 bits in a JSON value",
+        _replace_in_line(
+            HISTORY, MIDDLE, b'"bytesRead":512', b'"bytesRead":100000000000000000000000'
+        ),
+        MIDDLE + 1,
+        "integer 100000000000000000000000 does not fit in 64 bits",
+    ),
+    (
+        "a negative integer past 64 bits",
+        _replace_in_line(HISTORY, MIDDLE, b'"bytesRead":512', b'"bytesRead":-9223372036854775809'),
+        MIDDLE + 1,
+        "integer -9223372036854775809 does not fit in 64 bits",
+    ),
+    (
+        "a token count past 64 bits",
+        _replace_in_line(
+            HISTORY, COMPLETED_0, b'"inputTokens":120', b'"inputTokens":18446744073709551616'
+        ),
+        COMPLETED_0 + 1,
+        "integer 18446744073709551616 does not fit in 64 bits",
+    ),
+]
+
+
 # Reads validate every line strictly (§5.2): wire names only, JSON types as
 # the schema states them (no "false" for false, "10" for 10, true for 1), and
 # every ``ts`` an ISO-8601 UTC timestamp. Lines 2.. are checked as strictly
 # as line 1, by the same validators the fast path uses.
-COMPLETED_0 = next(i for i, e in enumerate(HISTORY) if e.type == "model_call_completed")
 STRICTNESS: list[tuple[str, bytes, int, str]] = [
     (
         "snake_case turn_id",
@@ -419,6 +478,7 @@ STRICTNESS: list[tuple[str, bytes, int, str]] = [
         1,
         "unsupported schemaVersion 1.0",
     ),
+    *AMBIGUOUS,
 ]
 
 
@@ -513,6 +573,39 @@ CORRUPTIONS: list[tuple[str, bytes, int, str]] = [
     ),
     *STRICTNESS,
 ]
+
+
+class TestOtherWriters:
+    """Another implementation of the spec spells JSON its own way; its lines read alike."""
+
+    def test_any_spelling_of_the_same_json_reads_as_the_same_events(self, store: Store) -> None:
+        objects = [orjson.loads(line(e)) for e in HISTORY]
+        # Past JavaScript's safe range but within 64 bits: not re-checked on read.
+        objects[MIDDLE]["progress"] = {"bytesRead": 2**64 - 1, "note": "café ☕"}
+        ours = b"".join(orjson.dumps(o) + b"\n" for o in objects)
+        theirs = b"".join(json.dumps(o).encode() + b"\n" for o in objects)  # ", ", \\u00e9
+        assert theirs != ours
+        store.put_raw(TURN_ID, ours)
+        expected = store.repo.read(TURN_ID)
+        store.put_raw(TURN_ID, theirs)
+        assert store.repo.read(TURN_ID) == expected
+        assert expected[MIDDLE].progress == {"bytesRead": 2**64 - 1, "note": "café ☕"}  # type: ignore[union-attr]
+
+    @pytest.mark.parametrize("depth", [300, 1000])
+    def test_a_value_nested_deeper_than_orjson_writes_still_reads(
+        self, store: Store, depth: int
+    ) -> None:
+        # orjson reads 1024 levels but writes 254, and the standard library's
+        # parser stops near 1000: the one-meaning check must not trip on either.
+        objects = [orjson.loads(line(e)) for e in HISTORY]
+        objects[MIDDLE]["progress"] = {"bytesRead": 1}
+        raw = [orjson.dumps(o) for o in objects]
+        raw[MIDDLE] = raw[MIDDLE].replace(b'{"bytesRead":1}', b"[" * depth + b"]" * depth)
+        store.put_raw(TURN_ID, b"".join(r + b"\n" for r in raw))
+        nested = store.repo.read(TURN_ID)[MIDDLE].progress  # type: ignore[union-attr]
+        for _ in range(depth - 1):
+            nested = nested[0]
+        assert nested == []
 
 
 # Torn lines and invalid UTF-8 cannot be stored in PostgreSQL rows (each row

@@ -11,7 +11,10 @@ the same code paths as the file one.
 
 Reading validates every line: ``orjson.loads`` (strict JSON, no NaN), then
 ``parse_event``, then the line's ``turnId``, then the reducer, in one pass, so
-an error names the first offending line. A file that is empty, that ends in a
+an error names the first offending line. A line that ``orjson.dumps`` does
+not reproduce byte for byte (not written by this project) is parsed once
+more to make sure it means one thing to every reader: no repeated key, no
+integer past 64 bits (``_two_meanings``). A file that is empty, that ends in a
 line without its newline (a torn write), or that has any bad line is
 corrupt. Nothing is truncated, skipped or repaired.
 
@@ -232,6 +235,74 @@ def _explain(obj: Any, exc: ValidationError) -> str:
     return f"invalid {kind} event: {where}: {first['msg']}{more}"
 
 
+_INT_RANGE = (-(2**63), 2**64 - 1)
+"""The integers orjson reads exactly; it reads any other integer as a float."""
+
+
+class _TwoMeanings(ValueError):
+    """A line that other JSON readers may read as different values (``_two_meanings``)."""
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _TwoMeanings(
+                f"the line repeats the key {_shorten(key)} in one object, and JSON readers "
+                "differ on which value counts (RFC 8259 §4); write each key once"
+            )
+        seen.add(key)
+    return dict(pairs)
+
+
+def _exact_integer(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    # No JSON integer has leading zeros, so more than 20 digits is past 2**64.
+    if digits > 20 or not _INT_RANGE[0] <= int(text) <= _INT_RANGE[1]:
+        shown = text if digits <= 40 else f"of {digits} digits"
+        raise _TwoMeanings(
+            f"the integer {shown} does not fit in 64 bits, so a JSON reader would round it "
+            "to a float; write it as a string"
+        )
+    return int(text)
+
+
+def _two_meanings(raw: bytes) -> str | None:
+    """Why a line orjson parsed could mean something else to another reader, or None.
+
+    A file must read the same in every implementation of the spec (DESIGN
+    §1), so a line may not repeat a key within an object (readers take the
+    first, the last, or refuse) or hold an integer past 64 bits (orjson, like
+    JavaScript, quietly reads it as a float). orjson reports neither, so the
+    line is parsed again by the standard library, which sees both. Only lines
+    that ``orjson.dumps`` does not reproduce byte for byte come here: every
+    line this project writes does, so the check costs the hot path one dumps.
+    """
+    import json
+
+    try:
+        json.loads(raw, object_pairs_hook=_no_repeated_keys, parse_int=_exact_integer)
+    except _TwoMeanings as exc:
+        return str(exc)
+    except RecursionError:
+        # Nested deeper than the standard parser goes (orjson reads up to
+        # 1024 levels): such a line cannot be checked, and is read as parsed.
+        return None
+    return None
+
+
+def _check_one_meaning(obj: Any, raw: bytes, where: str, line: int) -> None:
+    """Raise unless the line ``raw`` (which orjson parsed as ``obj``) means one thing."""
+    try:
+        canonical = orjson.dumps(obj) == raw
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes
+        canonical = False
+    if not canonical:
+        why = _two_meanings(raw)
+        if why is not None:
+            raise CorruptTurnError(why, path=where, line=line)
+
+
 def _decode_line(raw: bytes, where: str, line: int) -> TurnEvent:
     try:
         obj = orjson.loads(raw)
@@ -239,6 +310,7 @@ def _decode_line(raw: bytes, where: str, line: int) -> TurnEvent:
         raise CorruptTurnError(
             f"the line is not valid JSON: {exc}", path=where, line=line
         ) from None
+    _check_one_meaning(obj, raw, where, line)
     try:
         return parse_event(obj, trusted_json=True)
     except ValidationError as exc:
@@ -345,12 +417,14 @@ def _decode(
     # no or an unknown type, invalid) takes ``_decode_line``, which raises the
     # precise error (or, should the fast path ever be unavailable, decodes).
     apply, add = reducer.apply, events.append
-    loads, validate = orjson.loads, _VALIDATE
+    loads, dumps, validate = orjson.loads, orjson.dumps, _VALIDATE
     with _collector_paused():
         for line, raw in enumerate(lines[len(events) :], start=first_line + len(events)):
             try:
                 obj = loads(raw)
                 event: TurnEvent = validate[obj["type"]](obj)
+                if dumps(obj) != raw:  # not as this project writes it: one meaning?
+                    _check_one_meaning(obj, raw, where, line)
             except (orjson.JSONDecodeError, KeyError, TypeError, ValidationError):
                 event = _decode_line(raw, where, line)
             # ``apply`` checks the line's turnId against line 1's (already
