@@ -472,6 +472,26 @@ STRICTNESS: list[tuple[str, bytes, int, str]] = [
         1,
         "invalid turn_created event: ts",
     ),
+    *(
+        (
+            f"previousTurnId {bad!r}",
+            _edit_line(HISTORY, 0, lambda o, bad=bad: o.update(context={"previousTurnId": bad})),
+            1,
+            f"invalid turn_created event: context.ref.previousTurnId: Value error, {rule}",
+        )
+        for bad, rule in (
+            ("../../etc/passwd", "turn id '../../etc/passwd' contains a path separator"),
+            (
+                "2025-11-11T04-36-29Z-0001234-000/..",
+                "turn id '2025-11-11T04-36-29Z-0001234-000/..' contains a path separator",
+            ),
+            (
+                "2025-02-30T04-36-29Z-0001234-000",
+                "turn id '2025-02-30T04-36-29Z-0001234-000' names a time that does not exist",
+            ),
+            ("previous", "turn id 'previous' does not have the shape"),
+        )
+    ),
     (
         "schemaVersion 1.0",
         _mutate_line(HISTORY, 0, schemaVersion=1.0),

@@ -27,6 +27,8 @@ from pydantic import (
 from pydantic_core import SchemaValidator
 
 from ._wire import Opt, WireModel
+from .errors import InvalidTurnIdError
+from .ids import validate_turn_id
 from .jsonvalue import TRUSTED_JSON, JsonObject, JsonValue, without_json_checks
 from .messages import AssistantMessage, ConversationMessage, UserMessage
 
@@ -100,6 +102,17 @@ class AgentSnapshot(WireModel):
 
 class ContextRef(WireModel):
     previous_turn_id: str = Field(min_length=1)
+
+    @field_validator("previous_turn_id")
+    @classmethod
+    def _a_turn_id(cls, value: str) -> str:
+        # The reference becomes a path when it is resolved (§5.1), so a log that
+        # names a path-like or impossible id is corrupt where it says so, not
+        # only when some later advance follows it.
+        try:
+            return validate_turn_id(value)
+        except InvalidTurnIdError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def _context_kind(value: Any) -> str:
