@@ -477,7 +477,7 @@ STRICTNESS: list[tuple[str, bytes, int, str]] = [
             f"previousTurnId {bad!r}",
             _edit_line(HISTORY, 0, lambda o, bad=bad: o.update(context={"previousTurnId": bad})),
             1,
-            f"invalid turn_created event: context.ref.previousTurnId: Value error, {rule}",
+            f"invalid turn_created event: context.previousTurnId: Value error, {rule}",
         )
         for bad, rule in (
             ("../../etc/passwd", "turn id '../../etc/passwd' contains a path separator"),
@@ -626,6 +626,89 @@ class TestOtherWriters:
         for _ in range(depth - 1):
             nested = nested[0]
         assert nested == []
+
+
+def _edit_first(edit: Callable[[dict[str, Any]], None]) -> bytes:
+    return _edit_line(HISTORY, 0, edit)
+
+
+def _input_parts(*parts: dict[str, Any]) -> bytes:
+    return _edit_first(lambda o: o["input"].update(content=list(parts)))
+
+
+# What a refusal says: the problem and where it is in the line, in the wire's
+# terms. Never the schema's regular expression, never a union branch the line
+# did not take (``content.str`` when the content is a list), never orjson's
+# "line 1" inside a line that is not line 1.
+MESSAGES: list[tuple[str, bytes, int, str]] = [
+    (
+        "ts with a space",
+        _mutate_line(HISTORY, MIDDLE, ts="2025-11-11 04:36:29.011Z"),
+        MIDDLE + 1,
+        "invalid tool_progress event: ts: '2025-11-11 04:36:29.011Z' is not an ISO-8601 UTC "
+        "instant like 2025-11-11T04:36:29.000Z",
+    ),
+    (
+        "a media part with two sources",
+        _input_parts({"type": "image", "mediaType": "image/png", "url": "u", "data": "AAAA"}),
+        1,
+        "invalid turn_created event: input.content.0: Value error, a media part needs exactly "
+        "one source of url, data or fileId; got 2",
+    ),
+    (
+        "a part a user message cannot hold",
+        _input_parts({"type": "reasoning", "text": "hm"}),
+        1,
+        "invalid turn_created event: input.content.0: Input tag 'reasoning' found using 'type'",
+    ),
+    (
+        "an empty media type",
+        _input_parts({"type": "audio", "mediaType": "", "fileId": "f"}),
+        1,
+        "invalid turn_created event: input.content.0.mediaType: String should have at least 1",
+    ),
+    (
+        "a tool message without results in the context",
+        _edit_first(lambda o: o.update(context=[{"role": "tool", "content": []}])),
+        1,
+        "invalid turn_created event: context.0.content: List should have at least 1 item",
+    ),
+    (
+        "a context reference without its id",
+        _edit_first(lambda o: o.update(context={})),
+        1,
+        "invalid turn_created event: context.previousTurnId: Field required",
+    ),
+    (
+        "bytes that are not UTF-8",
+        _replace_in_line(HISTORY, MIDDLE, b'"source":"sync"', b'"source":"sy\xffnc"'),
+        MIDDLE + 1,
+        "the line is not valid JSON: byte 0xff at column "
+        f"{line(HISTORY[MIDDLE]).index(b'sync') + 3} is not UTF-8",
+    ),
+    (
+        "something after the object",
+        _replace_in_line(HISTORY, MIDDLE, b"512}}", b"512}} x"),
+        MIDDLE + 1,
+        "the line is not valid JSON: unexpected content after document at column "
+        f"{len(line(HISTORY[MIDDLE])) + 1}",  # the x, after the space
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "line_no", "rule"), MESSAGES, ids=[m[0] for m in MESSAGES]
+)
+def test_a_refusal_says_what_is_wrong_in_the_lines_terms(
+    name: str, data: bytes, line_no: int, rule: str
+) -> None:
+    repo = InMemoryTurnRepository()
+    repo.put_raw(TURN_ID, data)
+    with pytest.raises(CorruptTurnError) as info:
+        repo.read(TURN_ID)
+    assert info.value.line == line_no
+    assert info.value.rule.startswith(rule), info.value.rule
+    assert "(?:" not in info.value.rule and "line 1 column" not in info.value.rule
 
 
 # Torn lines and invalid UTF-8 cannot be stored in PostgreSQL rows (each row

@@ -213,10 +213,42 @@ def _shorten(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_JSON_KINDS = {dict: "object", list: "array", str: "string", int: "number", float: "number"}
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _wire_location(obj: Any, loc: Sequence[int | str], missing: bool) -> str:
+    """Where in the line an error is, as its keys and indexes.
+
+    pydantic's locations also name the union branches it tried: ``str`` or
+    ``list[…]`` for a ``str | list`` field, a tag such as ``image`` or ``ref``.
+    None of those is in the line, so the walk along the decoded object keeps
+    only the steps that are (and, for a missing field, its name).
+    """
+    steps: list[str] = []
+    here = obj
+    for i, step in enumerate(loc):
+        if isinstance(here, list) and isinstance(step, int) and 0 <= step < len(here):
+            here = here[step]
+        elif isinstance(here, dict) and isinstance(step, str) and step in here:
+            here = here[step]
+        elif not (missing and i == len(loc) - 1):
+            continue  # a branch label, not a step into the line
+        steps.append(str(step))
+    return ".".join(steps) or "(event)"
+
+
 def _explain(obj: Any, exc: ValidationError) -> str:
     """A one-line reason why a decoded JSON value is not a valid turn event."""
     if not isinstance(obj, dict):
-        return f"the line is a JSON {type(obj).__name__}, not an event object"
+        return f"the line is a JSON {_json_kind(obj)}, not an event object"
     kind = obj.get("type")
     if kind is None:
         return "the line has no event type"
@@ -228,11 +260,36 @@ def _explain(obj: Any, exc: ValidationError) -> str:
             f"unsupported schemaVersion {_shorten(version)}; "
             f"this runtime reads version {SCHEMA_VERSION}"
         )
-    problems = exc.errors(include_url=False, include_input=False)
-    first = problems[0]
-    where = ".".join(str(p) for p in first["loc"][1:]) or "(event)"
+    problems = exc.errors(include_url=False)
+    # A union reports one error per branch; the deepest is the branch the line
+    # took (a list's bad part, not "content should be a string").
+    first = max(problems, key=lambda p: len(p["loc"]))
+    where = _wire_location(obj, first["loc"][1:], first["type"] == "missing")
+    if first["type"] == "string_pattern_mismatch" and where.endswith("ts"):
+        message = (
+            f"{_shorten(first['input'])} is not an ISO-8601 UTC instant like "
+            "2025-11-11T04:36:29.000Z (a real date, hours, minutes and seconds with an "
+            "optional fraction, then Z or +00:00)"
+        )
+    elif first["type"] == "string_pattern_mismatch":
+        message = f"{_shorten(first['input'])} does not have the form this field needs"
+    else:
+        message = first["msg"]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"invalid {kind} event: {where}: {first['msg']}{more}"
+    return f"invalid {kind} event: {where}: {message}{more}"
+
+
+def _not_json(raw: bytes, exc: orjson.JSONDecodeError) -> str:
+    """Why the line is not JSON, with a column in the line (orjson counts the line
+    it was given as "line 1", whatever its number in the file)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return (
+            f"the line is not valid JSON: byte 0x{raw[bad.start]:02x} at column "
+            f"{bad.start + 1} is not UTF-8"
+        )
+    return f"the line is not valid JSON: {exc.msg} at column {exc.colno}"
 
 
 _INT_RANGE = (-(2**63), 2**64 - 1)
@@ -307,9 +364,7 @@ def _decode_line(raw: bytes, where: str, line: int) -> TurnEvent:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise CorruptTurnError(
-            f"the line is not valid JSON: {exc}", path=where, line=line
-        ) from None
+        raise CorruptTurnError(_not_json(raw, exc), path=where, line=line) from None
     _check_one_meaning(obj, raw, where, line)
     try:
         return parse_event(obj, trusted_json=True)
