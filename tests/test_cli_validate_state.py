@@ -278,6 +278,29 @@ def test_state_of_a_broken_file_reports_on_stderr() -> None:
     }
 
 
+def test_log_json_has_one_object_per_line_or_names_the_line_that_is_none(
+    tmp_path: Path,
+) -> None:
+    """``turns log --json`` does not validate, but line N is element N-1 (offsets are
+    line numbers, §17.1): a blank or non-JSON line is named, never dropped."""
+    good = (ROOT / GOOD[0]).read_bytes()
+    lines = good.split(b"\n")[:-1]
+    r = turns("log", str(ROOT / GOOD[0]), "--json")
+    assert r.returncode == 0 and len(orjson.loads(r.stdout)) == len(lines)
+    for name, bad in (("blank", b""), ("spaces", b"   "), ("not JSON", b"{oops")):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(b"\n".join([*lines[:3], bad, *lines[3:]]) + b"\n")
+        r = turns("log", str(path), "--json")
+        assert r.returncode == 1, (name, r.stdout[:200])
+        assert r.stderr.startswith(f"{path}:4: the line is not JSON"), r.stderr
+        assert f"turns validate {path}" in r.stderr
+        assert orjson.loads(r.stdout) == {
+            "status": "error",
+            "error": r.stderr.strip(),
+            "exitCode": 1,
+        }
+
+
 def test_usage_errors_exit_2() -> None:
     r = turns()
     assert r.returncode == 2 and "validate" in r.stderr and "state" in r.stderr

@@ -748,10 +748,22 @@ def log(args: argparse.Namespace) -> int:
             file = _path_of(args.turn)
             path, data = str(file), _turn_file_bytes(file)
         if args.json:
-            try:
-                _emit_json([orjson.loads(line) for line in data.splitlines() if line.strip()])
-            except orjson.JSONDecodeError as exc:
-                raise Failure(f"{path}: a line is not JSON ({exc}); use `turns validate`") from None
+            # Element N-1 is line N (offsets are line numbers, §17.1), so a line
+            # that is not JSON, blank ones included, is named rather than dropped.
+            # Not a validation: the final piece without its newline is shown too.
+            pieces = data.split(b"\n")
+            if pieces[-1] == b"":
+                pieces.pop()
+            objects = []
+            for number, piece in enumerate(pieces, start=1):
+                try:
+                    objects.append(orjson.loads(piece))
+                except orjson.JSONDecodeError as exc:
+                    raise Failure(
+                        f"{path}:{number}: the line is not JSON ({exc.msg}); "
+                        f"`{PROG} validate {args.turn}` checks the whole turn"
+                    ) from None
+            _emit_json(objects)
         else:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()
