@@ -301,6 +301,30 @@ def test_log_json_has_one_object_per_line_or_names_the_line_that_is_none(
         }
 
 
+@pytest.mark.parametrize(
+    ("given", "reason"),
+    [
+        ("2025-13-11T04-36-29Z-0001234-000", "names a time that does not exist"),
+        ("2025-02-30T04-36-29Z-0001234-000", "names a time that does not exist"),
+        ("2025-11-11T04-36-29Z-0001234-0000", "does not have the shape"),
+    ],
+)
+def test_a_malformed_full_id_is_named_as_such_not_searched_as_a_prefix(
+    tmp_path: Path, given: str, reason: str
+) -> None:
+    for command in ("state", "show", "log"):
+        r = subprocess.run(
+            [sys.executable, "-m", "turnclient.cli", command, given],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "TURNS_HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2, (command, r.stderr)
+        assert r.stderr.startswith(f"turn id {given!r} {reason}"), (command, r.stderr)
+
+
 def test_usage_errors_exit_2() -> None:
     r = turns()
     assert r.returncode == 2 and "validate" in r.stderr and "state" in r.stderr

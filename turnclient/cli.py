@@ -60,7 +60,7 @@ from turncore.errors import (
     TurnError,
     TurnNotFoundError,
 )
-from turncore.ids import is_turn_id, turn_path, validate_turn_id
+from turncore.ids import TURN_ID_SHAPE, is_turn_id, turn_path, validate_turn_id
 
 # Read-only commands start fast: pydantic models, the reducer and asyncio load
 # inside the functions that need them (bench/cli.py measures start-up).
@@ -589,7 +589,9 @@ def _turn_id(given: str) -> str:
     """A turn id from what the user typed: an id, ``last`` (the newest), or a unique prefix."""
     if is_turn_id(given):
         return given
-    if given == "last" or _ID_PREFIX.fullmatch(given):
+    # A prefix is shorter than an id; as long as one, it was meant as one (and
+    # validate_turn_id says what is wrong with it, not "no turn starts with").
+    if given == "last" or (len(given) < len(TURN_ID_SHAPE) and _ID_PREFIX.fullmatch(given)):
         work = _work_dir()
         known = _stored_turn_ids(work)
         if given == "last":
