@@ -278,6 +278,53 @@ def test_state_of_a_broken_file_reports_on_stderr() -> None:
     }
 
 
+def test_log_json_has_one_object_per_line_or_names_the_line_that_is_none(
+    tmp_path: Path,
+) -> None:
+    """``turns log --json`` does not validate, but line N is element N-1 (offsets are
+    line numbers, §17.1): a blank or non-JSON line is named, never dropped."""
+    good = (ROOT / GOOD[0]).read_bytes()
+    lines = good.split(b"\n")[:-1]
+    r = turns("log", str(ROOT / GOOD[0]), "--json")
+    assert r.returncode == 0 and len(orjson.loads(r.stdout)) == len(lines)
+    for name, bad in (("blank", b""), ("spaces", b"   "), ("not JSON", b"{oops")):
+        path = tmp_path / f"{name}.jsonl"
+        path.write_bytes(b"\n".join([*lines[:3], bad, *lines[3:]]) + b"\n")
+        r = turns("log", str(path), "--json")
+        assert r.returncode == 1, (name, r.stdout[:200])
+        assert r.stderr.startswith(f"{path}:4: the line is not JSON"), r.stderr
+        assert f"turns validate {path}" in r.stderr
+        assert orjson.loads(r.stdout) == {
+            "status": "error",
+            "error": r.stderr.strip(),
+            "exitCode": 1,
+        }
+
+
+@pytest.mark.parametrize(
+    ("given", "reason"),
+    [
+        ("2025-13-11T04-36-29Z-0001234-000", "names a time that does not exist"),
+        ("2025-02-30T04-36-29Z-0001234-000", "names a time that does not exist"),
+        ("2025-11-11T04-36-29Z-0001234-0000", "does not have the shape"),
+    ],
+)
+def test_a_malformed_full_id_is_named_as_such_not_searched_as_a_prefix(
+    tmp_path: Path, given: str, reason: str
+) -> None:
+    for command in ("state", "show", "log"):
+        r = subprocess.run(
+            [sys.executable, "-m", "turnclient.cli", command, given],
+            cwd=ROOT,
+            env={**os.environ, "PYTHONPATH": str(ROOT), "TURNS_HOME": str(tmp_path)},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == 2, (command, r.stderr)
+        assert r.stderr.startswith(f"turn id {given!r} {reason}"), (command, r.stderr)
+
+
 def test_usage_errors_exit_2() -> None:
     r = turns()
     assert r.returncode == 2 and "validate" in r.stderr and "state" in r.stderr

@@ -14,6 +14,7 @@ from typing import Any
 
 import orjson
 import pytest
+from pydantic import ValidationError
 
 from tests.histories import TOOLS, History, created, to_line
 from turncore.compose import (
@@ -802,7 +803,12 @@ def test_tool_definitions_hide_authority_fields() -> None:
 )
 def test_a_reference_to_a_malformed_turn_id_is_a_resolution_error(store: Store, bad: str) -> None:
     # The id comes from a durable file, so a bad one is broken data, not a caller's input.
+    # Reads refuse such a file and ContextRef refuses to be built with one, so only
+    # model_construct makes it; the resolver still defends the path it derives.
+    with pytest.raises(ValidationError, match="not have the shape|path separator|does not exist"):
+        ref(bad)
+    bad_ref = ContextRef.model_construct(previous_turn_id=bad)
     with pytest.raises(ContextResolutionError, match="not a valid turn id"):
-        store.resolver().resolve(ref(bad))
+        store.resolver().resolve(bad_ref)
     with pytest.raises(ContextResolutionError, match="not a valid turn id"):
-        store.resolver().resolve_agent(created(B, context=ref(bad), inherited_from=bad))
+        store.resolver().resolve_agent(created(B, context=bad_ref, inherited_from=bad))

@@ -1851,6 +1851,22 @@ def test_human_sources_must_match_human_availability() -> None:
     assert_rejects(h.events, len(h.events), "human_unavailable in a turn with a human")
 
 
+@pytest.mark.parametrize("auto_permission", [False, True])
+def test_no_human_means_deny_never_allow(auto_permission: bool) -> None:
+    """§9.3: without a human, a call that waits on one is denied. ``human_unavailable``
+    says nobody was asked, so it cannot carry an allow that lets the tool run."""
+    h = batch(
+        History(created(human_available=False, auto_permission=auto_permission)),
+        [("w", "write_file", {})],
+    )
+    h.require("w")
+    if auto_permission:
+        h.classify("w", "defer")
+    h.resolve("w", "allow", "human_unavailable")
+    h.invoke("w")
+    assert_rejects(h.events, len(h.events) - 1, "without a human the decision is deny")
+
+
 def test_turn_completed_repeats_the_aggregate_usage() -> None:
     h = History()
     h.request()

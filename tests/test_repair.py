@@ -79,7 +79,7 @@ def test_the_sidecar_is_appended_to_never_overwritten(tmp_path: Path) -> None:
     [
         ("middle line", "not valid JSON"),
         ("reducer violation on the final line", "only a torn final line is repaired"),
-        ("torn tail after a corrupt middle line", ":3: the line is a JSON list"),
+        ("torn tail after a corrupt middle line", ":3: the line is a JSON array"),
         ("nothing wrong", "nothing to repair"),
         ("empty file", "empty"),
         ("only line torn", "no valid turn would remain"),

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import itertools
+import json
 import os
 import threading
 from collections.abc import Callable, Iterator
@@ -305,11 +306,69 @@ PROGRESS_AFTER_RESULT = tool_progress(TURN_ID, "call_1", at=999)
 NAN_LINE = line(HISTORY[MIDDLE]).replace(b'{"bytesRead":512}', b"NaN")
 assert b"NaN" in NAN_LINE
 
+COMPLETED_0 = next(i for i, e in enumerate(HISTORY) if e.type == "model_call_completed")
+
+
+def _replace_in_line(events: list[TurnEvent], index: int, old: bytes, new: bytes) -> bytes:
+    """The history's bytes with ``old`` replaced by ``new`` in one line (JSON orjson cannot
+    write: a key twice, an integer past 64 bits)."""
+    raw = line(events[index])
+    assert old in raw
+    return _replace_line(events, index, raw.replace(old, new))
+
+
+# A line must mean the same to every JSON reader, since other implementations
+# of the spec read these files: no key twice in one object (RFC 8259 leaves
+# which value counts to the reader; some take the first, some the last, some
+# refuse), and no integer a 64-bit reader cannot hold (orjson, like
+# JavaScript, would quietly turn it into a float).
+AMBIGUOUS: list[tuple[str, bytes, int, str]] = [
+    (
+        "a key twice in a nested object",
+        _replace_in_line(HISTORY, MIDDLE, b'{"bytesRead":512}', b'{"bytesRead":1,"bytesRead":512}'),
+        MIDDLE + 1,
+        "repeats the key 'bytesRead'",
+    ),
+    (
+        "the event type twice",
+        _replace_in_line(
+            HISTORY,
+            MIDDLE,
+            b'"type":"tool_progress"',
+            b'"type":"turn_failed","type":"tool_progress"',
+        ),
+        MIDDLE + 1,
+        "repeats the key 'type'",
+    ),
+    (
+        "an integer past 64 bits in a JSON value",
+        _replace_in_line(
+            HISTORY, MIDDLE, b'"bytesRead":512', b'"bytesRead":100000000000000000000000'
+        ),
+        MIDDLE + 1,
+        "integer 100000000000000000000000 does not fit in 64 bits",
+    ),
+    (
+        "a negative integer past 64 bits",
+        _replace_in_line(HISTORY, MIDDLE, b'"bytesRead":512', b'"bytesRead":-9223372036854775809'),
+        MIDDLE + 1,
+        "integer -9223372036854775809 does not fit in 64 bits",
+    ),
+    (
+        "a token count past 64 bits",
+        _replace_in_line(
+            HISTORY, COMPLETED_0, b'"inputTokens":120', b'"inputTokens":18446744073709551616'
+        ),
+        COMPLETED_0 + 1,
+        "integer 18446744073709551616 does not fit in 64 bits",
+    ),
+]
+
+
 # Reads validate every line strictly (§5.2): wire names only, JSON types as
 # the schema states them (no "false" for false, "10" for 10, true for 1), and
 # every ``ts`` an ISO-8601 UTC timestamp. Lines 2.. are checked as strictly
 # as line 1, by the same validators the fast path uses.
-COMPLETED_0 = next(i for i, e in enumerate(HISTORY) if e.type == "model_call_completed")
 STRICTNESS: list[tuple[str, bytes, int, str]] = [
     (
         "snake_case turn_id",
@@ -413,6 +472,33 @@ STRICTNESS: list[tuple[str, bytes, int, str]] = [
         1,
         "invalid turn_created event: ts",
     ),
+    *(
+        (
+            f"previousTurnId {bad!r}",
+            _edit_line(HISTORY, 0, lambda o, bad=bad: o.update(context={"previousTurnId": bad})),
+            1,
+            f"invalid turn_created event: context.previousTurnId: Value error, {rule}",
+        )
+        for bad, rule in (
+            ("../../etc/passwd", "turn id '../../etc/passwd' contains a path separator"),
+            (
+                "2025-11-11T04-36-29Z-0001234-000/..",
+                "turn id '2025-11-11T04-36-29Z-0001234-000/..' contains a path separator",
+            ),
+            (
+                "2025-02-30T04-36-29Z-0001234-000",
+                "turn id '2025-02-30T04-36-29Z-0001234-000' names a time that does not exist",
+            ),
+            ("previous", "turn id 'previous' does not have the shape"),
+        )
+    ),
+    (
+        "schemaVersion 1.0",
+        _mutate_line(HISTORY, 0, schemaVersion=1.0),
+        1,
+        "unsupported schemaVersion 1.0",
+    ),
+    *AMBIGUOUS,
 ]
 
 
@@ -507,6 +593,122 @@ CORRUPTIONS: list[tuple[str, bytes, int, str]] = [
     ),
     *STRICTNESS,
 ]
+
+
+class TestOtherWriters:
+    """Another implementation of the spec spells JSON its own way; its lines read alike."""
+
+    def test_any_spelling_of_the_same_json_reads_as_the_same_events(self, store: Store) -> None:
+        objects = [orjson.loads(line(e)) for e in HISTORY]
+        # Past JavaScript's safe range but within 64 bits: not re-checked on read.
+        objects[MIDDLE]["progress"] = {"bytesRead": 2**64 - 1, "note": "café ☕"}
+        ours = b"".join(orjson.dumps(o) + b"\n" for o in objects)
+        theirs = b"".join(json.dumps(o).encode() + b"\n" for o in objects)  # ", ", \\u00e9
+        assert theirs != ours
+        store.put_raw(TURN_ID, ours)
+        expected = store.repo.read(TURN_ID)
+        store.put_raw(TURN_ID, theirs)
+        assert store.repo.read(TURN_ID) == expected
+        assert expected[MIDDLE].progress == {"bytesRead": 2**64 - 1, "note": "café ☕"}  # type: ignore[union-attr]
+
+    @pytest.mark.parametrize("depth", [300, 1000])
+    def test_a_value_nested_deeper_than_orjson_writes_still_reads(
+        self, store: Store, depth: int
+    ) -> None:
+        # orjson reads 1024 levels but writes 254, and the standard library's
+        # parser stops near 1000: the one-meaning check must not trip on either.
+        objects = [orjson.loads(line(e)) for e in HISTORY]
+        objects[MIDDLE]["progress"] = {"bytesRead": 1}
+        raw = [orjson.dumps(o) for o in objects]
+        raw[MIDDLE] = raw[MIDDLE].replace(b'{"bytesRead":1}', b"[" * depth + b"]" * depth)
+        store.put_raw(TURN_ID, b"".join(r + b"\n" for r in raw))
+        nested = store.repo.read(TURN_ID)[MIDDLE].progress  # type: ignore[union-attr]
+        for _ in range(depth - 1):
+            nested = nested[0]
+        assert nested == []
+
+
+def _edit_first(edit: Callable[[dict[str, Any]], None]) -> bytes:
+    return _edit_line(HISTORY, 0, edit)
+
+
+def _input_parts(*parts: dict[str, Any]) -> bytes:
+    return _edit_first(lambda o: o["input"].update(content=list(parts)))
+
+
+# What a refusal says: the problem and where it is in the line, in the wire's
+# terms. Never the schema's regular expression, never a union branch the line
+# did not take (``content.str`` when the content is a list), never orjson's
+# "line 1" inside a line that is not line 1.
+MESSAGES: list[tuple[str, bytes, int, str]] = [
+    (
+        "ts with a space",
+        _mutate_line(HISTORY, MIDDLE, ts="2025-11-11 04:36:29.011Z"),
+        MIDDLE + 1,
+        "invalid tool_progress event: ts: '2025-11-11 04:36:29.011Z' is not an ISO-8601 UTC "
+        "instant like 2025-11-11T04:36:29.000Z",
+    ),
+    (
+        "a media part with two sources",
+        _input_parts({"type": "image", "mediaType": "image/png", "url": "u", "data": "AAAA"}),
+        1,
+        "invalid turn_created event: input.content.0: Value error, a media part needs exactly "
+        "one source of url, data or fileId; got 2",
+    ),
+    (
+        "a part a user message cannot hold",
+        _input_parts({"type": "reasoning", "text": "hm"}),
+        1,
+        "invalid turn_created event: input.content.0: Input tag 'reasoning' found using 'type'",
+    ),
+    (
+        "an empty media type",
+        _input_parts({"type": "audio", "mediaType": "", "fileId": "f"}),
+        1,
+        "invalid turn_created event: input.content.0.mediaType: String should have at least 1",
+    ),
+    (
+        "a tool message without results in the context",
+        _edit_first(lambda o: o.update(context=[{"role": "tool", "content": []}])),
+        1,
+        "invalid turn_created event: context.0.content: List should have at least 1 item",
+    ),
+    (
+        "a context reference without its id",
+        _edit_first(lambda o: o.update(context={})),
+        1,
+        "invalid turn_created event: context.previousTurnId: Field required",
+    ),
+    (
+        "bytes that are not UTF-8",
+        _replace_in_line(HISTORY, MIDDLE, b'"source":"sync"', b'"source":"sy\xffnc"'),
+        MIDDLE + 1,
+        "the line is not valid JSON: byte 0xff at column "
+        f"{line(HISTORY[MIDDLE]).index(b'sync') + 3} is not UTF-8",
+    ),
+    (
+        "something after the object",
+        _replace_in_line(HISTORY, MIDDLE, b"512}}", b"512}} x"),
+        MIDDLE + 1,
+        "the line is not valid JSON: unexpected content after document at column "
+        f"{len(line(HISTORY[MIDDLE])) + 1}",  # the x, after the space
+    ),
+]
+
+
+@pytest.mark.parametrize(
+    ("name", "data", "line_no", "rule"), MESSAGES, ids=[m[0] for m in MESSAGES]
+)
+def test_a_refusal_says_what_is_wrong_in_the_lines_terms(
+    name: str, data: bytes, line_no: int, rule: str
+) -> None:
+    repo = InMemoryTurnRepository()
+    repo.put_raw(TURN_ID, data)
+    with pytest.raises(CorruptTurnError) as info:
+        repo.read(TURN_ID)
+    assert info.value.line == line_no
+    assert info.value.rule.startswith(rule), info.value.rule
+    assert "(?:" not in info.value.rule and "line 1 column" not in info.value.rule
 
 
 # Torn lines and invalid UTF-8 cannot be stored in PostgreSQL rows (each row

@@ -60,7 +60,7 @@ from turncore.errors import (
     TurnError,
     TurnNotFoundError,
 )
-from turncore.ids import is_turn_id, turn_path, validate_turn_id
+from turncore.ids import TURN_ID_SHAPE, is_turn_id, turn_path, validate_turn_id
 
 # Read-only commands start fast: pydantic models, the reducer and asyncio load
 # inside the functions that need them (bench/cli.py measures start-up).
@@ -589,7 +589,9 @@ def _turn_id(given: str) -> str:
     """A turn id from what the user typed: an id, ``last`` (the newest), or a unique prefix."""
     if is_turn_id(given):
         return given
-    if given == "last" or _ID_PREFIX.fullmatch(given):
+    # A prefix is shorter than an id; as long as one, it was meant as one (and
+    # validate_turn_id says what is wrong with it, not "no turn starts with").
+    if given == "last" or (len(given) < len(TURN_ID_SHAPE) and _ID_PREFIX.fullmatch(given)):
         work = _work_dir()
         known = _stored_turn_ids(work)
         if given == "last":
@@ -748,10 +750,22 @@ def log(args: argparse.Namespace) -> int:
             file = _path_of(args.turn)
             path, data = str(file), _turn_file_bytes(file)
         if args.json:
-            try:
-                _emit_json([orjson.loads(line) for line in data.splitlines() if line.strip()])
-            except orjson.JSONDecodeError as exc:
-                raise Failure(f"{path}: a line is not JSON ({exc}); use `turns validate`") from None
+            # Element N-1 is line N (offsets are line numbers, §17.1), so a line
+            # that is not JSON, blank ones included, is named rather than dropped.
+            # Not a validation: the final piece without its newline is shown too.
+            pieces = data.split(b"\n")
+            if pieces[-1] == b"":
+                pieces.pop()
+            objects = []
+            for number, piece in enumerate(pieces, start=1):
+                try:
+                    objects.append(orjson.loads(piece))
+                except orjson.JSONDecodeError as exc:
+                    raise Failure(
+                        f"{path}:{number}: the line is not JSON ({exc.msg}); "
+                        f"`{PROG} validate {args.turn}` checks the whole turn"
+                    ) from None
+            _emit_json(objects)
         else:
             sys.stdout.buffer.write(data)
             sys.stdout.flush()

@@ -27,6 +27,8 @@ from pydantic import (
 from pydantic_core import SchemaValidator
 
 from ._wire import Opt, WireModel
+from .errors import InvalidTurnIdError
+from .ids import validate_turn_id
 from .jsonvalue import TRUSTED_JSON, JsonObject, JsonValue, without_json_checks
 from .messages import AssistantMessage, ConversationMessage, UserMessage
 
@@ -100,6 +102,17 @@ class AgentSnapshot(WireModel):
 
 class ContextRef(WireModel):
     previous_turn_id: str = Field(min_length=1)
+
+    @field_validator("previous_turn_id")
+    @classmethod
+    def _a_turn_id(cls, value: str) -> str:
+        # The reference becomes a path when it is resolved (§5.1), so a log that
+        # names a path-like or impossible id is corrupt where it says so, not
+        # only when some later advance follows it.
+        try:
+            return validate_turn_id(value)
+        except InvalidTurnIdError as exc:
+            raise ValueError(str(exc)) from None
 
 
 def _context_kind(value: Any) -> str:
@@ -246,9 +259,10 @@ class TurnCreated(_Event):
     @field_validator("schema_version", mode="before")
     @classmethod
     def _an_integer(cls, value: Any) -> Any:
-        # ``true == 1`` in Python, and a strict Literal[1] still takes it.
-        if type(value) is bool:
-            raise ValueError("schemaVersion must be the number 1, not a boolean")
+        # ``true == 1 == 1.0`` in Python, and a strict Literal[1] still takes
+        # both; reads coerce nothing (docs/file-format.md, "Lines").
+        if type(value) is not int:
+            raise ValueError(f"schemaVersion must be the integer 1, not a {type(value).__name__}")
         return value
 
     session_id: str | None

@@ -461,10 +461,19 @@ def _resolution_guard(
             )
     elif event.source == "human" and not human:
         return f"a human decision for tool call {event.tool_call_id!r} in a turn without a human"
-    elif event.source == "human_unavailable" and human:
-        return (
-            f"tool call {event.tool_call_id!r} resolved as human_unavailable in a turn with a human"
-        )
+    elif event.source == "human_unavailable":
+        if human:
+            return (
+                f"tool call {event.tool_call_id!r} resolved as human_unavailable "
+                "in a turn with a human"
+            )
+        if event.decision != "deny":
+            # Nobody was asked, so nobody allowed it: §9.3 denies such a call,
+            # and an allow here would run a tool no one approved.
+            return (
+                f"tool call {event.tool_call_id!r} resolved allow as human_unavailable: "
+                "without a human the decision is deny (§9.3)"
+            )
     return None
 
 

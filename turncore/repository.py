@@ -11,7 +11,10 @@ the same code paths as the file one.
 
 Reading validates every line: ``orjson.loads`` (strict JSON, no NaN), then
 ``parse_event``, then the line's ``turnId``, then the reducer, in one pass, so
-an error names the first offending line. A file that is empty, that ends in a
+an error names the first offending line. A line that ``orjson.dumps`` does
+not reproduce byte for byte (not written by this project) is parsed once
+more to make sure it means one thing to every reader: no repeated key, no
+integer past 64 bits (``_two_meanings``). A file that is empty, that ends in a
 line without its newline (a torn write), or that has any bad line is
 corrupt. Nothing is truncated, skipped or repaired.
 
@@ -210,10 +213,42 @@ def _shorten(value: object, limit: int = 60) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+_JSON_KINDS = {dict: "object", list: "array", str: "string", int: "number", float: "number"}
+
+
+def _json_kind(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "boolean"
+    return _JSON_KINDS.get(type(value), type(value).__name__)
+
+
+def _wire_location(obj: Any, loc: Sequence[int | str], missing: bool) -> str:
+    """Where in the line an error is, as its keys and indexes.
+
+    pydantic's locations also name the union branches it tried: ``str`` or
+    ``list[…]`` for a ``str | list`` field, a tag such as ``image`` or ``ref``.
+    None of those is in the line, so the walk along the decoded object keeps
+    only the steps that are (and, for a missing field, its name).
+    """
+    steps: list[str] = []
+    here = obj
+    for i, step in enumerate(loc):
+        if isinstance(here, list) and isinstance(step, int) and 0 <= step < len(here):
+            here = here[step]
+        elif isinstance(here, dict) and isinstance(step, str) and step in here:
+            here = here[step]
+        elif not (missing and i == len(loc) - 1):
+            continue  # a branch label, not a step into the line
+        steps.append(str(step))
+    return ".".join(steps) or "(event)"
+
+
 def _explain(obj: Any, exc: ValidationError) -> str:
     """A one-line reason why a decoded JSON value is not a valid turn event."""
     if not isinstance(obj, dict):
-        return f"the line is a JSON {type(obj).__name__}, not an event object"
+        return f"the line is a JSON {_json_kind(obj)}, not an event object"
     kind = obj.get("type")
     if kind is None:
         return "the line has no event type"
@@ -225,20 +260,112 @@ def _explain(obj: Any, exc: ValidationError) -> str:
             f"unsupported schemaVersion {_shorten(version)}; "
             f"this runtime reads version {SCHEMA_VERSION}"
         )
-    problems = exc.errors(include_url=False, include_input=False)
-    first = problems[0]
-    where = ".".join(str(p) for p in first["loc"][1:]) or "(event)"
+    problems = exc.errors(include_url=False)
+    # A union reports one error per branch; the deepest is the branch the line
+    # took (a list's bad part, not "content should be a string").
+    first = max(problems, key=lambda p: len(p["loc"]))
+    where = _wire_location(obj, first["loc"][1:], first["type"] == "missing")
+    if first["type"] == "string_pattern_mismatch" and where.endswith("ts"):
+        message = (
+            f"{_shorten(first['input'])} is not an ISO-8601 UTC instant like "
+            "2025-11-11T04:36:29.000Z (a real date, hours, minutes and seconds with an "
+            "optional fraction, then Z or +00:00)"
+        )
+    elif first["type"] == "string_pattern_mismatch":
+        message = f"{_shorten(first['input'])} does not have the form this field needs"
+    else:
+        message = first["msg"]
     more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-    return f"invalid {kind} event: {where}: {first['msg']}{more}"
+    return f"invalid {kind} event: {where}: {message}{more}"
+
+
+def _not_json(raw: bytes, exc: orjson.JSONDecodeError) -> str:
+    """Why the line is not JSON, with a column in the line (orjson counts the line
+    it was given as "line 1", whatever its number in the file)."""
+    try:
+        raw.decode("utf-8")
+    except UnicodeDecodeError as bad:
+        return (
+            f"the line is not valid JSON: byte 0x{raw[bad.start]:02x} at column "
+            f"{bad.start + 1} is not UTF-8"
+        )
+    return f"the line is not valid JSON: {exc.msg} at column {exc.colno}"
+
+
+_INT_RANGE = (-(2**63), 2**64 - 1)
+"""The integers orjson reads exactly; it reads any other integer as a float."""
+
+
+class _TwoMeanings(ValueError):
+    """A line that other JSON readers may read as different values (``_two_meanings``)."""
+
+
+def _no_repeated_keys(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    seen: set[str] = set()
+    for key, _ in pairs:
+        if key in seen:
+            raise _TwoMeanings(
+                f"the line repeats the key {_shorten(key)} in one object, and JSON readers "
+                "differ on which value counts (RFC 8259 §4); write each key once"
+            )
+        seen.add(key)
+    return dict(pairs)
+
+
+def _exact_integer(text: str) -> int:
+    digits = len(text.lstrip("-"))
+    # No JSON integer has leading zeros, so more than 20 digits is past 2**64.
+    if digits > 20 or not _INT_RANGE[0] <= int(text) <= _INT_RANGE[1]:
+        shown = text if digits <= 40 else f"of {digits} digits"
+        raise _TwoMeanings(
+            f"the integer {shown} does not fit in 64 bits, so a JSON reader would round it "
+            "to a float; write it as a string"
+        )
+    return int(text)
+
+
+def _two_meanings(raw: bytes) -> str | None:
+    """Why a line orjson parsed could mean something else to another reader, or None.
+
+    A file must read the same in every implementation of the spec (DESIGN
+    §1), so a line may not repeat a key within an object (readers take the
+    first, the last, or refuse) or hold an integer past 64 bits (orjson, like
+    JavaScript, quietly reads it as a float). orjson reports neither, so the
+    line is parsed again by the standard library, which sees both. Only lines
+    that ``orjson.dumps`` does not reproduce byte for byte come here: every
+    line this project writes does, so the check costs the hot path one dumps.
+    """
+    import json
+
+    try:
+        json.loads(raw, object_pairs_hook=_no_repeated_keys, parse_int=_exact_integer)
+    except _TwoMeanings as exc:
+        return str(exc)
+    except RecursionError:
+        # Nested deeper than the standard parser goes (orjson reads up to
+        # 1024 levels): such a line cannot be checked, and is read as parsed.
+        return None
+    return None
+
+
+def _check_one_meaning(obj: Any, raw: bytes, where: str, line: int) -> None:
+    """Raise unless the line ``raw`` (which orjson parsed as ``obj``) means one thing."""
+    try:
+        canonical = orjson.dumps(obj) == raw
+    except orjson.JSONEncodeError:  # nested deeper than orjson writes
+        canonical = False
+    if not canonical:
+        why = _two_meanings(raw)
+        if why is not None:
+            raise CorruptTurnError(why, path=where, line=line)
 
 
 def _decode_line(raw: bytes, where: str, line: int) -> TurnEvent:
     try:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
-        raise CorruptTurnError(
-            f"the line is not valid JSON: {exc}", path=where, line=line
-        ) from None
+        raise CorruptTurnError(_not_json(raw, exc), path=where, line=line) from None
+    _check_one_meaning(obj, raw, where, line)
     try:
         return parse_event(obj, trusted_json=True)
     except ValidationError as exc:
@@ -345,12 +472,14 @@ def _decode(
     # no or an unknown type, invalid) takes ``_decode_line``, which raises the
     # precise error (or, should the fast path ever be unavailable, decodes).
     apply, add = reducer.apply, events.append
-    loads, validate = orjson.loads, _VALIDATE
+    loads, dumps, validate = orjson.loads, orjson.dumps, _VALIDATE
     with _collector_paused():
         for line, raw in enumerate(lines[len(events) :], start=first_line + len(events)):
             try:
                 obj = loads(raw)
                 event: TurnEvent = validate[obj["type"]](obj)
+                if dumps(obj) != raw:  # not as this project writes it: one meaning?
+                    _check_one_meaning(obj, raw, where, line)
             except (orjson.JSONDecodeError, KeyError, TypeError, ValidationError):
                 event = _decode_line(raw, where, line)
             # ``apply`` checks the line's turnId against line 1's (already
