@@ -201,6 +201,44 @@ async def test_every_error_path_has_its_status_and_appends_nothing(ui: Ui) -> No
     assert ui.file(turn_id) == after
 
 
+async def test_a_body_is_taken_exactly_or_refused_never_rounded_or_crashed_on(ui: Ui) -> None:
+    asking, view = await ui.suspended("Ask me for my name")
+    base = f"/api/turns/{asking}/calls/{view['pending']['asyncTools'][0]['toolCallId']}"
+    before = ui.file(asking)
+    json_header = {"Content-Type": "application/json"}
+
+    async def refused(path: str, body: bytes) -> str:
+        r = await ui.http.post(path, content=body, headers=json_header)
+        assert r.status_code == 400, (r.status_code, r.text)
+        assert r.json()["status"] == 400
+        return str(r.json()["error"])
+
+    # Past 64 bits a JSON number is an integer no reader holds: refused with the
+    # reason `turns complete` gives, never recorded as a rounded float.
+    for huge in (b"123456789012345678901234567890", b"-99999999999999999999"):
+        assert "safe integer range" in await refused(
+            f"{base}/complete", b'{"output": ' + huge + b"}"
+        )
+        assert "safe integer range" in await refused(
+            f"{base}/progress", b'{"data": [' + huge + b"]}"
+        )
+    # Nesting no turn can carry is a bad body (400 with the reason), not a crash (500)
+    # and not "Temporal is unavailable" (503).
+    for depth in (200, 300, 1000):
+        deep = b'{"data": ' + b"[" * depth + b"]" * depth + b"}"
+        assert "nested" in await refused(f"{base}/progress", deep)
+        deep = b'{"output": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}"
+        assert "nested" in await refused(f"{base}/complete", deep)
+    assert ui.file(asking) == before
+    # A float stays a float, and modest nesting goes through unchanged.
+    value = {"ratio": 0.5, "big": 1e30, "path": [[[[{"ok": True}]]]]}
+    r = await ui.http.post(
+        f"{base}/progress", content=orjson.dumps({"data": value}), headers=json_header
+    )
+    assert r.status_code == 200, r.text
+    assert lines(ui, asking)[-2]["progress"] == value
+
+
 async def test_deny_reason_progress_complete_and_cancel(ui: Ui) -> None:
     turn_id, view = await ui.suspended(SAVE)
     call = view["pending"]["permissions"][0]["toolCallId"]

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -72,6 +73,11 @@ STATIC = resources.files("turnclient.ui") / "static"
 
 MAX_BODY = 1024 * 1024
 """Largest request body accepted, in bytes (a complete's output included)."""
+
+MAX_DEPTH = 100
+"""Deepest nesting of arrays and objects in a request body (the body itself is level 1).
+A turn cannot carry much deeper values: the workflow's payload decoding gives up
+near 200 levels, and serializing an input near 255."""
 
 DECISION_WAIT = 10.0
 """How long a decision request waits for the turn's next settle point before answering 202."""
@@ -165,10 +171,7 @@ async def _body(request: Request, model: type[B]) -> B:
         raise HttpError(
             400, "the body is empty: send a JSON object ({} when there is nothing to say)"
         )
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    doc = _parse(raw)
     if not isinstance(doc, dict):
         raise HttpError(400, "the body must be a JSON object")
     try:
@@ -178,6 +181,32 @@ async def _body(request: Request, model: type[B]) -> B:
             f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
         )
         raise HttpError(400, f"invalid body: {problems}") from None
+
+
+def _parse(raw: bytes) -> Any:
+    """The body's JSON value, every number as written, or 400.
+
+    orjson checks the text (UTF-8, no lone surrogates, no NaN) but makes a float
+    of an integer past 64 bits, which validation could then no longer refuse:
+    such a body is read again with the stdlib, which keeps integers exact, as
+    ``turns complete`` reads its argument.
+    """
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    floats = False
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise HttpError(400, f"the body is nested more than {MAX_DEPTH} levels deep")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items)
+        elif isinstance(value, float):
+            floats = True
+    return json.loads(raw) if floats else doc
 
 
 # ---------------------------------------------------------------- the app
