@@ -22,7 +22,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
 from turnclient.cli import main
-from turnclient.ui import MAX_BODY, check_token
+from turnclient.ui import COOKIE, MAX_BODY, check_token
 from turnclient.ui._server import UiConfigError
 
 MISSING = "2026-01-02T03-04-05Z-0000001-000"
@@ -363,6 +363,28 @@ async def test_a_token_guards_every_request(
         r = await ui.http.get("/api/agents")
         assert r.status_code == 200
         assert "default-src 'self'" in r.headers["content-security-policy"]
+
+
+async def test_the_token_cookie_counts_whatever_other_cookies_the_browser_sends(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # A browser sends every cookie of the host name, whichever port or app set it,
+    # and browsers accept values RFC 6265 does not (spaces, quotes, JSON).
+    token = "t0ken-" + "y" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        async with httpx.AsyncClient(base_url=ui.url) as anon:
+            for cookie in (
+                f"prefs=dark mode; {COOKIE}={token}",
+                f'{COOKIE}={token}; cart={{"items": [1, 2]}}',
+                f'quoted="open; {COOKIE}={token}',
+                f"back=sl\\ash; we@ird=1; {COOKIE}={token}",
+                f"{COOKIE}=stale-token-from-an-older-run; {COOKIE}={token}",
+            ):
+                r = await anon.get("/api/agents", headers={"Cookie": cookie})
+                assert r.status_code == 200, (cookie, r.text)
+            for cookie in (f"prefs=dark mode; {COOKIE}={token}x", f"x{COOKIE}={token}"):
+                r = await anon.get("/api/agents", headers={"Cookie": cookie})
+                assert r.status_code == 401, cookie
 
 
 async def test_without_a_token_only_loopback_names_and_same_origin_posts(ui: Ui) -> None:

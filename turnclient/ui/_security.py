@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from http.cookies import SimpleCookie
 from urllib.parse import parse_qsl, urlencode
 
 import orjson
@@ -108,10 +107,11 @@ class Guard:
         auth = headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             header_token = auth[7:].strip()
-        cookie_token = _cookie(headers.get("cookie"))
         if self._token is not None:
             by_header = same_token(header_token, self._token)
-            by_cookie = not by_header and same_token(cookie_token, self._token)
+            by_cookie = not by_header and any(
+                same_token(value, self._token) for value in _cookies(headers.get("cookie"))
+            )
             query_token = None
             if method == "GET" and not scope["path"].startswith("/api/"):
                 query_token = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))).get(
@@ -152,16 +152,23 @@ def _same_origin(origin: str, scope: Scope, headers: dict[str, str]) -> bool:
     return hmac.compare_digest(origin.encode(), f"{scheme}://{host}".encode())
 
 
-def _cookie(raw: str | None) -> str | None:
-    if not raw:
-        return None
-    jar = SimpleCookie()
-    try:
-        jar.load(raw)
-    except Exception:  # a malformed Cookie header is no token
-        return None
-    morsel = jar.get(COOKIE)
-    return morsel.value if morsel is not None else None
+def _cookies(raw: str | None) -> list[str]:
+    """Every value the ``Cookie`` header gives ``turns_ui_token``.
+
+    Parsed the way browsers write the header, not by ``http.cookies``: that
+    stops at the first cookie RFC 6265 disallows (a space, a quote, JSON) and
+    would lose the token to any other app's cookie on the same host name. Two
+    values (a stale cookie beside the current one) are both tried.
+    """
+    values: list[str] = []
+    for pair in (raw or "").split(";"):
+        name, eq, value = pair.partition("=")
+        if eq and name.strip() == COOKIE:
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            values.append(value)
+    return values
 
 
 async def _deny(send: Send, status: int, text: str) -> None:
