@@ -387,6 +387,31 @@ async def test_the_token_cookie_counts_whatever_other_cookies_the_browser_sends(
                 assert r.status_code == 401, cookie
 
 
+async def test_dropping_the_token_from_the_address_redirects_only_within_the_ui(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    token = "t0ken-" + "z" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        async with httpx.AsyncClient(base_url=ui.url) as anon:
+            # The cookie alone lets `?token=<anything>` redirect: a link in a mail or a
+            # chat, opened in the browser, carries the SameSite=Strict cookie along.
+            anon.cookies.set(COOKIE, token)
+            for path, where in (
+                ("/%2F%2Fevil.example/x", "/%2F%2Fevil.example/x"),
+                ("/%5Cevil.example", "/%5Cevil.example"),
+                ("/turns/a%3Fb", "/turns/a%3Fb"),
+                ("/turns/%E2%9C%93", "/turns/%E2%9C%93"),
+                ("//evil.example/y", "/evil.example/y"),
+                ("/\\evil.example/z", "/%5Cevil.example/z"),
+            ):
+                r = await anon.get(f"{ui.url}{path}?token=whatever&x=1")
+                assert r.status_code == 303, (path, r.text)
+                location = r.headers["location"]
+                # `//host`, `///host` and `/\\host` all leave the site in a browser.
+                assert location.startswith("/") and location[1:2] not in ("/", "\\"), location
+                assert location == f"{where}?x=1"
+
+
 async def test_without_a_token_only_loopback_names_and_same_origin_posts(ui: Ui) -> None:
     r = await ui.http.get("/api/agents", headers={"Host": "attacker.example:8300"})
     assert r.status_code == 403  # DNS rebinding

@@ -26,7 +26,7 @@ from __future__ import annotations
 
 import hmac
 from collections.abc import Iterable
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -96,7 +96,9 @@ class Guard:
             if "token" in query and not scope["path"].startswith("/api/"):
                 # Opening a page with ?token=… : keep it in a cookie, drop it from the address.
                 rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-                await _redirect(secured, scope["path"] + (f"?{rest}" if rest else ""), self._token)
+                await _redirect(
+                    secured, _same_site(scope) + (f"?{rest}" if rest else ""), self._token
+                )
                 return
         await self._app(scope, receive, secured)
 
@@ -144,6 +146,19 @@ class Guard:
             if self._token is not None and not by_header and origin is None:
                 return 403, "a request authenticated by cookie must come from this server's pages"
         return None
+
+
+def _same_site(scope: Scope) -> str:
+    """The request's path as a redirect target that stays on this server.
+
+    The path as sent (still percent-encoded: a decoded ``%3F`` or ``%E2%9C%93``
+    would change or break it), with backslashes encoded and leading slashes
+    collapsed: a browser reads ``//host``, ``///host`` and ``/\\host`` as
+    another site.
+    """
+    raw = scope.get("raw_path") or quote(scope["path"]).encode()
+    path = raw.decode("latin-1").split("?", 1)[0].replace("\\", "%5C")
+    return "/" + path.lstrip("/")
 
 
 def _same_origin(origin: str, scope: Scope, headers: dict[str, str]) -> bool:
