@@ -421,6 +421,21 @@ async def test_without_a_token_only_loopback_names_and_same_origin_posts(ui: Ui)
     assert r.status_code == 403
 
 
+@pytest.mark.parametrize("host", ["127.0.0.2", "127.8.9.10", "::1"])
+async def test_every_loopback_address_turns_ui_accepts_is_a_host_it_answers_to(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, host: str
+) -> None:
+    assert check_token(host, None) is None  # loopback: no token needed to bind it
+    async with running_ui(temporal_env, tmp_path, host=host) as ui:
+        assert (await ui.http.get("/api/agents")).status_code == 200, ui.url
+        assert (await ui.http.get("/")).status_code == 200
+        r = await ui.http.post(f"/api/turns/{MISSING}/cancel", json={}, headers={"Origin": ui.url})
+        assert r.status_code == 404, r.text  # same-origin: past the guard
+        # A name is still not an address: rebinding needs a name, and names stay refused.
+        r = await ui.http.get("/api/agents", headers={"Host": "127.0.0.2.evil.example"})
+        assert r.status_code == 403
+
+
 def test_binding_beyond_loopback_requires_a_token(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(UiConfigError, match="requires a token"):
         check_token("0.0.0.0", None)

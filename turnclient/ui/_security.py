@@ -8,7 +8,7 @@ Every request, page or API, passes ``Guard`` before any handler runs:
   a page with ``?token=<token>`` sets (HttpOnly, SameSite=Strict) before it
   redirects to the same page without the token in the address. Every
   comparison is constant-time (``hmac.compare_digest``).
-- Without a token (loopback only), the ``Host`` header must name a loopback
+- Without a token (loopback only), the ``Host`` header must be ``localhost`` or a loopback
   address, so a web page on another site cannot reach the UI through DNS
   rebinding.
 - A POST must send ``Content-Type: application/json`` (no HTML form can, and
@@ -25,6 +25,7 @@ styles from this server only, no inline script, no framing.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Iterable
 from urllib.parse import parse_qsl, quote, urlencode
 
@@ -60,6 +61,15 @@ def _headers(scope: Scope) -> dict[str, str]:
     for k, v in scope.get("headers", []):
         out[k.decode("latin-1").lower()] = v.decode("latin-1")
     return out
+
+
+def _loopback_address(host: str) -> bool:
+    """A loopback IP literal (all of 127.0.0.0/8, ``[::1]``): every address ``turns ui``
+    binds without a token. A literal cannot be rebound; only names need the list."""
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _host_name(host: str) -> str:
@@ -128,10 +138,10 @@ class Guard:
         else:
             by_header = False
             host = _host_name(headers.get("host", ""))
-            if host not in LOOPBACK_HOSTS:
+            if host not in LOOPBACK_HOSTS and not _loopback_address(host):
                 return (
                     403,
-                    f"host {host!r} is not a loopback name; bind elsewhere only with a token",
+                    f"host {host!r} is not localhost or a loopback address; bind elsewhere only with a token",
                 )
         if method == "POST":
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
