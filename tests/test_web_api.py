@@ -8,6 +8,7 @@ without a gap or a duplicate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -477,7 +478,10 @@ async def test_sse_carries_deltas_from_another_process_and_resumes_after_one(
         rest = await read_sse(ui.http, events, last_id=delta.id)
         assert all(e.data["seq"] > 1 for e in rest if e.event == "delta")  # none repeated
         durable = [e for e in first + rest if e.event == "turn-event"]
-        assert [int(e.id or 0) for e in durable] == list(range(1, len(lines(ui, turn_id)) + 1))
+        # Line N's id is N, or N:CALL:SEQ once deltas of the open call were sent.
+        assert [int((e.id or "0").split(":")[0]) for e in durable] == list(
+            range(1, len(lines(ui, turn_id)) + 1)
+        )
         completed = next(
             i for i, e in enumerate(rest) if e.data.get("type") == "model_call_completed"
         )
@@ -488,6 +492,72 @@ async def test_sse_carries_deltas_from_another_process_and_resumes_after_one(
         answer = rest[completed].data["message"]["content"]
         text = answer if isinstance(answer, str) else "".join(p["text"] for p in answer)
         assert text.startswith(streamed)
+
+
+@contextlib.asynccontextmanager
+async def _opening(*gates: Path) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        for gate in gates:
+            gate.write_text("open")
+
+
+async def test_a_resume_from_a_durable_event_repeats_no_delta_already_sent(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # A model call's durable step events land between its deltas: its text's end comes
+    # after the text streamed, while the call is still open.
+    queue = f"sse-{uuid.uuid4()}"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "hold-tools").write_text("hold")  # the model waits at its tool call
+    async with (
+        stream_worker(temporal_env, queue, home),
+        running_ui(temporal_env, tmp_path, worker=False, task_queue=queue) as ui,
+        _opening(home / "gate", home / "tools-gate"),  # however the test ends
+    ):
+        turn_id = await ui.create(SAVE)  # "I will write notes.txt.", then write_file
+        events = f"/api/turns/{turn_id}/events?follow=1"
+        seen: list[Sse] = []
+        while not seen or seen[-1].event != "delta":  # held after the first chunk
+            seen = await read_sse(ui.http, events, stop=len(seen) + 1)
+        (home / "gate").write_text("open")
+
+        def text_end(e: Sse) -> bool:
+            return e.event == "turn-event" and e.data.get("event", {}).get("type") == "text-end"
+
+        rest: list[Sse] = []
+        while not rest or not text_end(rest[-1]):  # then held at the tool call
+            rest = await read_sse(ui.http, events, last_id=seen[-1].id, stop=len(rest) + 1)
+        seen += rest
+        sent = {(e.data["modelCallIndex"], e.data["seq"]) for e in seen if e.event == "delta"}
+        assert sent
+        # The client drops after the text's end and comes back with its id. The stream
+        # reads the live spool before it answers anything, so once the client sees the
+        # stream open, what it will resend is decided; only then may the call go on.
+        resumed: list[Sse] = []
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": seen[-1].id or ""}
+        until_settled = f"/api/turns/{turn_id}/events"  # it suspends for the approval
+        async with ui.http.stream("GET", until_settled, headers=headers) as r:
+            fields: dict[str, str] = {}
+            async for line in r.aiter_lines():
+                if line.startswith("retry:"):
+                    (home / "tools-gate").write_text("open")
+                elif line == "":
+                    if "event" in fields:
+                        resumed.append(
+                            Sse(fields.get("id"), fields["event"], orjson.loads(fields["data"]))
+                        )
+                    fields = {}
+                elif not line.startswith(":"):
+                    name, _, value = line.partition(": ")
+                    fields[name] = value
+        again = [(e.data["modelCallIndex"], e.data["seq"]) for e in resumed if e.event == "delta"]
+        assert not sent & set(again), (sorted(sent), again)
+        durable = [e for e in seen + resumed if e.event == "turn-event"]
+        assert [e.data for e in durable] == lines(ui, turn_id)  # once each, in order
+        assert resumed[-1].event == "end"
 
 
 async def test_a_corrupt_turn_file_is_reported_not_guessed(ui: Ui) -> None:

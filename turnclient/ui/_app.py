@@ -50,6 +50,8 @@ from turncore.events import (
     AsyncToolResultInput,
     CancelInput,
     ContextRef,
+    ModelCallCompleted,
+    ModelCallFailed,
     PermissionDecisionInput,
     RequestedAgent,
     ToolResultData,
@@ -458,6 +460,10 @@ async def _event_stream(
         until=until,
     )
     skip = resume.skip  # of the events made from line after + 1, already sent
+    # The last delta sent (or resumed after) of the model call still open: the ids of
+    # the durable events that follow carry it, so a client resuming after one of them
+    # is not sent again the deltas it has (a call's step events land between them).
+    deltas: tuple[int, int] | None = resume.deltas if resume.deltas != (-1, 0) else None
     loop = asyncio.get_running_loop()
     beat = loop.time()
     next_item: asyncio.Task[Any] | None = None
@@ -481,7 +487,11 @@ async def _event_stream(
             finally:
                 next_item = None
             beat = loop.time()
-            chunks = _render(item, projector)
+            if isinstance(item, Live):
+                deltas = (item.delta.model_call_index, item.seq)
+            elif isinstance(item, Durable) and isinstance(item.event, _CALL_ENDS):
+                deltas = None  # the call is closed: none of its deltas comes again
+            chunks = _render(item, projector, deltas)
             if skip and isinstance(item, Durable):
                 chunks, skip = chunks[skip:], 0
             for chunk in chunks:
@@ -496,19 +506,28 @@ async def _event_stream(
         await items.aclose()
 
 
-def _render(item: Durable | Live | Settled, projector: SurfaceProjector | None) -> list[bytes]:
+_CALL_ENDS = (ModelCallCompleted, ModelCallFailed)
+
+
+def _render(
+    item: Durable | Live | Settled,
+    projector: SurfaceProjector | None,
+    deltas: tuple[int, int] | None,
+) -> list[bytes]:
     match item:
         case Durable(offset=offset, event=event):
+            # Line N's id is N, or N:CALL:SEQ after deltas of the call still open.
+            at = str(offset) if deltas is None else f"{offset}:{deltas[0]}:{deltas[1]}"
             if projector is not None:
                 # One line can make several surface events: each gets its own id (the
                 # J-th of line N is N:J, the last N), so a client that drops between
                 # them resumes inside the line rather than after it.
                 made = projector.feed(event)
                 return [
-                    _sse(s.type, s.to_wire(), str(offset) if j == len(made) else f"{offset}:{j}")
+                    _sse(s.type, s.to_wire(), at if j == len(made) else f"{offset}:{j}")
                     for j, s in enumerate(made, 1)
                 ]
-            return [_sse("turn-event", event.to_wire(), str(offset))]
+            return [_sse("turn-event", event.to_wire(), at)]
         case Live(offset=offset, seq=seq, delta=delta):
             position = f"{offset}:{delta.model_call_index}:{seq}"
             if projector is not None:
