@@ -59,9 +59,26 @@ function badge(status) {
   return h("span", { class: "badge badge-" + (status || "unknown") }, status || "unknown");
 }
 
+const MEDIA = new Set(["image", "audio", "file"]);
+
+// A media part as every human view shows it (turncore.messages.describe_part): type,
+// source kind, media type, filename and size, never the bytes, the URL or the file id.
+function describeMedia(part) {
+  const source = part.url != null ? "url" : part.data != null ? "data" : "file_id";
+  const bits = [part.type, source, part.mediaType];
+  if (part.filename) bits.push(part.filename);
+  if (part.data != null) {
+    const b64 = part.data.replace(/[^A-Za-z0-9+/=]/g, "");
+    const padding = b64.length - b64.replace(/=+$/, "").length;
+    if (b64.length % 4 === 0 && padding <= 2) bits.push((b64.length / 4) * 3 - padding + " bytes");
+  }
+  return "[" + bits.join(" · ") + "]";
+}
+
+// A message's text, with each media part in it described where it stands.
 function messageText(content) {
   if (typeof content === "string") return content;
-  return (content || []).filter((p) => p.type === "text").map((p) => p.text).join("");
+  return (content || []).map((p) => p.type === "text" ? p.text : MEDIA.has(p.type) ? " " + describeMedia(p) + " " : "").join("").trim();
 }
 
 // ------------------------------------------------------------------ index page
@@ -303,6 +320,7 @@ const turn = {
           if (part.type === "text" && part.text) items.push(h("li", { class: "msg assistant" }, h("span", { class: "who" }, "assistant"), h("div", { class: "text" }, part.text)));
           else if (part.type === "reasoning") items.push(h("li", { class: "msg reasoning" }, h("details", {}, h("summary", {}, "reasoning"), h("div", { class: "text" }, part.text))));
           else if (part.type === "tool-call") items.push(turn.toolCard(calls.get(part.toolCallId) || { toolName: part.toolName, toolCallId: part.toolCallId, input: part.input, progress: [] }));
+          else if (MEDIA.has(part.type)) items.push(h("li", { class: "msg assistant" }, h("span", { class: "who" }, "assistant"), h("div", { class: "text" }, describeMedia(part))));
           else if (part.type !== "text") items.push(h("li", { class: "msg" }, "[" + part.type + "]"));
         }
         delete turn.streaming[mc.index];
