@@ -16,6 +16,7 @@ import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
 import orjson
 import pytest
 from playwright.async_api import BrowserContext, Page, async_playwright, expect
@@ -24,8 +25,11 @@ from temporalio.testing import WorkflowEnvironment
 from tests.builders import TurnBuilder
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
+from turnclient.runtime import Runtime
+from turnclient.ui import create_app, web_ui
 from turncore.events import ModelCallCompleted, TurnCreated
 from turncore.messages import AssistantMessage, FilePart, ImagePart, TextPart, UserMessage
+from turncore_temporal.worker import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -295,3 +299,34 @@ async def test_media_parts_show_kind_source_type_and_size_never_bytes_urls_or_id
         assert secret not in html
     assert await page.locator("main img").count() == 0
     await still_same_page(page)
+
+
+async def test_the_pages_say_when_the_server_is_gone_and_forget_it_once_it_is_back(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, browser: BrowserContext
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    runtime = Runtime.from_work_dir(home, env={"TURNS_TASK_QUEUE": f"ui-{uuid.uuid4()}"})
+    async with serving(runtime, temporal_env.client):
+        async with web_ui(create_app(runtime, temporal_env.client), "127.0.0.1", 0) as web:
+            port = web.port
+            async with httpx.AsyncClient(base_url=web.url, timeout=60) as http:
+                turn_id, _ = await Ui(web.url, runtime, http).suspended("Save 'x' to notes.txt")
+            page = await open_page(browser, f"{web.url}/turns/{turn_id}")
+            index = await open_page(browser, f"{web.url}/")
+            await expect(page.get_by_role("button", name="Approve")).to_be_enabled(timeout=WAIT)
+            await expect(index.get_by_role("link", name=turn_id).first).to_be_visible(timeout=WAIT)
+        # The server is gone (`turns ui` restarted, say): both pages say so on their own.
+        for tab in (page, index):
+            await expect(tab.get_by_role("alert")).to_contain_text(
+                "cannot be reached", timeout=WAIT
+            )
+        async with web_ui(create_app(runtime, temporal_env.client), "127.0.0.1", port):
+            # Back: the notice goes by itself, and the page works without a reload.
+            for tab in (page, index):
+                await expect(tab.get_by_role("alert")).to_be_hidden(timeout=WAIT)
+            await page.get_by_role("button", name="Approve").click()
+            await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+            await expect(page.get_by_role("alert")).to_be_hidden()
+            for tab in (page, index):
+                await still_same_page(tab)

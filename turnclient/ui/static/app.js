@@ -40,6 +40,7 @@ async function api(path, body) {
   } catch (err) {
     return { ok: false, status: 0, body: { error: "the server cannot be reached: " + err } };
   }
+  reachable();
   let doc = null;
   try {
     doc = await response.json();
@@ -49,10 +50,24 @@ async function api(path, body) {
   return { ok: response.ok, status: response.status, body: doc };
 }
 
-function alertBox(message) {
+// What the alert shows: "connection" (the server cannot be reached) goes by itself
+// once the server answers again; anything else (a rejected decision) stays until
+// the person acts again.
+let alertKind = null;
+
+function alertBox(message, kind) {
   const box = document.getElementById("alert");
   box.textContent = message || "";
   box.classList.toggle("shown", Boolean(message));
+  alertKind = message ? kind || "problem" : null;
+}
+
+function failed(r, prefix) {
+  alertBox((prefix || "") + r.body.error, r.status === 0 ? "connection" : "problem");
+}
+
+function reachable() {
+  if (alertKind === "connection") alertBox("");
 }
 
 function badge(status) {
@@ -130,7 +145,7 @@ const index = {
     const params = new URLSearchParams(index.filters);
     if (older && index.before) params.set("before", index.before);
     const r = await api("/api/turns?" + params);
-    if (!r.ok) { alertBox(r.body.error); return; }
+    if (!r.ok) { failed(r); return; }
     const body = document.getElementById("turns");
     const rows = r.body.turns.map((t) => h("tr", {},
       h("td", {}, h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId)),
@@ -149,7 +164,7 @@ const index = {
     e.preventDefault();
     const data = Object.fromEntries([...new FormData(e.target).entries()].filter(([, v]) => v));
     const r = await api("/api/turns", data);
-    if (!r.ok) { alertBox(r.body.error); return; }
+    if (!r.ok) { failed(r); return; }
     window.location.assign(r.body.url);
   },
 };
@@ -181,6 +196,19 @@ const turn = {
     source.addEventListener("settled", () => turn.refresh());
     source.addEventListener("delta", (e) => turn.delta(JSON.parse(e.data)));
     source.addEventListener("end", () => { source.close(); turn.refresh(); });
+    source.addEventListener("error", (e) => {
+      if (e instanceof MessageEvent) { // the server's own `error` event: the file is unreadable
+        alertBox("The turn cannot be read: " + JSON.parse(e.data).error);
+      } else if (source.readyState === EventSource.CLOSED) {
+        alertBox("The live view stopped (the server refused the stream): reload the page.");
+      } else { // the browser reconnects by itself, resuming after the last event it got
+        source.lost = true;
+        alertBox("The server cannot be reached; reconnecting…", "connection");
+      }
+    });
+    source.addEventListener("open", () => {
+      if (source.lost) { source.lost = false; reachable(); turn.refresh(); }
+    });
   },
 
   delta(d) {
@@ -200,7 +228,7 @@ const turn = {
       do {
         turn.again = false;
         const r = await api("/api/turns/" + encodeURIComponent(turn.id));
-        if (r.ok) { turn.view = r.body; turn.render(); } else alertBox(r.body.error);
+        if (r.ok) { turn.view = r.body; turn.render(); } else failed(r);
       } while (turn.again);
       turn.refreshing = null;
     })();
@@ -295,7 +323,7 @@ const turn = {
     if (r.ok) status.textContent = r.status === 202 ? "Accepted; the turn is working on it." : "Done.";
     else {
       status.textContent = "";
-      alertBox((r.status === 409 ? "Rejected: " : "Failed: ") + r.body.error);
+      failed(r, r.status === 409 ? "Rejected: " : "Failed: ");
       for (const b of card.querySelectorAll("button")) b.disabled = false;
     }
     turn.refresh();
@@ -305,7 +333,7 @@ const turn = {
     const button = document.getElementById("cancel");
     button.disabled = true;
     const r = await api("/api/turns/" + encodeURIComponent(turn.id) + "/cancel", { reason: "cancelled from the web UI" });
-    if (!r.ok) alertBox((r.status === 409 ? "Rejected: " : "Failed: ") + r.body.error);
+    if (!r.ok) failed(r, r.status === 409 ? "Rejected: " : "Failed: ");
     button.disabled = false;
     turn.refresh();
   },
