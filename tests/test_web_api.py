@@ -444,6 +444,23 @@ async def test_every_loopback_address_turns_ui_accepts_is_a_host_it_answers_to(
         assert r.status_code == 403
 
 
+async def test_behind_a_tls_proxy_the_pages_origin_is_https(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # docs/operations.md: the proxy passes Host and X-Forwarded-Proto (trusted from
+    # FORWARDED_ALLOW_IPS, 127.0.0.1 by default: this client).
+    token = "t0ken-" + "p" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        async with httpx.AsyncClient(base_url=ui.url, cookies={COOKIE: token}) as page:
+            host = ui.url.removeprefix("http://")
+            cancel = f"/api/turns/{MISSING}/cancel"
+            origin = {"Origin": f"https://{host}"}
+            r = await page.post(cancel, json={}, headers=origin)
+            assert r.status_code == 403, r.text  # no scheme from the proxy: cross-origin
+            r = await page.post(cancel, json={}, headers={**origin, "X-Forwarded-Proto": "https"})
+            assert r.status_code == 404, r.text  # past the guard
+
+
 def test_binding_beyond_loopback_requires_a_token(capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(UiConfigError, match="requires a token"):
         check_token("0.0.0.0", None)
