@@ -5,8 +5,10 @@ Usage: python -m tests.stream_worker ADDRESS TASK_QUEUE WORK_DIR
 It serves the work dir's runtime (the demo agent, the scripted demo model)
 with one change: after a model call's first text delta the model waits until
 the file ``WORK_DIR/gate`` exists, so the test can watch that delta arrive in
-*its* process before the call completes. It writes ``WORK_DIR/worker.ready``
-once polling.
+*its* process before the call completes. If ``WORK_DIR/hold-tools`` exists,
+it also waits at its first tool call (its text's end already durable) until
+``WORK_DIR/tools-gate`` exists. It writes ``WORK_DIR/worker.ready`` once
+polling.
 """
 
 from __future__ import annotations
@@ -33,6 +35,7 @@ from turncore.model.port import (
     Sink,
     StreamEvent,
     TextDeltaEvent,
+    ToolCallStartEvent,
 )
 from turncore_temporal.worker import build_worker
 
@@ -51,14 +54,19 @@ class GatedModel(Model):
     async def turn(
         self, request: ModelCallRequest, sink: Sink, cancel: CancellationToken
     ) -> ModelOutcome:
-        first = True
+        first, first_tool = True, True
+        hold_tools = self._gate.with_name("hold-tools").exists()
 
         async def gated(event: StreamEvent) -> None:
-            nonlocal first
+            nonlocal first, first_tool
             await sink(event)
             if first and isinstance(event, TextDeltaEvent):
                 first = False
                 while not self._gate.exists():
+                    await asyncio.sleep(0.02)
+            if hold_tools and first_tool and isinstance(event, ToolCallStartEvent):
+                first_tool = False
+                while not self._gate.with_name("tools-gate").exists():
                     await asyncio.sleep(0.02)
 
         return await self._inner.turn(request, gated, cancel)

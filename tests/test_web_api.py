@@ -8,6 +8,7 @@ without a gap or a duplicate.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import uuid
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
@@ -22,7 +23,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
 from turnclient.cli import main
-from turnclient.ui import MAX_BODY, check_token
+from turnclient.ui import COOKIE, MAX_BODY, check_token
 from turnclient.ui._server import UiConfigError
 
 MISSING = "2026-01-02T03-04-05Z-0000001-000"
@@ -201,6 +202,44 @@ async def test_every_error_path_has_its_status_and_appends_nothing(ui: Ui) -> No
     assert ui.file(turn_id) == after
 
 
+async def test_a_body_is_taken_exactly_or_refused_never_rounded_or_crashed_on(ui: Ui) -> None:
+    asking, view = await ui.suspended("Ask me for my name")
+    base = f"/api/turns/{asking}/calls/{view['pending']['asyncTools'][0]['toolCallId']}"
+    before = ui.file(asking)
+    json_header = {"Content-Type": "application/json"}
+
+    async def refused(path: str, body: bytes) -> str:
+        r = await ui.http.post(path, content=body, headers=json_header)
+        assert r.status_code == 400, (r.status_code, r.text)
+        assert r.json()["status"] == 400
+        return str(r.json()["error"])
+
+    # Past 64 bits a JSON number is an integer no reader holds: refused with the
+    # reason `turns complete` gives, never recorded as a rounded float.
+    for huge in (b"123456789012345678901234567890", b"-99999999999999999999"):
+        assert "safe integer range" in await refused(
+            f"{base}/complete", b'{"output": ' + huge + b"}"
+        )
+        assert "safe integer range" in await refused(
+            f"{base}/progress", b'{"data": [' + huge + b"]}"
+        )
+    # Nesting no turn can carry is a bad body (400 with the reason), not a crash (500)
+    # and not "Temporal is unavailable" (503).
+    for depth in (200, 300, 1000):
+        deep = b'{"data": ' + b"[" * depth + b"]" * depth + b"}"
+        assert "nested" in await refused(f"{base}/progress", deep)
+        deep = b'{"output": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}"
+        assert "nested" in await refused(f"{base}/complete", deep)
+    assert ui.file(asking) == before
+    # A float stays a float, and modest nesting goes through unchanged.
+    value = {"ratio": 0.5, "big": 1e30, "path": [[[[{"ok": True}]]]]}
+    r = await ui.http.post(
+        f"{base}/progress", content=orjson.dumps({"data": value}), headers=json_header
+    )
+    assert r.status_code == 200, r.text
+    assert lines(ui, asking)[-2]["progress"] == value
+
+
 async def test_deny_reason_progress_complete_and_cancel(ui: Ui) -> None:
     turn_id, view = await ui.suspended(SAVE)
     call = view["pending"]["permissions"][0]["toolCallId"]
@@ -279,13 +318,20 @@ async def test_the_surface_format_over_sse_and_json_lines(ui: Ui) -> None:
     assert [e.data for e in sse if e.event != "end"] == jsonl
     assert jsonl[0]["type"] == "turn_started" and jsonl[-1]["type"] == "turn_completed"
     assert jsonl[-1]["payload"]["final"] is True
-    # Resuming mid-way continues with the same item ids.
-    middle = next(e for e in sse if e.event == "item_completed")
-    resumed = await read_sse(
-        ui.http, f"/api/turns/{turn_id}/events?format=surface", last_id=middle.id
-    )
-    tail = [e.data for e in sse if e.id is not None and int(e.id) > int(middle.id or 0)]
-    assert [e.data for e in resumed if e.event != "end"] == tail
+    # A client that drops after any event and resumes with the last id it saw gets
+    # exactly the rest, with the same item ids — also when one turn event made
+    # several surface events (a tool result's item_started and item_completed).
+    ids = [e.id for e in sse if e.event != "end"]
+    assert len(set(ids)) == len(ids), ids  # an id names one point of the stream
+    for seen in range(1, len(sse) - 1):
+        resumed = await read_sse(
+            ui.http, f"/api/turns/{turn_id}/events?format=surface", last_id=sse[seen - 1].id
+        )
+        assert [e.data for e in resumed] == [e.data for e in sse[seen:]], seen
+        page = await ui.http.get(
+            f"/api/turns/{turn_id}/events", params={"format": "surface", "after": sse[seen - 1].id}
+        )
+        assert [orjson.loads(x) for x in page.content.splitlines()] == jsonl[seen:], seen
 
 
 # ---------------------------------------------------------------- security
@@ -327,6 +373,53 @@ async def test_a_token_guards_every_request(
         assert "default-src 'self'" in r.headers["content-security-policy"]
 
 
+async def test_the_token_cookie_counts_whatever_other_cookies_the_browser_sends(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # A browser sends every cookie of the host name, whichever port or app set it,
+    # and browsers accept values RFC 6265 does not (spaces, quotes, JSON).
+    token = "t0ken-" + "y" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        async with httpx.AsyncClient(base_url=ui.url) as anon:
+            for cookie in (
+                f"prefs=dark mode; {COOKIE}={token}",
+                f'{COOKIE}={token}; cart={{"items": [1, 2]}}',
+                f'quoted="open; {COOKIE}={token}',
+                f"back=sl\\ash; we@ird=1; {COOKIE}={token}",
+                f"{COOKIE}=stale-token-from-an-older-run; {COOKIE}={token}",
+            ):
+                r = await anon.get("/api/agents", headers={"Cookie": cookie})
+                assert r.status_code == 200, (cookie, r.text)
+            for cookie in (f"prefs=dark mode; {COOKIE}={token}x", f"x{COOKIE}={token}"):
+                r = await anon.get("/api/agents", headers={"Cookie": cookie})
+                assert r.status_code == 401, cookie
+
+
+async def test_dropping_the_token_from_the_address_redirects_only_within_the_ui(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    token = "t0ken-" + "z" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        async with httpx.AsyncClient(base_url=ui.url) as anon:
+            # The cookie alone lets `?token=<anything>` redirect: a link in a mail or a
+            # chat, opened in the browser, carries the SameSite=Strict cookie along.
+            anon.cookies.set(COOKIE, token)
+            for path, where in (
+                ("/%2F%2Fevil.example/x", "/%2F%2Fevil.example/x"),
+                ("/%5Cevil.example", "/%5Cevil.example"),
+                ("/turns/a%3Fb", "/turns/a%3Fb"),
+                ("/turns/%E2%9C%93", "/turns/%E2%9C%93"),
+                ("//evil.example/y", "/evil.example/y"),
+                ("/\\evil.example/z", "/%5Cevil.example/z"),
+            ):
+                r = await anon.get(f"{ui.url}{path}?token=whatever&x=1")
+                assert r.status_code == 303, (path, r.text)
+                location = r.headers["location"]
+                # `//host`, `///host` and `/\\host` all leave the site in a browser.
+                assert location.startswith("/") and location[1:2] not in ("/", "\\"), location
+                assert location == f"{where}?x=1"
+
+
 async def test_without_a_token_only_loopback_names_and_same_origin_posts(ui: Ui) -> None:
     r = await ui.http.get("/api/agents", headers={"Host": "attacker.example:8300"})
     assert r.status_code == 403  # DNS rebinding
@@ -334,6 +427,38 @@ async def test_without_a_token_only_loopback_names_and_same_origin_posts(ui: Ui)
         f"/api/turns/{MISSING}/cancel", json={}, headers={"Origin": "http://attacker.example"}
     )
     assert r.status_code == 403
+
+
+@pytest.mark.parametrize("host", ["127.0.0.2", "127.8.9.10", "::1"])
+async def test_every_loopback_address_turns_ui_accepts_is_a_host_it_answers_to(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, host: str
+) -> None:
+    assert check_token(host, None) is None  # loopback: no token needed to bind it
+    async with running_ui(temporal_env, tmp_path, host=host) as ui:
+        assert (await ui.http.get("/api/agents")).status_code == 200, ui.url
+        assert (await ui.http.get("/")).status_code == 200
+        r = await ui.http.post(f"/api/turns/{MISSING}/cancel", json={}, headers={"Origin": ui.url})
+        assert r.status_code == 404, r.text  # same-origin: past the guard
+        # A name is still not an address: rebinding needs a name, and names stay refused.
+        r = await ui.http.get("/api/agents", headers={"Host": "127.0.0.2.evil.example"})
+        assert r.status_code == 403
+
+
+async def test_behind_a_tls_proxy_the_pages_origin_is_https(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # docs/operations.md: the proxy passes Host and X-Forwarded-Proto (trusted from
+    # FORWARDED_ALLOW_IPS, 127.0.0.1 by default: this client).
+    token = "t0ken-" + "p" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        async with httpx.AsyncClient(base_url=ui.url, cookies={COOKIE: token}) as page:
+            host = ui.url.removeprefix("http://")
+            cancel = f"/api/turns/{MISSING}/cancel"
+            origin = {"Origin": f"https://{host}"}
+            r = await page.post(cancel, json={}, headers=origin)
+            assert r.status_code == 403, r.text  # no scheme from the proxy: cross-origin
+            r = await page.post(cancel, json={}, headers={**origin, "X-Forwarded-Proto": "https"})
+            assert r.status_code == 404, r.text  # past the guard
 
 
 def test_binding_beyond_loopback_requires_a_token(capsys: pytest.CaptureFixture[str]) -> None:
@@ -370,7 +495,10 @@ async def test_sse_carries_deltas_from_another_process_and_resumes_after_one(
         rest = await read_sse(ui.http, events, last_id=delta.id)
         assert all(e.data["seq"] > 1 for e in rest if e.event == "delta")  # none repeated
         durable = [e for e in first + rest if e.event == "turn-event"]
-        assert [int(e.id or 0) for e in durable] == list(range(1, len(lines(ui, turn_id)) + 1))
+        # Line N's id is N, or N:CALL:SEQ once deltas of the open call were sent.
+        assert [int((e.id or "0").split(":")[0]) for e in durable] == list(
+            range(1, len(lines(ui, turn_id)) + 1)
+        )
         completed = next(
             i for i, e in enumerate(rest) if e.data.get("type") == "model_call_completed"
         )
@@ -381,6 +509,72 @@ async def test_sse_carries_deltas_from_another_process_and_resumes_after_one(
         answer = rest[completed].data["message"]["content"]
         text = answer if isinstance(answer, str) else "".join(p["text"] for p in answer)
         assert text.startswith(streamed)
+
+
+@contextlib.asynccontextmanager
+async def _opening(*gates: Path) -> AsyncIterator[None]:
+    try:
+        yield
+    finally:
+        for gate in gates:
+            gate.write_text("open")
+
+
+async def test_a_resume_from_a_durable_event_repeats_no_delta_already_sent(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # A model call's durable step events land between its deltas: its text's end comes
+    # after the text streamed, while the call is still open.
+    queue = f"sse-{uuid.uuid4()}"
+    home = tmp_path / "home"
+    home.mkdir()
+    (home / "hold-tools").write_text("hold")  # the model waits at its tool call
+    async with (
+        stream_worker(temporal_env, queue, home),
+        running_ui(temporal_env, tmp_path, worker=False, task_queue=queue) as ui,
+        _opening(home / "gate", home / "tools-gate"),  # however the test ends
+    ):
+        turn_id = await ui.create(SAVE)  # "I will write notes.txt.", then write_file
+        events = f"/api/turns/{turn_id}/events?follow=1"
+        seen: list[Sse] = []
+        while not seen or seen[-1].event != "delta":  # held after the first chunk
+            seen = await read_sse(ui.http, events, stop=len(seen) + 1)
+        (home / "gate").write_text("open")
+
+        def text_end(e: Sse) -> bool:
+            return e.event == "turn-event" and e.data.get("event", {}).get("type") == "text-end"
+
+        rest: list[Sse] = []
+        while not rest or not text_end(rest[-1]):  # then held at the tool call
+            rest = await read_sse(ui.http, events, last_id=seen[-1].id, stop=len(rest) + 1)
+        seen += rest
+        sent = {(e.data["modelCallIndex"], e.data["seq"]) for e in seen if e.event == "delta"}
+        assert sent
+        # The client drops after the text's end and comes back with its id. The stream
+        # reads the live spool before it answers anything, so once the client sees the
+        # stream open, what it will resend is decided; only then may the call go on.
+        resumed: list[Sse] = []
+        headers = {"Accept": "text/event-stream", "Last-Event-ID": seen[-1].id or ""}
+        until_settled = f"/api/turns/{turn_id}/events"  # it suspends for the approval
+        async with ui.http.stream("GET", until_settled, headers=headers) as r:
+            fields: dict[str, str] = {}
+            async for line in r.aiter_lines():
+                if line.startswith("retry:"):
+                    (home / "tools-gate").write_text("open")
+                elif line == "":
+                    if "event" in fields:
+                        resumed.append(
+                            Sse(fields.get("id"), fields["event"], orjson.loads(fields["data"]))
+                        )
+                    fields = {}
+                elif not line.startswith(":"):
+                    name, _, value = line.partition(": ")
+                    fields[name] = value
+        again = [(e.data["modelCallIndex"], e.data["seq"]) for e in resumed if e.event == "delta"]
+        assert not sent & set(again), (sorted(sent), again)
+        durable = [e for e in seen + resumed if e.event == "turn-event"]
+        assert [e.data for e in durable] == lines(ui, turn_id)  # once each, in order
+        assert resumed[-1].event == "end"
 
 
 async def test_a_corrupt_turn_file_is_reported_not_guessed(ui: Ui) -> None:

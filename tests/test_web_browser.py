@@ -9,18 +9,27 @@ by role and name. Nothing reloads the page after it opens: a marker set on
 from __future__ import annotations
 
 import asyncio
+import base64
 import os
 import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
+import httpx
+import orjson
 import pytest
 from playwright.async_api import BrowserContext, Page, async_playwright, expect
 from temporalio.testing import WorkflowEnvironment
 
+from tests.builders import TurnBuilder
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
+from turnclient.runtime import Runtime
+from turnclient.ui import create_app, web_ui
+from turncore.events import ModelCallCompleted, TurnCreated
+from turncore.messages import AssistantMessage, FilePart, ImagePart, TextPart, UserMessage
+from turncore_temporal.worker import serving
 
 ROOT = Path(__file__).resolve().parent.parent
 CHROMIUM = "/usr/bin/chromium"
@@ -230,3 +239,94 @@ async def test_behind_a_token_the_page_works_from_its_link_and_nothing_without_i
         await page.get_by_role("button", name="Approve").click()  # a same-origin JSON POST
         await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
         await still_same_page(page)
+
+
+PNG = base64.b64encode(b"\x89PNG-BYTES-CANARY-0123456789").decode()
+URL = "https://media.example.test/signed?token=SIGNED-URL-CANARY"
+FILE_ID = "file-ID-CANARY"
+
+
+def _media_turn(ui: Ui) -> str:
+    """A turn with media in its input and its answer, as a media-capable adapter writes it."""
+    turn_id = "2026-01-02T03-04-05Z-0000042-000"
+    b = TurnBuilder(turn_id)
+    media_input = UserMessage(
+        content=[
+            TextPart(text="What is in these?"),
+            ImagePart(media_type="image/png", data=PNG, filename="diagram.png"),
+            ImagePart(media_type="image/jpeg", url=URL),
+            FilePart(media_type="application/pdf", file_id=FILE_ID),
+        ]
+    )
+    b.events[0] = TurnCreated.model_validate(
+        {**b.created.to_wire(), "input": media_input.to_wire()}
+    )
+    b.model_call("A chart.")
+    answer = AssistantMessage(
+        content=[TextPart(text="A chart."), ImagePart(media_type="image/webp", url=URL)]
+    )
+    completed = b.events[-1]
+    assert isinstance(completed, ModelCallCompleted)
+    b.events[-1] = completed.model_copy(update={"message": answer})
+    b.last_message = answer
+    b.finish()
+    path = ui.runtime.repository.path_for(turn_id)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_bytes(b"".join(orjson.dumps(e.to_wire()) + b"\n" for e in b.events))
+    return turn_id
+
+
+async def test_media_parts_show_kind_source_type_and_size_never_bytes_urls_or_ids(
+    ui: Ui, browser: BrowserContext
+) -> None:
+    turn_id = _media_turn(ui)
+    page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+    conversation = page.get_by_role("region", name="Conversation")
+    size = len(base64.b64decode(PNG))
+    for shown in (
+        "What is in these?",
+        f"[image · data · image/png · diagram.png · {size} bytes]",
+        "[image · url · image/jpeg]",
+        "[file · file_id · application/pdf]",
+        "[image · url · image/webp]",
+    ):
+        await expect(conversation).to_contain_text(shown, timeout=WAIT)
+    await expect(page.get_by_role("region", name="Outcome")).to_contain_text(
+        "[image · url · image/webp]"
+    )
+    html = await page.content()
+    for secret in (PNG, URL, FILE_ID, "CANARY"):
+        assert secret not in html
+    assert await page.locator("main img").count() == 0
+    await still_same_page(page)
+
+
+async def test_the_pages_say_when_the_server_is_gone_and_forget_it_once_it_is_back(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, browser: BrowserContext
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    runtime = Runtime.from_work_dir(home, env={"TURNS_TASK_QUEUE": f"ui-{uuid.uuid4()}"})
+    async with serving(runtime, temporal_env.client):
+        async with web_ui(create_app(runtime, temporal_env.client), "127.0.0.1", 0) as web:
+            port = web.port
+            async with httpx.AsyncClient(base_url=web.url, timeout=60) as http:
+                turn_id, _ = await Ui(web.url, runtime, http).suspended("Save 'x' to notes.txt")
+            page = await open_page(browser, f"{web.url}/turns/{turn_id}")
+            index = await open_page(browser, f"{web.url}/")
+            await expect(page.get_by_role("button", name="Approve")).to_be_enabled(timeout=WAIT)
+            await expect(index.get_by_role("link", name=turn_id).first).to_be_visible(timeout=WAIT)
+        # The server is gone (`turns ui` restarted, say): both pages say so on their own.
+        for tab in (page, index):
+            await expect(tab.get_by_role("alert")).to_contain_text(
+                "cannot be reached", timeout=WAIT
+            )
+        async with web_ui(create_app(runtime, temporal_env.client), "127.0.0.1", port):
+            # Back: the notice goes by itself, and the page works without a reload.
+            for tab in (page, index):
+                await expect(tab.get_by_role("alert")).to_be_hidden(timeout=WAIT)
+            await page.get_by_role("button", name="Approve").click()
+            await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+            await expect(page.get_by_role("alert")).to_be_hidden()
+            for tab in (page, index):
+                await still_same_page(tab)

@@ -71,6 +71,7 @@ async def running_ui(
     token: str | None = None,
     worker: bool = True,
     task_queue: str | None = None,
+    host: str = "127.0.0.1",
 ) -> AsyncIterator[Ui]:
     """``worker=False``: workers run elsewhere (another process on the same task queue)."""
     home = tmp_path / "home"
@@ -81,7 +82,7 @@ async def running_ui(
         if worker:
             await stack.enter_async_context(serving(runtime, env.client))
         app = create_app(runtime, env.client, token=token)
-        async with web_ui(app, "127.0.0.1", 0) as web:
+        async with web_ui(app, host, 0) as web:
             headers = {"X-Turns-Token": token} if token else {}
             async with httpx.AsyncClient(base_url=web.url, timeout=60, headers=headers) as http:
                 yield Ui(web.url, runtime, http)

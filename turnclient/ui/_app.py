@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -49,6 +50,8 @@ from turncore.events import (
     AsyncToolResultInput,
     CancelInput,
     ContextRef,
+    ModelCallCompleted,
+    ModelCallFailed,
     PermissionDecisionInput,
     RequestedAgent,
     ToolResultData,
@@ -72,6 +75,11 @@ STATIC = resources.files("turnclient.ui") / "static"
 
 MAX_BODY = 1024 * 1024
 """Largest request body accepted, in bytes (a complete's output included)."""
+
+MAX_DEPTH = 100
+"""Deepest nesting of arrays and objects in a request body (the body itself is level 1).
+A turn cannot carry much deeper values: the workflow's payload decoding gives up
+near 200 levels, and serializing an input near 255."""
 
 DECISION_WAIT = 10.0
 """How long a decision request waits for the turn's next settle point before answering 202."""
@@ -165,10 +173,7 @@ async def _body(request: Request, model: type[B]) -> B:
         raise HttpError(
             400, "the body is empty: send a JSON object ({} when there is nothing to say)"
         )
-    try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    doc = _parse(raw)
     if not isinstance(doc, dict):
         raise HttpError(400, "the body must be a JSON object")
     try:
@@ -178,6 +183,32 @@ async def _body(request: Request, model: type[B]) -> B:
             f"{'.'.join(str(p) for p in e['loc']) or 'body'}: {e['msg']}" for e in exc.errors()
         )
         raise HttpError(400, f"invalid body: {problems}") from None
+
+
+def _parse(raw: bytes) -> Any:
+    """The body's JSON value, every number as written, or 400.
+
+    orjson checks the text (UTF-8, no lone surrogates, no NaN) but makes a float
+    of an integer past 64 bits, which validation could then no longer refuse:
+    such a body is read again with the stdlib, which keeps integers exact, as
+    ``turns complete`` reads its argument.
+    """
+    try:
+        doc = orjson.loads(raw)
+    except orjson.JSONDecodeError as exc:
+        raise HttpError(400, f"the body is not JSON: {exc}") from None
+    floats = False
+    stack: list[tuple[Any, int]] = [(doc, 1)]
+    while stack:
+        value, depth = stack.pop()
+        if isinstance(value, dict | list):
+            if depth > MAX_DEPTH:
+                raise HttpError(400, f"the body is nested more than {MAX_DEPTH} levels deep")
+            items = value.values() if isinstance(value, dict) else value
+            stack.extend((v, depth + 1) for v in items)
+        elif isinstance(value, float):
+            floats = True
+    return json.loads(raw) if floats else doc
 
 
 # ---------------------------------------------------------------- the app
@@ -326,19 +357,35 @@ async def turn_pending_endpoint(ctx: UiContext, request: Request) -> Response:
     return _json({"turnId": turn_id, "status": status_of(state), **pending_inputs(state)})
 
 
-def _resume_point(request: Request) -> tuple[int, tuple[int, int]]:
-    """Where a stream resumes: ``Last-Event-ID`` (or ``after``) = ``N`` or ``N:call:seq``."""
+@dataclass(frozen=True)
+class _Resume:
+    """Where a stream resumes: after line ``after``, the first ``skip`` events made from
+    the line that follows, and deltas up to ``deltas`` (model call, seq)."""
+
+    after: int
+    skip: int = 0
+    deltas: tuple[int, int] = (-1, 0)
+
+
+_RESUME_FORMS = "expected N, N:J or N:CALL:SEQ"
+
+
+def _resume_point(request: Request) -> _Resume:
+    """``Last-Event-ID`` (or ``after``): ``N`` (line N), ``N:J`` (the first J events made
+    from line N, when it made several) or ``N:CALL:SEQ`` (a delta after line N)."""
     raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
     parts = raw.split(":")
     try:
         numbers = [int(p) for p in parts]
     except ValueError:
-        raise HttpError(400, f"bad resume point {raw!r}: expected N or N:CALL:SEQ") from None
+        raise HttpError(400, f"bad resume point {raw!r}: {_RESUME_FORMS}") from None
     if len(numbers) == 1 and numbers[0] >= 0:
-        return numbers[0], (-1, 0)
+        return _Resume(numbers[0])
+    if len(numbers) == 2 and min(numbers) >= 1:
+        return _Resume(numbers[0] - 1, skip=numbers[1])
     if len(numbers) == 3 and min(numbers) >= 0:
-        return numbers[0], (numbers[1], numbers[2])
-    raise HttpError(400, f"bad resume point {raw!r}: expected N or N:CALL:SEQ")
+        return _Resume(numbers[0], deltas=(numbers[1], numbers[2]))
+    raise HttpError(400, f"bad resume point {raw!r}: {_RESUME_FORMS}")
 
 
 def _sse(event: str, data: Any, id: str | None = None) -> bytes:
@@ -348,7 +395,7 @@ def _sse(event: str, data: Any, id: str | None = None) -> bytes:
 
 async def events_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
-    after, delta_after = _resume_point(request)
+    resume = _resume_point(request)
     fmt = request.query_params.get("format", "turn")
     if fmt not in ("turn", "surface"):
         raise HttpError(400, "format must be turn or surface")
@@ -356,9 +403,9 @@ async def events_endpoint(ctx: UiContext, request: Request) -> Response:
     streaming = "text/event-stream" in request.headers.get("accept", "")
     events = await _events_of(ctx, turn_id)  # 404 before any stream starts
     if not streaming:
-        return _log_slice(events, after, fmt)
+        return _log_slice(events, resume, fmt)
     until: Literal["settled", "terminal"] = "terminal" if follow else "settled"
-    stream = _event_stream(ctx, request, turn_id, after, delta_after, until, fmt)
+    stream = _event_stream(ctx, request, turn_id, resume, until, fmt)
     return StreamingResponse(
         stream,
         media_type="text/event-stream",
@@ -366,19 +413,23 @@ async def events_endpoint(ctx: UiContext, request: Request) -> Response:
     )
 
 
-def _log_slice(events: list[Any], after: int, fmt: str) -> Response:
+def _log_slice(events: list[Any], resume: _Resume, fmt: str) -> Response:
+    after, skip = resume.after, resume.skip
     if fmt == "surface":
         projector = SurfaceProjector()
         lines: list[bytes] = []
         for i, e in enumerate(events):
             made = projector.feed(e)
             if i >= after:
+                made = made[skip:] if i == after else made
                 lines += [orjson.dumps(s.to_wire()) + b"\n" for s in made]
         return Response(b"".join(lines), media_type="application/x-ndjson")
     return _json(
         {
             "events": [
-                {"offset": i + 1, "event": e.to_wire()} for i, e in enumerate(events) if i >= after
+                {"offset": i + 1, "event": e.to_wire()}
+                for i, e in enumerate(events)
+                if i >= after + (1 if skip else 0)
             ],
             "offset": len(events),
         }
@@ -389,8 +440,7 @@ async def _event_stream(
     ctx: UiContext,
     request: Request,
     turn_id: str,
-    after: int,
-    delta_after: tuple[int, int],
+    resume: _Resume,
     until: Literal["settled", "terminal"],
     fmt: str,
 ) -> AsyncIterator[bytes]:
@@ -399,16 +449,21 @@ async def _event_stream(
     if fmt == "surface":
         # Item ids follow from every event before the resume point: replay them silently.
         projector = SurfaceProjector()
-        for e in (await asyncio.to_thread(ctx.runtime.repository.read, turn_id))[:after]:
+        for e in (await asyncio.to_thread(ctx.runtime.repository.read, turn_id))[: resume.after]:
             projector.feed(e)
     items = follow_turn(
         ctx.runtime.repository,
         ctx.spool,
         turn_id,
-        after=after,
-        delta_after=delta_after,
+        after=resume.after,
+        delta_after=resume.deltas,
         until=until,
     )
+    skip = resume.skip  # of the events made from line after + 1, already sent
+    # The last delta sent (or resumed after) of the model call still open: the ids of
+    # the durable events that follow carry it, so a client resuming after one of them
+    # is not sent again the deltas it has (a call's step events land between them).
+    deltas: tuple[int, int] | None = resume.deltas if resume.deltas != (-1, 0) else None
     loop = asyncio.get_running_loop()
     beat = loop.time()
     next_item: asyncio.Task[Any] | None = None
@@ -432,7 +487,14 @@ async def _event_stream(
             finally:
                 next_item = None
             beat = loop.time()
-            for chunk in _render(item, projector):
+            if isinstance(item, Live):
+                deltas = (item.delta.model_call_index, item.seq)
+            elif isinstance(item, Durable) and isinstance(item.event, _CALL_ENDS):
+                deltas = None  # the call is closed: none of its deltas comes again
+            chunks = _render(item, projector, deltas)
+            if skip and isinstance(item, Durable):
+                chunks, skip = chunks[skip:], 0
+            for chunk in chunks:
                 yield chunk
     except TurnError as exc:
         yield _sse("error", {"error": str(exc)})
@@ -444,12 +506,28 @@ async def _event_stream(
         await items.aclose()
 
 
-def _render(item: Durable | Live | Settled, projector: SurfaceProjector | None) -> list[bytes]:
+_CALL_ENDS = (ModelCallCompleted, ModelCallFailed)
+
+
+def _render(
+    item: Durable | Live | Settled,
+    projector: SurfaceProjector | None,
+    deltas: tuple[int, int] | None,
+) -> list[bytes]:
     match item:
         case Durable(offset=offset, event=event):
+            # Line N's id is N, or N:CALL:SEQ after deltas of the call still open.
+            at = str(offset) if deltas is None else f"{offset}:{deltas[0]}:{deltas[1]}"
             if projector is not None:
-                return [_sse(s.type, s.to_wire(), str(offset)) for s in projector.feed(event)]
-            return [_sse("turn-event", event.to_wire(), str(offset))]
+                # One line can make several surface events: each gets its own id (the
+                # J-th of line N is N:J, the last N), so a client that drops between
+                # them resumes inside the line rather than after it.
+                made = projector.feed(event)
+                return [
+                    _sse(s.type, s.to_wire(), at if j == len(made) else f"{offset}:{j}")
+                    for j, s in enumerate(made, 1)
+                ]
+            return [_sse("turn-event", event.to_wire(), at)]
         case Live(offset=offset, seq=seq, delta=delta):
             position = f"{offset}:{delta.model_call_index}:{seq}"
             if projector is not None:

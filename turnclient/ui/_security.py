@@ -8,7 +8,7 @@ Every request, page or API, passes ``Guard`` before any handler runs:
   a page with ``?token=<token>`` sets (HttpOnly, SameSite=Strict) before it
   redirects to the same page without the token in the address. Every
   comparison is constant-time (``hmac.compare_digest``).
-- Without a token (loopback only), the ``Host`` header must name a loopback
+- Without a token (loopback only), the ``Host`` header must be ``localhost`` or a loopback
   address, so a web page on another site cannot reach the UI through DNS
   rebinding.
 - A POST must send ``Content-Type: application/json`` (no HTML form can, and
@@ -25,9 +25,9 @@ styles from this server only, no inline script, no framing.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 from collections.abc import Iterable
-from http.cookies import SimpleCookie
-from urllib.parse import parse_qsl, urlencode
+from urllib.parse import parse_qsl, quote, urlencode
 
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
@@ -61,6 +61,15 @@ def _headers(scope: Scope) -> dict[str, str]:
     for k, v in scope.get("headers", []):
         out[k.decode("latin-1").lower()] = v.decode("latin-1")
     return out
+
+
+def _loopback_address(host: str) -> bool:
+    """A loopback IP literal (all of 127.0.0.0/8, ``[::1]``): every address ``turns ui``
+    binds without a token. A literal cannot be rebound; only names need the list."""
+    try:
+        return ipaddress.ip_address(host.removeprefix("[").removesuffix("]")).is_loopback
+    except ValueError:
+        return False
 
 
 def _host_name(host: str) -> str:
@@ -97,7 +106,9 @@ class Guard:
             if "token" in query and not scope["path"].startswith("/api/"):
                 # Opening a page with ?token=… : keep it in a cookie, drop it from the address.
                 rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-                await _redirect(secured, scope["path"] + (f"?{rest}" if rest else ""), self._token)
+                await _redirect(
+                    secured, _same_site(scope) + (f"?{rest}" if rest else ""), self._token
+                )
                 return
         await self._app(scope, receive, secured)
 
@@ -108,10 +119,11 @@ class Guard:
         auth = headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             header_token = auth[7:].strip()
-        cookie_token = _cookie(headers.get("cookie"))
         if self._token is not None:
             by_header = same_token(header_token, self._token)
-            by_cookie = not by_header and same_token(cookie_token, self._token)
+            by_cookie = not by_header and any(
+                same_token(value, self._token) for value in _cookies(headers.get("cookie"))
+            )
             query_token = None
             if method == "GET" and not scope["path"].startswith("/api/"):
                 query_token = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))).get(
@@ -126,10 +138,10 @@ class Guard:
         else:
             by_header = False
             host = _host_name(headers.get("host", ""))
-            if host not in LOOPBACK_HOSTS:
+            if host not in LOOPBACK_HOSTS and not _loopback_address(host):
                 return (
                     403,
-                    f"host {host!r} is not a loopback name; bind elsewhere only with a token",
+                    f"host {host!r} is not localhost or a loopback address; bind elsewhere only with a token",
                 )
         if method == "POST":
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
@@ -146,22 +158,42 @@ class Guard:
         return None
 
 
+def _same_site(scope: Scope) -> str:
+    """The request's path as a redirect target that stays on this server.
+
+    The path as sent (still percent-encoded: a decoded ``%3F`` or ``%E2%9C%93``
+    would change or break it), with backslashes encoded and leading slashes
+    collapsed: a browser reads ``//host``, ``///host`` and ``/\\host`` as
+    another site.
+    """
+    raw = scope.get("raw_path") or quote(scope["path"]).encode()
+    path = raw.decode("latin-1").split("?", 1)[0].replace("\\", "%5C")
+    return "/" + path.lstrip("/")
+
+
 def _same_origin(origin: str, scope: Scope, headers: dict[str, str]) -> bool:
     scheme = scope.get("scheme", "http")
     host = headers.get("host", "")
     return hmac.compare_digest(origin.encode(), f"{scheme}://{host}".encode())
 
 
-def _cookie(raw: str | None) -> str | None:
-    if not raw:
-        return None
-    jar = SimpleCookie()
-    try:
-        jar.load(raw)
-    except Exception:  # a malformed Cookie header is no token
-        return None
-    morsel = jar.get(COOKIE)
-    return morsel.value if morsel is not None else None
+def _cookies(raw: str | None) -> list[str]:
+    """Every value the ``Cookie`` header gives ``turns_ui_token``.
+
+    Parsed the way browsers write the header, not by ``http.cookies``: that
+    stops at the first cookie RFC 6265 disallows (a space, a quote, JSON) and
+    would lose the token to any other app's cookie on the same host name. Two
+    values (a stale cookie beside the current one) are both tried.
+    """
+    values: list[str] = []
+    for pair in (raw or "").split(";"):
+        name, eq, value = pair.partition("=")
+        if eq and name.strip() == COOKIE:
+            value = value.strip()
+            if len(value) >= 2 and value[0] == value[-1] == '"':
+                value = value[1:-1]
+            values.append(value)
+    return values
 
 
 async def _deny(send: Send, status: int, text: str) -> None:

@@ -40,6 +40,7 @@ async function api(path, body) {
   } catch (err) {
     return { ok: false, status: 0, body: { error: "the server cannot be reached: " + err } };
   }
+  reachable();
   let doc = null;
   try {
     doc = await response.json();
@@ -49,19 +50,50 @@ async function api(path, body) {
   return { ok: response.ok, status: response.status, body: doc };
 }
 
-function alertBox(message) {
+// What the alert shows: "connection" (the server cannot be reached) goes by itself
+// once the server answers again; anything else (a rejected decision) stays until
+// the person acts again.
+let alertKind = null;
+
+function alertBox(message, kind) {
   const box = document.getElementById("alert");
   box.textContent = message || "";
   box.classList.toggle("shown", Boolean(message));
+  alertKind = message ? kind || "problem" : null;
+}
+
+function failed(r, prefix) {
+  alertBox((prefix || "") + r.body.error, r.status === 0 ? "connection" : "problem");
+}
+
+function reachable() {
+  if (alertKind === "connection") alertBox("");
 }
 
 function badge(status) {
   return h("span", { class: "badge badge-" + (status || "unknown") }, status || "unknown");
 }
 
+const MEDIA = new Set(["image", "audio", "file"]);
+
+// A media part as every human view shows it (turncore.messages.describe_part): type,
+// source kind, media type, filename and size, never the bytes, the URL or the file id.
+function describeMedia(part) {
+  const source = part.url != null ? "url" : part.data != null ? "data" : "file_id";
+  const bits = [part.type, source, part.mediaType];
+  if (part.filename) bits.push(part.filename);
+  if (part.data != null) {
+    const b64 = part.data.replace(/[^A-Za-z0-9+/=]/g, "");
+    const padding = b64.length - b64.replace(/=+$/, "").length;
+    if (b64.length % 4 === 0 && padding <= 2) bits.push((b64.length / 4) * 3 - padding + " bytes");
+  }
+  return "[" + bits.join(" · ") + "]";
+}
+
+// A message's text, with each media part in it described where it stands.
 function messageText(content) {
   if (typeof content === "string") return content;
-  return (content || []).filter((p) => p.type === "text").map((p) => p.text).join("");
+  return (content || []).map((p) => p.type === "text" ? p.text : MEDIA.has(p.type) ? " " + describeMedia(p) + " " : "").join("").trim();
 }
 
 // ------------------------------------------------------------------ index page
@@ -113,7 +145,7 @@ const index = {
     const params = new URLSearchParams(index.filters);
     if (older && index.before) params.set("before", index.before);
     const r = await api("/api/turns?" + params);
-    if (!r.ok) { alertBox(r.body.error); return; }
+    if (!r.ok) { failed(r); return; }
     const body = document.getElementById("turns");
     const rows = r.body.turns.map((t) => h("tr", {},
       h("td", {}, h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId)),
@@ -132,7 +164,7 @@ const index = {
     e.preventDefault();
     const data = Object.fromEntries([...new FormData(e.target).entries()].filter(([, v]) => v));
     const r = await api("/api/turns", data);
-    if (!r.ok) { alertBox(r.body.error); return; }
+    if (!r.ok) { failed(r); return; }
     window.location.assign(r.body.url);
   },
 };
@@ -164,6 +196,19 @@ const turn = {
     source.addEventListener("settled", () => turn.refresh());
     source.addEventListener("delta", (e) => turn.delta(JSON.parse(e.data)));
     source.addEventListener("end", () => { source.close(); turn.refresh(); });
+    source.addEventListener("error", (e) => {
+      if (e instanceof MessageEvent) { // the server's own `error` event: the file is unreadable
+        alertBox("The turn cannot be read: " + JSON.parse(e.data).error);
+      } else if (source.readyState === EventSource.CLOSED) {
+        alertBox("The live view stopped (the server refused the stream): reload the page.");
+      } else { // the browser reconnects by itself, resuming after the last event it got
+        source.lost = true;
+        alertBox("The server cannot be reached; reconnecting…", "connection");
+      }
+    });
+    source.addEventListener("open", () => {
+      if (source.lost) { source.lost = false; reachable(); turn.refresh(); }
+    });
   },
 
   delta(d) {
@@ -183,7 +228,7 @@ const turn = {
       do {
         turn.again = false;
         const r = await api("/api/turns/" + encodeURIComponent(turn.id));
-        if (r.ok) { turn.view = r.body; turn.render(); } else alertBox(r.body.error);
+        if (r.ok) { turn.view = r.body; turn.render(); } else failed(r);
       } while (turn.again);
       turn.refreshing = null;
     })();
@@ -278,7 +323,7 @@ const turn = {
     if (r.ok) status.textContent = r.status === 202 ? "Accepted; the turn is working on it." : "Done.";
     else {
       status.textContent = "";
-      alertBox((r.status === 409 ? "Rejected: " : "Failed: ") + r.body.error);
+      failed(r, r.status === 409 ? "Rejected: " : "Failed: ");
       for (const b of card.querySelectorAll("button")) b.disabled = false;
     }
     turn.refresh();
@@ -288,7 +333,7 @@ const turn = {
     const button = document.getElementById("cancel");
     button.disabled = true;
     const r = await api("/api/turns/" + encodeURIComponent(turn.id) + "/cancel", { reason: "cancelled from the web UI" });
-    if (!r.ok) alertBox((r.status === 409 ? "Rejected: " : "Failed: ") + r.body.error);
+    if (!r.ok) failed(r, r.status === 409 ? "Rejected: " : "Failed: ");
     button.disabled = false;
     turn.refresh();
   },
@@ -303,6 +348,7 @@ const turn = {
           if (part.type === "text" && part.text) items.push(h("li", { class: "msg assistant" }, h("span", { class: "who" }, "assistant"), h("div", { class: "text" }, part.text)));
           else if (part.type === "reasoning") items.push(h("li", { class: "msg reasoning" }, h("details", {}, h("summary", {}, "reasoning"), h("div", { class: "text" }, part.text))));
           else if (part.type === "tool-call") items.push(turn.toolCard(calls.get(part.toolCallId) || { toolName: part.toolName, toolCallId: part.toolCallId, input: part.input, progress: [] }));
+          else if (MEDIA.has(part.type)) items.push(h("li", { class: "msg assistant" }, h("span", { class: "who" }, "assistant"), h("div", { class: "text" }, describeMedia(part))));
           else if (part.type !== "text") items.push(h("li", { class: "msg" }, "[" + part.type + "]"));
         }
         delete turn.streaming[mc.index];
