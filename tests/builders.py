@@ -524,3 +524,11 @@ def open_sync_calls(turn_id: str = TURN_ID, n: int = 3) -> TurnBuilder:
     for c in calls:
         b.invoke(c.tool_call_id)
     return b
+
+
+def nested(depth: int) -> Any:
+    """``[[…[]…]]``: ``depth`` levels of arrays."""
+    value: Any = []
+    for _ in range(depth - 1):
+        value = [value]
+    return value

@@ -264,6 +264,18 @@ def test_deny_complete_progress_cancel_and_rejections(held: Path) -> None:
         assert r.stderr.startswith("rejected: ") and r.stderr.count("\n") == 1
     r = turns(home, "complete", asked, "call_0_0", "--output", "not json")
     assert r.returncode == 2 and "is not JSON" in r.stderr
+    # Values no turn may hold: one line saying why, exit 2, never a traceback.
+    (home / "deep.json").write_text("[" * 129 + "]" * 129)
+    (home / "deeper.json").write_text("[" * 5000 + "]" * 5000)
+    for bad, why in (
+        (("--data", f"@{home / 'deep.json'}"), "nested deeper than 128 levels"),
+        (("--data", f"@{home / 'deeper.json'}"), "is not JSON: depth limit exceeded"),
+        (("--data", '{"n": 123456789012345678901234567890}'), "safe integer range"),
+        (("--data", '"\\ud800"'), "is not JSON"),
+    ):
+        r = turns(home, "progress", asked, "call_0_0", *bad)
+        assert r.returncode == 2, (bad, r.stderr)
+        assert why in r.stderr and r.stderr.count("\n") == 1, (bad, r.stderr)
     assert turn_file(home, asked).read_bytes() == before  # rejections change nothing
 
     # a late watcher sees everything once while another process completes the turn

@@ -17,6 +17,7 @@ import pytest
 from temporalio.client import WorkflowHandle, WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
+from tests.builders import nested
 from tests.harness import Harness, async_tool
 from turncore.inputs import MAX_INPUT_BYTES, MAX_REJECTED_INPUTS
 
@@ -198,6 +199,44 @@ def test_the_safe_range_is_the_boundary() -> None:
     assert "safe integer range" in (json_problem({"n": [MAX_SAFE_INTEGER + 1]}) or "")
     assert "$.n[0]" in (json_problem({"n": [-MAX_SAFE_INTEGER - 1]}) or "")
     assert "bits" in (json_problem(10**400) or "")
+
+
+def test_the_depth_limit_is_the_boundary() -> None:
+    from turncore.jsonvalue import MAX_JSON_DEPTH, json_problem
+
+    assert json_problem(nested(MAX_JSON_DEPTH)) is None
+    assert json_problem({"a": nested(MAX_JSON_DEPTH - 1)}) is None
+    problem = json_problem({"a": nested(MAX_JSON_DEPTH)}) or ""
+    assert problem.startswith("$.a") and f"is nested deeper than {MAX_JSON_DEPTH} levels" in problem
+    assert json_problem(nested(5000)) is not None  # walked without recursion
+
+
+async def test_a_value_nested_past_the_limit_is_rejected_not_appended(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    from turncore.jsonvalue import MAX_JSON_DEPTH
+
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        _script(),
+        tools=[async_tool("a")],
+        permissions={"external:a": "none"},
+    ) as h:
+        turn_id, handle, before = await _suspended_turn(h)
+        progress = {
+            "type": "async_tool_progress",
+            "toolCallId": "call_0_0",
+            "progress": nested(MAX_JSON_DEPTH + 1),
+        }
+        await handle.signal("async_tool_progress", progress)
+        (record,) = await _rejected(h, turn_id, 1)
+        assert f"is nested deeper than {MAX_JSON_DEPTH} levels" in record["reason"], record
+        with pytest.raises(WorkflowUpdateFailedError) as info:
+            await handle.execute_update("async_tool_progress", progress)
+        assert "is nested deeper than" in str(info.value.cause)
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        assert (await h.send(turn_id, RESULT)).status == "completed"
 
 
 def test_turns_progress_data_keeps_a_huge_integer_exact_and_refuses_it() -> None:

@@ -10,6 +10,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.builders import nested
 from turnclient import (
     Agent,
     ConfigError,
@@ -201,3 +202,37 @@ def test_python_agents_are_checked_like_the_file(tmp_path: Path) -> None:
         Turns(tmp_path, deny=["nope"], env={})
     with pytest.raises(ConfigError, match="agents.x.model: provider 'openai' is not configured"):
         Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", model="openai/gpt")], env={})
+
+
+@tool(permission="none")
+def tree(depth: int) -> list[Any]:
+    """A value nested ``depth`` levels deep (an AST dump, a deep JSON document)."""
+    return nested(depth)
+
+
+async def test_a_tool_value_nested_past_the_limit_is_an_error_result_not_a_wedged_turn(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    from turncore.jsonvalue import MAX_JSON_DEPTH
+
+    # Past ~200 levels Temporal's payload decoding fails the workflow task on every
+    # retry: the turn hung. A value over the limit is refused where it is made.
+    agent = Agent(name="deep", system_prompt="s", tools=(tree,), model="scripted/deep")
+    calls = [
+        {"toolName": "tree", "input": {"depth": MAX_JSON_DEPTH}},
+        {"toolName": "tree", "input": {"depth": 230}},
+    ]
+    async with runtime(
+        temporal_env, tmp_path, agents=[agent], models={"deep": scripted(calls)}
+    ) as turns:
+        result = await asyncio.wait_for(turns.run("go", agent="deep"), 60)
+        assert result.status == "completed"
+        results = {
+            e.tool_call_id: e.result
+            for e in await turns.events(result.turn_id)
+            if e.type == "tool_result"
+        }
+        fits, deep = results["call_0_0"], results["call_0_1"]
+        assert not fits.is_error
+        assert deep.is_error
+        assert f"is nested deeper than {MAX_JSON_DEPTH} levels" in str(deep.output)

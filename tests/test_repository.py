@@ -47,6 +47,7 @@ from turncore.events import ToolProgress, ToolResult, TurnEvent
 from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import reduce_turn
 from turncore.repository import (
+    MAX_LINE_DEPTH,
     FileTurnRepository,
     InMemoryTurnRepository,
     TurnRepository,
@@ -502,8 +503,24 @@ STRICTNESS: list[tuple[str, bytes, int, str]] = [
 ]
 
 
+def _nested(levels: int) -> bytes:
+    return b"[" * levels + b"]" * levels
+
+
 CORRUPTIONS: list[tuple[str, bytes, int, str]] = [
     ("empty file", b"", 1, "empty"),
+    # A value the workflow's payload decoding could not take (past ~200 levels
+    # it fails the task on every retry), orjson could not write back (past 254),
+    # or the standard library could not parse (near 1000).
+    *(
+        (
+            f"a value nested {levels} levels deep",
+            _replace_in_line(HISTORY, MIDDLE, b'{"bytesRead":512}', _nested(levels)),
+            MIDDLE + 1,
+            f"the line nests arrays and objects deeper than {MAX_LINE_DEPTH} levels",
+        )
+        for levels in (MAX_LINE_DEPTH, 300, 1000)  # the line is one level more
+    ),
     ("malformed first line", b"{not json\n" + lines(HISTORY[1:]), 1, "not valid JSON"),
     (
         "malformed middle line",
@@ -610,22 +627,6 @@ class TestOtherWriters:
         store.put_raw(TURN_ID, theirs)
         assert store.repo.read(TURN_ID) == expected
         assert expected[MIDDLE].progress == {"bytesRead": 2**64 - 1, "note": "café ☕"}  # type: ignore[union-attr]
-
-    @pytest.mark.parametrize("depth", [300, 1000])
-    def test_a_value_nested_deeper_than_orjson_writes_still_reads(
-        self, store: Store, depth: int
-    ) -> None:
-        # orjson reads 1024 levels but writes 254, and the standard library's
-        # parser stops near 1000: the one-meaning check must not trip on either.
-        objects = [orjson.loads(line(e)) for e in HISTORY]
-        objects[MIDDLE]["progress"] = {"bytesRead": 1}
-        raw = [orjson.dumps(o) for o in objects]
-        raw[MIDDLE] = raw[MIDDLE].replace(b'{"bytesRead":1}', b"[" * depth + b"]" * depth)
-        store.put_raw(TURN_ID, b"".join(r + b"\n" for r in raw))
-        nested = store.repo.read(TURN_ID)[MIDDLE].progress  # type: ignore[union-attr]
-        for _ in range(depth - 1):
-            nested = nested[0]
-        assert nested == []
 
 
 def _edit_first(edit: Callable[[dict[str, Any]], None]) -> bytes:

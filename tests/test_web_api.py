@@ -20,11 +20,13 @@ import orjson
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.builders import nested
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
 from turnclient.cli import main
 from turnclient.ui import COOKIE, MAX_BODY, check_token
 from turnclient.ui._server import UiConfigError
+from turncore.jsonvalue import MAX_JSON_DEPTH
 
 MISSING = "2026-01-02T03-04-05Z-0000001-000"
 SAVE = "Save 'hello' to notes.txt"  # the demo model asks to run write_file: an approval
@@ -225,14 +227,19 @@ async def test_a_body_is_taken_exactly_or_refused_never_rounded_or_crashed_on(ui
         )
     # Nesting no turn can carry is a bad body (400 with the reason), not a crash (500)
     # and not "Temporal is unavailable" (503).
-    for depth in (200, 300, 1000):
+    for depth in (MAX_JSON_DEPTH + 1, 300, 1000):
         deep = b'{"data": ' + b"[" * depth + b"]" * depth + b"}"
         assert "nested" in await refused(f"{base}/progress", deep)
         deep = b'{"output": ' + b'{"a": ' * depth + b"1" + b"}" * depth + b"}"
         assert "nested" in await refused(f"{base}/complete", deep)
     assert ui.file(asking) == before
     # A float stays a float, and modest nesting goes through unchanged.
-    value = {"ratio": 0.5, "big": 1e30, "path": [[[[{"ok": True}]]]]}
+    value = {
+        "ratio": 0.5,
+        "big": 1e30,
+        "path": [[[[{"ok": True}]]]],
+        "deep": nested(MAX_JSON_DEPTH - 1),
+    }
     r = await ui.http.post(
         f"{base}/progress", content=orjson.dumps({"data": value}), headers=json_header
     )

@@ -35,7 +35,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import json
 import logging
 import os
 import re
@@ -508,10 +507,6 @@ def _positive(text: str) -> int:
     return value
 
 
-def _reject_constant(name: str) -> Any:
-    raise ValueError(f"{name} is not JSON")
-
-
 def _json_value(text: str) -> Any:
     """JSON from the argument, or from a file named ``@PATH`` (``@-``: stdin).
 
@@ -529,16 +524,18 @@ def _json_value(text: str) -> Any:
             raise argparse.ArgumentTypeError(
                 f"cannot read {where}: {exc} (give @PATH of a UTF-8 JSON file, or @- for stdin)"
             ) from None
-    # The stdlib parser keeps every integer exact (orjson would turn one past
-    # 64 bits into a float), so validation can refuse it with a clear reason.
+    from turncore.jsonvalue import JsonTooDeepError, loads_exact
+
     try:
-        return json.loads(text, parse_constant=_reject_constant)
-    except ValueError:
+        return loads_exact(text)  # every integer exact, so validation can refuse it
+    except JsonTooDeepError as exc:
+        raise argparse.ArgumentTypeError(f"{where} is {exc}") from None
+    except ValueError as exc:
         shown = repr(text) if len(text) <= 80 else f"{text[:77]!r}…"
         if where != "the argument":
-            raise argparse.ArgumentTypeError(f"{where} is not JSON: {shown}") from None
+            raise argparse.ArgumentTypeError(f"{where} is {exc}: {shown}") from None
         raise argparse.ArgumentTypeError(
-            f"{text!r} is not JSON (a string needs quotes: '\"text\"')"
+            f"{shown} is {exc} (a string needs quotes: '\"text\"')"
         ) from None
 
 
@@ -1533,12 +1530,18 @@ def _send(
     from turncore.reducer import reduce_turn
 
     async def body() -> int:
+        from pydantic import ValidationError
+
         from turncore.advance import check_input
+        from turncore.inputs import validation_reason
 
         from .render import StreamRenderer, wants_color
 
         turn_id = _turn_id(args.turn)
-        input = make_input()
+        try:
+            input = make_input()
+        except ValidationError as exc:  # a value no turn may hold, refused before sending
+            raise Failure(validation_reason(exc), EXIT_USAGE) from None
         # Rejected from the file before any runtime is built or server started;
         # the workflow checks again, atomically, when the input arrives.
         _, events = _load(turn_id)

@@ -90,7 +90,8 @@ def input_size(value: Any) -> int:
 def validation_reason(exc: ValidationError) -> str:
     first = exc.errors(include_url=False, include_input=False)[0]
     loc = ".".join(str(p) for p in first["loc"])
-    return f"invalid input at {loc or '$'}: {first['msg']}"
+    # A validator's own ValueError already says what is wrong and where.
+    return f"invalid input at {loc or '$'}: {first['msg'].removeprefix('Value error, ')}"
 
 
 def accept_input(name: str, args: Sequence[Any]) -> ExternalDelivery:

@@ -110,6 +110,7 @@ from .events import (
 )
 from .ids import is_turn_id, turn_path, validate_turn_id
 from .inputs import staged_digest
+from .jsonvalue import MAX_JSON_DEPTH
 from .reducer import TurnReducer
 
 __all__ = [
@@ -341,20 +342,41 @@ def _two_meanings(raw: bytes) -> str | None:
         json.loads(raw, object_pairs_hook=_no_repeated_keys, parse_int=_exact_integer)
     except _TwoMeanings as exc:
         return str(exc)
-    except RecursionError:
-        # Nested deeper than the standard parser goes (orjson reads up to
-        # 1024 levels): such a line cannot be checked, and is read as parsed.
-        return None
     return None
+
+
+MAX_LINE_DEPTH = MAX_JSON_DEPTH + 16
+"""The most levels of arrays and objects a line may nest: its values' limit plus
+room for the event's own levels above them (a context message's tool result
+sits eight levels down). Every line this project writes fits."""
+
+
+def _check_depth(obj: Any, raw: bytes, where: str, line: int) -> None:
+    """Raise if the line nests deeper than ``MAX_LINE_DEPTH``: a value that deep
+    could not cross into the workflow (see ``turncore.jsonvalue``)."""
+    # Each level takes a bracket, so a line with few brackets (every line this
+    # project writes but those with long lists) is shallow without a walk.
+    if len(raw) <= 2 * MAX_LINE_DEPTH or raw.count(b"[") + raw.count(b"{") <= MAX_LINE_DEPTH:
+        return
+    stack: list[tuple[Any, int]] = [(obj, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if depth > MAX_LINE_DEPTH:
+            raise CorruptTurnError(
+                f"the line nests arrays and objects deeper than {MAX_LINE_DEPTH} levels; "
+                f"a value may nest at most {MAX_JSON_DEPTH} (flatten it, or hold the deep "
+                "part as a string)",
+                path=where,
+                line=line,
+            )
+        children = item.values() if isinstance(item, dict) else item
+        stack.extend((c, depth + 1) for c in children if isinstance(c, dict | list))
 
 
 def _check_one_meaning(obj: Any, raw: bytes, where: str, line: int) -> None:
     """Raise unless the line ``raw`` (which orjson parsed as ``obj``) means one thing."""
-    try:
-        canonical = orjson.dumps(obj) == raw
-    except orjson.JSONEncodeError:  # nested deeper than orjson writes
-        canonical = False
-    if not canonical:
+    # ``_check_depth`` came first: the line is shallow enough for both parsers.
+    if orjson.dumps(obj) != raw:
         why = _two_meanings(raw)
         if why is not None:
             raise CorruptTurnError(why, path=where, line=line)
@@ -365,6 +387,7 @@ def _decode_line(raw: bytes, where: str, line: int) -> TurnEvent:
         obj = orjson.loads(raw)
     except orjson.JSONDecodeError as exc:
         raise CorruptTurnError(_not_json(raw, exc), path=where, line=line) from None
+    _check_depth(obj, raw, where, line)
     _check_one_meaning(obj, raw, where, line)
     try:
         return parse_event(obj, trusted_json=True)
@@ -473,11 +496,14 @@ def _decode(
     # precise error (or, should the fast path ever be unavailable, decodes).
     apply, add = reducer.apply, events.append
     loads, dumps, validate = orjson.loads, orjson.dumps, _VALIDATE
+    depth_floor = 2 * MAX_LINE_DEPTH  # a shorter line cannot nest too deep
     with _collector_paused():
         for line, raw in enumerate(lines[len(events) :], start=first_line + len(events)):
             try:
                 obj = loads(raw)
                 event: TurnEvent = validate[obj["type"]](obj)
+                if len(raw) > depth_floor:
+                    _check_depth(obj, raw, where, line)
                 if dumps(obj) != raw:  # not as this project writes it: one meaning?
                     _check_one_meaning(obj, raw, where, line)
             except (orjson.JSONDecodeError, KeyError, TypeError, ValidationError):

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -59,7 +58,7 @@ from turncore.events import (
     TurnOutcome,
 )
 from turncore.ids import is_turn_id
-from turncore.jsonvalue import JsonValue
+from turncore.jsonvalue import MAX_JSON_DEPTH, JsonValue, loads_exact
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
 from turncore.surface import SurfaceProjector
@@ -76,10 +75,11 @@ STATIC = resources.files("turnclient.ui") / "static"
 MAX_BODY = 1024 * 1024
 """Largest request body accepted, in bytes (a complete's output included)."""
 
-MAX_DEPTH = 100
-"""Deepest nesting of arrays and objects in a request body (the body itself is level 1).
-A turn cannot carry much deeper values: the workflow's payload decoding gives up
-near 200 levels, and serializing an input near 255."""
+MAX_DEPTH = MAX_JSON_DEPTH + 1
+"""Deepest nesting of arrays and objects in a request body: the body (level 1)
+around a value of at most ``MAX_JSON_DEPTH`` levels, the limit every input
+value is held to (``turncore.jsonvalue``). Walked before the standard
+library's parser, which gives up near 1000 levels, ever sees the body."""
 
 DECISION_WAIT = 10.0
 """How long a decision request waits for the turn's next settle point before answering 202."""
@@ -186,29 +186,11 @@ async def _body(request: Request, model: type[B]) -> B:
 
 
 def _parse(raw: bytes) -> Any:
-    """The body's JSON value, every number as written, or 400.
-
-    orjson checks the text (UTF-8, no lone surrogates, no NaN) but makes a float
-    of an integer past 64 bits, which validation could then no longer refuse:
-    such a body is read again with the stdlib, which keeps integers exact, as
-    ``turns complete`` reads its argument.
-    """
+    """The body's JSON value, every number as written (``loads_exact``), or 400."""
     try:
-        doc = orjson.loads(raw)
-    except orjson.JSONDecodeError as exc:
-        raise HttpError(400, f"the body is not JSON: {exc}") from None
-    floats = False
-    stack: list[tuple[Any, int]] = [(doc, 1)]
-    while stack:
-        value, depth = stack.pop()
-        if isinstance(value, dict | list):
-            if depth > MAX_DEPTH:
-                raise HttpError(400, f"the body is nested more than {MAX_DEPTH} levels deep")
-            items = value.values() if isinstance(value, dict) else value
-            stack.extend((v, depth + 1) for v in items)
-        elif isinstance(value, float):
-            floats = True
-    return json.loads(raw) if floats else doc
+        return loads_exact(raw, MAX_DEPTH)
+    except ValueError as exc:
+        raise HttpError(400, f"the body is {exc}") from None
 
 
 # ---------------------------------------------------------------- the app
