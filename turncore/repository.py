@@ -517,7 +517,7 @@ def _decode(
             add(event)
     if torn:
         raise CorruptTurnError(
-            "the final line has no trailing newline (a torn write)",
+            "the final line has no trailing newline (a torn write; `turns repair` moves it aside)",
             path=where,
             line=first_line + len(lines),
         )
