@@ -341,6 +341,41 @@ async def test_the_surface_format_over_sse_and_json_lines(ui: Ui) -> None:
         assert [orjson.loads(x) for x in page.content.splitlines()] == jsonl[seen:], seen
 
 
+async def test_a_resume_point_is_taken_only_as_the_server_writes_it(ui: Ui) -> None:
+    turn_id = await ui.create("What is 6 * 7?")
+    await ui.until(turn_id, lambda v: v["status"] == "completed")
+    events = f"/api/turns/{turn_id}/events"
+    stream = {"Accept": "text/event-stream"}
+    for good in ("0", "3", "2:1", "3:0:1"):  # the forms the server writes in its ids
+        for fmt in ("turn", "surface"):
+            r = await ui.http.get(events, params={"after": good, "format": fmt})
+            assert r.status_code == 200, (good, fmt, r.text)
+        assert (await read_sse(ui.http, events, last_id=good))[-1].event == "end", good
+    # int() reads these as numbers ("1_0" as 10, "\u0663" as 3, "+5", " 5"): none is an id
+    # the server gives, so none is guessed at.
+    malformed = (
+        "1_0", "+5", " 5", "5 ", "-1", "\u0663", "\uff15", "0x5", "05", "1e3", "1.0", "",
+        "1:", ":1", "1::2", "1:2:3:4", "1:+2", "3:0_0:1", "1:0", "0:1", "9" * 16, "1:2:" + "9" * 16,
+    )  # fmt: skip
+    for bad in malformed:
+        for fmt in ("turn", "surface"):
+            r = await ui.http.get(events, params={"after": bad, "format": fmt})
+            assert r.status_code == 400, (bad, fmt, r.text)
+            assert r.json()["error"] == (
+                f"bad ?after= {bad!r}: expected N, N:J or N:CALL:SEQ "
+                "(decimal numbers as the server writes them)"
+            )
+    # A browser sends back only an id the server gave it: any other is refused the same
+    # way, streaming or not, and takes precedence over ?after= (which would resume elsewhere).
+    for bad in ("1_0", "+5", "0x5", "05", "1:_1:2", "1:2:3:4", "9" * 16):
+        for headers in (stream, {}):
+            r = await ui.http.get(
+                events, params={"after": "0"}, headers={**headers, "Last-Event-ID": bad}
+            )
+            assert r.status_code == 400, (bad, headers, r.text)
+            assert r.json()["error"].startswith(f"bad Last-Event-ID {bad!r}: expected N,")
+
+
 # ---------------------------------------------------------------- security
 
 

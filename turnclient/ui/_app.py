@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -349,25 +350,38 @@ class _Resume:
     deltas: tuple[int, int] = (-1, 0)
 
 
-_RESUME_FORMS = "expected N, N:J or N:CALL:SEQ"
+_RESUME_FORMS = "expected N, N:J or N:CALL:SEQ (decimal numbers as the server writes them)"
+_NUMBER = r"(?:0|[1-9][0-9]{0,14})"
+_RESUME = re.compile(rf"{_NUMBER}(?::{_NUMBER}){{0,2}}")
+"""Exactly the ids the server writes: ASCII digits, no sign, no leading zero, at most
+15 digits a number (below 2**53). Not ``int()``, which also reads ``1_0``, ``+5``,
+`` 5`` and other scripts' digits."""
 
 
 def _resume_point(request: Request) -> _Resume:
     """``Last-Event-ID`` (or ``after``): ``N`` (line N), ``N:J`` (the first J events made
-    from line N, when it made several) or ``N:CALL:SEQ`` (a delta after line N)."""
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    parts = raw.split(":")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        raise HttpError(400, f"bad resume point {raw!r}: {_RESUME_FORMS}") from None
-    if len(numbers) == 1 and numbers[0] >= 0:
+    from line N, when it made several) or ``N:CALL:SEQ`` (a delta after line N).
+
+    Anything else is 400, the header too: a browser sends back only an id this
+    server gave it, so a malformed one comes from a client that made it up or a
+    proxy that mangled it, and a guessed resume point would resend or skip events.
+    An empty header is no header (an ``EventSource`` whose last id was empty).
+    """
+    header = request.headers.get("last-event-id")
+    if header:
+        raw, source = header, "Last-Event-ID"
+    else:
+        raw, source = request.query_params.get("after", "0"), "?after="
+    if not _RESUME.fullmatch(raw):
+        raise HttpError(400, f"bad {source} {raw!r}: {_RESUME_FORMS}")
+    numbers = [int(p) for p in raw.split(":")]
+    if len(numbers) == 1:
         return _Resume(numbers[0])
     if len(numbers) == 2 and min(numbers) >= 1:
         return _Resume(numbers[0] - 1, skip=numbers[1])
-    if len(numbers) == 3 and min(numbers) >= 0:
+    if len(numbers) == 3:
         return _Resume(numbers[0], deltas=(numbers[1], numbers[2]))
-    raise HttpError(400, f"bad resume point {raw!r}: {_RESUME_FORMS}")
+    raise HttpError(400, f"bad {source} {raw!r}: {_RESUME_FORMS}")
 
 
 def _sse(event: str, data: Any, id: str | None = None) -> bytes:
