@@ -247,6 +247,51 @@ async def test_a_body_is_taken_exactly_or_refused_never_rounded_or_crashed_on(ui
     assert lines(ui, asking)[-2]["progress"] == value
 
 
+async def test_a_body_trickled_in_past_the_read_limit_is_408_and_changes_nothing(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with running_ui(temporal_env, tmp_path, body_timeout=1.0) as ui:
+        turn_id, view = await ui.suspended(SAVE)
+        call = view["pending"]["permissions"][0]["toolCallId"]
+        before = ui.file(turn_id)
+        port = int(ui.url.rsplit(":", 1)[1])
+        # A valid approval, were it ever to arrive whole: "{", 98 spaces, "}".
+        body = b"{" + b" " * 98 + b"}"
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = (
+            f"POST /api/turns/{turn_id}/calls/{call}/approve HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode())
+        sent, answer = 0, b""
+        try:
+            # One byte every 0.1 s, as long as the server lets us: the whole body would
+            # take 10 s, ten times the limit.
+            while not answer and sent < len(body):
+                writer.write(body[sent : sent + 1])
+                await writer.drain()
+                sent += 1
+                with contextlib.suppress(TimeoutError):
+                    answer = await asyncio.wait_for(reader.read(65536), 0.1)
+            assert answer, "the server waited for the whole trickled body"
+            while chunk := await asyncio.wait_for(reader.read(65536), 30):
+                answer += chunk  # until the server closes the connection
+        finally:
+            writer.close()
+        status, _, rest = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 408 Request Timeout", answer
+        assert sent < len(body), sent
+        doc = orjson.loads(rest.partition(b"\r\n\r\n")[2])
+        assert doc == {"error": "the request body took over 1 s to arrive", "status": 408}
+        assert b"connection: close" in rest.lower()
+        assert ui.file(turn_id) == before
+        assert (await ui.view(turn_id))["pending"]["permissions"][0]["toolCallId"] == call
+        # The call is still there to decide, at a normal pace.
+        r = await ui.http.post(f"/api/turns/{turn_id}/calls/{call}/approve", json={})
+        assert r.status_code == 200 and r.json()["outcome"]["status"] == "completed", r.text
+
+
 async def test_deny_reason_progress_complete_and_cancel(ui: Ui) -> None:
     turn_id, view = await ui.suspended(SAVE)
     call = view["pending"]["permissions"][0]["toolCallId"]

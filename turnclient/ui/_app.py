@@ -82,6 +82,9 @@ around a value of at most ``MAX_JSON_DEPTH`` levels, the limit every input
 value is held to (``turncore.jsonvalue``). Walked before the standard
 library's parser, which gives up near 1000 levels, ever sees the body."""
 
+BODY_TIMEOUT = 30.0
+"""Longest time, in seconds, a request body may take to arrive in full (408 beyond)."""
+
 DECISION_WAIT = 10.0
 """How long a decision request waits for the turn's next settle point before answering 202."""
 
@@ -97,7 +100,10 @@ class HttpError(Exception):
 
 
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message, "status": status}, status_code=status)
+    # After a 408 the rest of the body may still be on its way: close the connection
+    # rather than read it as the next request.
+    headers = {"connection": "close"} if status == 408 else None
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
 def _json(doc: Any, status: int = 200) -> Response:
@@ -154,21 +160,32 @@ class _Create(_Body):
 B = TypeVar("B", bound=_Body)
 
 
-async def _body(request: Request, model: type[B]) -> B:
-    """The request's JSON body as ``model``: 413 past ``MAX_BODY``, 400 if malformed."""
+async def _body(ctx: UiContext, request: Request, model: type[B]) -> B:
+    """The request's JSON body as ``model``: 413 past ``MAX_BODY``, 408 if it takes longer
+    than ``ctx.body_timeout`` to arrive, 400 if malformed.
+
+    The limit is on the whole body, not on each wait for more: a client that sends a
+    byte now and then would otherwise hold a connection (and a decision) forever.
+    Nothing is read past it and nothing is decided: the handler never sees the body.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise HttpError(413, f"request body over {MAX_BODY} bytes")
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY:
-                raise HttpError(413, f"request body over {MAX_BODY} bytes")
-            chunks.append(chunk)
+        async with asyncio.timeout(ctx.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise HttpError(413, f"request body over {MAX_BODY} bytes")
+                chunks.append(chunk)
     except ClientDisconnect:
         raise HttpError(400, "the request body was cut off") from None
+    except TimeoutError:
+        raise HttpError(
+            408, f"the request body took over {ctx.body_timeout:g} s to arrive"
+        ) from None
     raw = b"".join(chunks)
     if not raw.strip():
         raise HttpError(
@@ -205,6 +222,7 @@ class UiContext:
     client: Client
     turns: TurnClient
     decision_wait: float = DECISION_WAIT
+    body_timeout: float = BODY_TIMEOUT
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
@@ -573,7 +591,7 @@ async def _decide(
 
 async def approve_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
-    await _body(request, _Empty)
+    await _body(ctx, request, _Empty)
     return await _decide(
         ctx, request, turn_id, PermissionDecisionInput(tool_call_id=call, decision="allow")
     )
@@ -581,7 +599,7 @@ async def approve_endpoint(ctx: UiContext, request: Request) -> Response:
 
 async def deny_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
-    body = await _body(request, _Deny)
+    body = await _body(ctx, request, _Deny)
     reason = body.reason.strip() if body.reason else None
     metadata = {"reason": reason} if reason else None
     return await _decide(
@@ -594,7 +612,7 @@ async def deny_endpoint(ctx: UiContext, request: Request) -> Response:
 
 async def complete_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
-    body = await _body(request, _Complete)
+    body = await _body(ctx, request, _Complete)
     given = body.model_fields_set & {"output", "text"}
     if len(given) != 1:
         raise HttpError(
@@ -609,7 +627,7 @@ async def complete_endpoint(ctx: UiContext, request: Request) -> Response:
 
 async def progress_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
-    body = await _body(request, _Progress)
+    body = await _body(ctx, request, _Progress)
     return await _decide(
         ctx, request, turn_id, AsyncToolProgressInput(tool_call_id=call, progress=body.data)
     )
@@ -617,12 +635,12 @@ async def progress_endpoint(ctx: UiContext, request: Request) -> Response:
 
 async def cancel_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
-    body = await _body(request, _Cancel)
+    body = await _body(ctx, request, _Cancel)
     return await _decide(ctx, request, turn_id, CancelInput(reason=body.reason or None))
 
 
 async def create_endpoint(ctx: UiContext, request: Request) -> Response:
-    body = await _body(request, _Create)
+    body = await _body(ctx, request, _Create)
     runtime = ctx.runtime
     agent_name = body.agent or runtime.config.default_agent
     agent = runtime.config.agents.get(agent_name)
@@ -666,12 +684,13 @@ def create_app(
     *,
     token: str | None = None,
     decision_wait: float = DECISION_WAIT,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> Starlette:
     """The ASGI app; ``token`` is required on every request when given."""
     # No live hub: the UI reads deltas from the work dir's spool (whoever runs the
     # call), so a hub subscription per decision would only queue what nobody reads.
     turns = TurnClient(client, runtime.repository, runtime.resolver, task_queue=runtime.task_queue)
-    ctx = UiContext(runtime, client, turns, decision_wait=decision_wait)
+    ctx = UiContext(runtime, client, turns, decision_wait=decision_wait, body_timeout=body_timeout)
 
     def get(path: str, handler: Callable[[UiContext, Request], Awaitable[Response]]) -> Route:
         return Route(path, _guarded(handler, ctx), methods=["GET", "HEAD"])
@@ -710,4 +729,4 @@ def create_app(
     return app
 
 
-__all__ = ["DECISION_WAIT", "MAX_BODY", "UiContext", "create_app"]
+__all__ = ["BODY_TIMEOUT", "DECISION_WAIT", "MAX_BODY", "UiContext", "create_app"]
