@@ -24,7 +24,7 @@ from tests.builders import nested
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
 from turnclient.cli import main
-from turnclient.ui import COOKIE, MAX_BODY, check_token
+from turnclient.ui import MAX_BODY, check_token, cookie_name
 from turnclient.ui._server import UiConfigError
 from turncore.jsonvalue import MAX_JSON_DEPTH
 
@@ -460,6 +460,52 @@ async def test_a_token_guards_every_request(
         assert "default-src 'self'" in r.headers["content-security-policy"]
 
 
+async def test_the_token_cookie_is_secure_over_https_and_its_own_per_port(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # A browser keeps cookies by host name, not port: two UIs on one host need two
+    # names, or the second link opened replaces the first UI's token.
+    token = "t0ken-" + "c" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        port = int(ui.url.rsplit(":", 1)[1])
+        attributes = "Path=/; HttpOnly; SameSite=Strict"
+        async with httpx.AsyncClient(base_url=ui.url) as anon:
+            r = await anon.get("/?token=" + token)
+            assert r.status_code == 303
+            assert r.headers["set-cookie"] == f"turns_ui_token_{port}={token}; {attributes}"
+            # Behind a TLS proxy (X-Forwarded-Proto, trusted from FORWARDED_ALLOW_IPS):
+            # Secure, and __Host- so neither a plain-http page of that host nor a
+            # sibling domain can set it. The port is the one the browser sees.
+            tls = {"X-Forwarded-Proto": "https"}
+            for host, name in (
+                ("ui.example", "__Host-turns_ui_token_443"),
+                ("ui.example:8443", "__Host-turns_ui_token_8443"),
+                ("[2001:db8::1]:9443", "__Host-turns_ui_token_9443"),
+            ):
+                r = await anon.get("/?token=" + token, headers={**tls, "Host": host})
+                assert r.status_code == 303, (host, r.text)
+                assert r.headers["set-cookie"] == f"{name}={token}; {attributes}; Secure", host
+            anon.cookies.clear()
+
+            async def status(cookie: str, **headers: str) -> int:
+                r = await anon.get("/api/agents", headers={"Cookie": cookie, **headers})
+                return r.status_code
+
+            assert await status(f"turns_ui_token_{port}={token}") == 200
+            assert (
+                await status(f"__Host-turns_ui_token_443={token}", Host="ui.example", **tls) == 200
+            )
+            # Every other name is another UI's (or any app's) cookie, never this one:
+            for cookie, headers in (
+                (f"turns_ui_token={token}", {}),  # the old name, shared by every port
+                (f"turns_ui_token_{port + 1}={token}", {}),
+                (f"__Host-turns_ui_token_{port}={token}", {}),  # https's name over http
+                (f"turns_ui_token_443={token}", {"Host": "ui.example", **tls}),  # not Secure
+                (f"__Host-turns_ui_token_8443={token}", {"Host": "ui.example", **tls}),
+            ):
+                assert await status(cookie, **headers) == 401, cookie
+
+
 async def test_the_token_cookie_counts_whatever_other_cookies_the_browser_sends(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -467,17 +513,18 @@ async def test_the_token_cookie_counts_whatever_other_cookies_the_browser_sends(
     # and browsers accept values RFC 6265 does not (spaces, quotes, JSON).
     token = "t0ken-" + "y" * 20
     async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        name = cookie_name("http", ui.url.removeprefix("http://"))
         async with httpx.AsyncClient(base_url=ui.url) as anon:
             for cookie in (
-                f"prefs=dark mode; {COOKIE}={token}",
-                f'{COOKIE}={token}; cart={{"items": [1, 2]}}',
-                f'quoted="open; {COOKIE}={token}',
-                f"back=sl\\ash; we@ird=1; {COOKIE}={token}",
-                f"{COOKIE}=stale-token-from-an-older-run; {COOKIE}={token}",
+                f"prefs=dark mode; {name}={token}",
+                f'{name}={token}; cart={{"items": [1, 2]}}',
+                f'quoted="open; {name}={token}',
+                f"back=sl\\ash; we@ird=1; {name}={token}",
+                f"{name}=stale-token-from-an-older-run; {name}={token}",
             ):
                 r = await anon.get("/api/agents", headers={"Cookie": cookie})
                 assert r.status_code == 200, (cookie, r.text)
-            for cookie in (f"prefs=dark mode; {COOKIE}={token}x", f"x{COOKIE}={token}"):
+            for cookie in (f"prefs=dark mode; {name}={token}x", f"x{name}={token}"):
                 r = await anon.get("/api/agents", headers={"Cookie": cookie})
                 assert r.status_code == 401, cookie
 
@@ -490,7 +537,7 @@ async def test_dropping_the_token_from_the_address_redirects_only_within_the_ui(
         async with httpx.AsyncClient(base_url=ui.url) as anon:
             # The cookie alone lets `?token=<anything>` redirect: a link in a mail or a
             # chat, opened in the browser, carries the SameSite=Strict cookie along.
-            anon.cookies.set(COOKIE, token)
+            anon.cookies.set(cookie_name("http", ui.url.removeprefix("http://")), token)
             for path, where in (
                 ("/%2F%2Fevil.example/x", "/%2F%2Fevil.example/x"),
                 ("/%5Cevil.example", "/%5Cevil.example"),
@@ -538,8 +585,9 @@ async def test_behind_a_tls_proxy_the_pages_origin_is_https(
     # FORWARDED_ALLOW_IPS, 127.0.0.1 by default: this client).
     token = "t0ken-" + "p" * 20
     async with running_ui(temporal_env, tmp_path, token=token) as ui:
-        async with httpx.AsyncClient(base_url=ui.url, cookies={COOKIE: token}) as page:
-            host = ui.url.removeprefix("http://")
+        host = ui.url.removeprefix("http://")
+        cookies = {cookie_name(scheme, host): token for scheme in ("http", "https")}
+        async with httpx.AsyncClient(base_url=ui.url, cookies=cookies) as page:
             cancel = f"/api/turns/{MISSING}/cancel"
             origin = {"Origin": f"https://{host}"}
             r = await page.post(cancel, json={}, headers=origin)

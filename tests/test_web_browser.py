@@ -241,6 +241,33 @@ async def test_behind_a_token_the_page_works_from_its_link_and_nothing_without_i
         await still_same_page(page)
 
 
+async def test_two_token_uis_on_one_host_each_keep_their_own_cookie(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, browser: BrowserContext
+) -> None:
+    # Two `turns ui` on two ports of one host, each with its token, opened from their
+    # links in one browser. Cookies ignore ports: under one name the second link's
+    # cookie would replace the first's, and the first page would be refused.
+    homes = [tmp_path / "one", tmp_path / "two"]
+    tokens = [f"ui-{n}-token-" + uuid.uuid4().hex for n in ("one", "two")]
+    for home in homes:
+        home.mkdir()
+    async with (
+        running_ui(temporal_env, homes[0], token=tokens[0]) as one,
+        running_ui(temporal_env, homes[1], token=tokens[1]) as two,
+    ):
+        pages = []
+        for ui, token in ((one, tokens[0]), (two, tokens[1])):
+            turn_id, _ = await ui.suspended("Save 'mine' to notes.txt")
+            pages.append(await open_page(browser, f"{ui.url}/turns/{turn_id}?token={token}"))
+        for page in pages:  # the first page too, after the second link set its cookie
+            await page.get_by_role("button", name="Approve").click()
+            await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+            await expect(page.get_by_role("alert")).to_be_hidden()
+            await still_same_page(page)
+        names = sorted(c["name"] for c in await browser.cookies())
+        assert names == sorted(f"turns_ui_token_{ui.url.rsplit(':', 1)[1]}" for ui in (one, two))
+
+
 PNG = base64.b64encode(b"\x89PNG-BYTES-CANARY-0123456789").decode()
 URL = "https://media.example.test/signed?token=SIGNED-URL-CANARY"
 FILE_ID = "file-ID-CANARY"
