@@ -24,7 +24,7 @@ from tests.builders import nested
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
 from turnclient.cli import main
-from turnclient.ui import COOKIE, MAX_BODY, check_token
+from turnclient.ui import MAX_BODY, check_token, cookie_name
 from turnclient.ui._server import UiConfigError
 from turncore.jsonvalue import MAX_JSON_DEPTH
 
@@ -247,6 +247,51 @@ async def test_a_body_is_taken_exactly_or_refused_never_rounded_or_crashed_on(ui
     assert lines(ui, asking)[-2]["progress"] == value
 
 
+async def test_a_body_trickled_in_past_the_read_limit_is_408_and_changes_nothing(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with running_ui(temporal_env, tmp_path, body_timeout=1.0) as ui:
+        turn_id, view = await ui.suspended(SAVE)
+        call = view["pending"]["permissions"][0]["toolCallId"]
+        before = ui.file(turn_id)
+        port = int(ui.url.rsplit(":", 1)[1])
+        # A valid approval, were it ever to arrive whole: "{", 98 spaces, "}".
+        body = b"{" + b" " * 98 + b"}"
+        reader, writer = await asyncio.open_connection("127.0.0.1", port)
+        head = (
+            f"POST /api/turns/{turn_id}/calls/{call}/approve HTTP/1.1\r\n"
+            f"Host: 127.0.0.1:{port}\r\nContent-Type: application/json\r\n"
+            f"Content-Length: {len(body)}\r\n\r\n"
+        )
+        writer.write(head.encode())
+        sent, answer = 0, b""
+        try:
+            # One byte every 0.1 s, as long as the server lets us: the whole body would
+            # take 10 s, ten times the limit.
+            while not answer and sent < len(body):
+                writer.write(body[sent : sent + 1])
+                await writer.drain()
+                sent += 1
+                with contextlib.suppress(TimeoutError):
+                    answer = await asyncio.wait_for(reader.read(65536), 0.1)
+            assert answer, "the server waited for the whole trickled body"
+            while chunk := await asyncio.wait_for(reader.read(65536), 30):
+                answer += chunk  # until the server closes the connection
+        finally:
+            writer.close()
+        status, _, rest = answer.partition(b"\r\n")
+        assert status == b"HTTP/1.1 408 Request Timeout", answer
+        assert sent < len(body), sent
+        doc = orjson.loads(rest.partition(b"\r\n\r\n")[2])
+        assert doc == {"error": "the request body took over 1 s to arrive", "status": 408}
+        assert b"connection: close" in rest.lower()
+        assert ui.file(turn_id) == before
+        assert (await ui.view(turn_id))["pending"]["permissions"][0]["toolCallId"] == call
+        # The call is still there to decide, at a normal pace.
+        r = await ui.http.post(f"/api/turns/{turn_id}/calls/{call}/approve", json={})
+        assert r.status_code == 200 and r.json()["outcome"]["status"] == "completed", r.text
+
+
 async def test_deny_reason_progress_complete_and_cancel(ui: Ui) -> None:
     turn_id, view = await ui.suspended(SAVE)
     call = view["pending"]["permissions"][0]["toolCallId"]
@@ -341,6 +386,41 @@ async def test_the_surface_format_over_sse_and_json_lines(ui: Ui) -> None:
         assert [orjson.loads(x) for x in page.content.splitlines()] == jsonl[seen:], seen
 
 
+async def test_a_resume_point_is_taken_only_as_the_server_writes_it(ui: Ui) -> None:
+    turn_id = await ui.create("What is 6 * 7?")
+    await ui.until(turn_id, lambda v: v["status"] == "completed")
+    events = f"/api/turns/{turn_id}/events"
+    stream = {"Accept": "text/event-stream"}
+    for good in ("0", "3", "2:1", "3:0:1"):  # the forms the server writes in its ids
+        for fmt in ("turn", "surface"):
+            r = await ui.http.get(events, params={"after": good, "format": fmt})
+            assert r.status_code == 200, (good, fmt, r.text)
+        assert (await read_sse(ui.http, events, last_id=good))[-1].event == "end", good
+    # int() reads these as numbers ("1_0" as 10, "\u0663" as 3, "+5", " 5"): none is an id
+    # the server gives, so none is guessed at.
+    malformed = (
+        "1_0", "+5", " 5", "5 ", "-1", "\u0663", "\uff15", "0x5", "05", "1e3", "1.0", "",
+        "1:", ":1", "1::2", "1:2:3:4", "1:+2", "3:0_0:1", "1:0", "0:1", "9" * 16, "1:2:" + "9" * 16,
+    )  # fmt: skip
+    for bad in malformed:
+        for fmt in ("turn", "surface"):
+            r = await ui.http.get(events, params={"after": bad, "format": fmt})
+            assert r.status_code == 400, (bad, fmt, r.text)
+            assert r.json()["error"] == (
+                f"bad ?after= {bad!r}: expected N, N:J or N:CALL:SEQ "
+                "(decimal numbers as the server writes them)"
+            )
+    # A browser sends back only an id the server gave it: any other is refused the same
+    # way, streaming or not, and takes precedence over ?after= (which would resume elsewhere).
+    for bad in ("1_0", "+5", "0x5", "05", "1:_1:2", "1:2:3:4", "9" * 16):
+        for headers in (stream, {}):
+            r = await ui.http.get(
+                events, params={"after": "0"}, headers={**headers, "Last-Event-ID": bad}
+            )
+            assert r.status_code == 400, (bad, headers, r.text)
+            assert r.json()["error"].startswith(f"bad Last-Event-ID {bad!r}: expected N,")
+
+
 # ---------------------------------------------------------------- security
 
 
@@ -380,6 +460,52 @@ async def test_a_token_guards_every_request(
         assert "default-src 'self'" in r.headers["content-security-policy"]
 
 
+async def test_the_token_cookie_is_secure_over_https_and_its_own_per_port(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # A browser keeps cookies by host name, not port: two UIs on one host need two
+    # names, or the second link opened replaces the first UI's token.
+    token = "t0ken-" + "c" * 20
+    async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        port = int(ui.url.rsplit(":", 1)[1])
+        attributes = "Path=/; HttpOnly; SameSite=Strict"
+        async with httpx.AsyncClient(base_url=ui.url) as anon:
+            r = await anon.get("/?token=" + token)
+            assert r.status_code == 303
+            assert r.headers["set-cookie"] == f"turns_ui_token_{port}={token}; {attributes}"
+            # Behind a TLS proxy (X-Forwarded-Proto, trusted from FORWARDED_ALLOW_IPS):
+            # Secure, and __Host- so neither a plain-http page of that host nor a
+            # sibling domain can set it. The port is the one the browser sees.
+            tls = {"X-Forwarded-Proto": "https"}
+            for host, name in (
+                ("ui.example", "__Host-turns_ui_token_443"),
+                ("ui.example:8443", "__Host-turns_ui_token_8443"),
+                ("[2001:db8::1]:9443", "__Host-turns_ui_token_9443"),
+            ):
+                r = await anon.get("/?token=" + token, headers={**tls, "Host": host})
+                assert r.status_code == 303, (host, r.text)
+                assert r.headers["set-cookie"] == f"{name}={token}; {attributes}; Secure", host
+            anon.cookies.clear()
+
+            async def status(cookie: str, **headers: str) -> int:
+                r = await anon.get("/api/agents", headers={"Cookie": cookie, **headers})
+                return r.status_code
+
+            assert await status(f"turns_ui_token_{port}={token}") == 200
+            assert (
+                await status(f"__Host-turns_ui_token_443={token}", Host="ui.example", **tls) == 200
+            )
+            # Every other name is another UI's (or any app's) cookie, never this one:
+            for cookie, headers in (
+                (f"turns_ui_token={token}", {}),  # the old name, shared by every port
+                (f"turns_ui_token_{port + 1}={token}", {}),
+                (f"__Host-turns_ui_token_{port}={token}", {}),  # https's name over http
+                (f"turns_ui_token_443={token}", {"Host": "ui.example", **tls}),  # not Secure
+                (f"__Host-turns_ui_token_8443={token}", {"Host": "ui.example", **tls}),
+            ):
+                assert await status(cookie, **headers) == 401, cookie
+
+
 async def test_the_token_cookie_counts_whatever_other_cookies_the_browser_sends(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
@@ -387,17 +513,18 @@ async def test_the_token_cookie_counts_whatever_other_cookies_the_browser_sends(
     # and browsers accept values RFC 6265 does not (spaces, quotes, JSON).
     token = "t0ken-" + "y" * 20
     async with running_ui(temporal_env, tmp_path, token=token) as ui:
+        name = cookie_name("http", ui.url.removeprefix("http://"))
         async with httpx.AsyncClient(base_url=ui.url) as anon:
             for cookie in (
-                f"prefs=dark mode; {COOKIE}={token}",
-                f'{COOKIE}={token}; cart={{"items": [1, 2]}}',
-                f'quoted="open; {COOKIE}={token}',
-                f"back=sl\\ash; we@ird=1; {COOKIE}={token}",
-                f"{COOKIE}=stale-token-from-an-older-run; {COOKIE}={token}",
+                f"prefs=dark mode; {name}={token}",
+                f'{name}={token}; cart={{"items": [1, 2]}}',
+                f'quoted="open; {name}={token}',
+                f"back=sl\\ash; we@ird=1; {name}={token}",
+                f"{name}=stale-token-from-an-older-run; {name}={token}",
             ):
                 r = await anon.get("/api/agents", headers={"Cookie": cookie})
                 assert r.status_code == 200, (cookie, r.text)
-            for cookie in (f"prefs=dark mode; {COOKIE}={token}x", f"x{COOKIE}={token}"):
+            for cookie in (f"prefs=dark mode; {name}={token}x", f"x{name}={token}"):
                 r = await anon.get("/api/agents", headers={"Cookie": cookie})
                 assert r.status_code == 401, cookie
 
@@ -410,7 +537,7 @@ async def test_dropping_the_token_from_the_address_redirects_only_within_the_ui(
         async with httpx.AsyncClient(base_url=ui.url) as anon:
             # The cookie alone lets `?token=<anything>` redirect: a link in a mail or a
             # chat, opened in the browser, carries the SameSite=Strict cookie along.
-            anon.cookies.set(COOKIE, token)
+            anon.cookies.set(cookie_name("http", ui.url.removeprefix("http://")), token)
             for path, where in (
                 ("/%2F%2Fevil.example/x", "/%2F%2Fevil.example/x"),
                 ("/%5Cevil.example", "/%5Cevil.example"),
@@ -458,8 +585,9 @@ async def test_behind_a_tls_proxy_the_pages_origin_is_https(
     # FORWARDED_ALLOW_IPS, 127.0.0.1 by default: this client).
     token = "t0ken-" + "p" * 20
     async with running_ui(temporal_env, tmp_path, token=token) as ui:
-        async with httpx.AsyncClient(base_url=ui.url, cookies={COOKIE: token}) as page:
-            host = ui.url.removeprefix("http://")
+        host = ui.url.removeprefix("http://")
+        cookies = {cookie_name(scheme, host): token for scheme in ("http", "https")}
+        async with httpx.AsyncClient(base_url=ui.url, cookies=cookies) as page:
             cancel = f"/api/turns/{MISSING}/cancel"
             origin = {"Origin": f"https://{host}"}
             r = await page.post(cancel, json={}, headers=origin)

@@ -15,6 +15,7 @@ import shutil
 import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import httpx
 import orjson
@@ -25,10 +26,13 @@ from temporalio.testing import WorkflowEnvironment
 from tests.builders import TurnBuilder
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
+from turnclient.demo import DEMO_MODEL, demo_model
 from turnclient.runtime import Runtime
 from turnclient.ui import create_app, web_ui
 from turncore.events import ModelCallCompleted, TurnCreated
 from turncore.messages import AssistantMessage, FilePart, ImagePart, TextPart, UserMessage
+from turncore.model import ModelCallRequest
+from turncore.model.scripted import call_index
 from turncore_temporal.worker import serving
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -138,6 +142,129 @@ async def test_deny_with_a_reason_the_model_sees(ui: Ui, browser: BrowserContext
     await still_same_page(page)
 
 
+async def test_enter_in_the_reason_field_denies_with_that_reason(
+    ui: Ui, browser: BrowserContext
+) -> None:
+    turn_id, _ = await ui.suspended("Save 'secrets' to notes.txt")
+    page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+    reason = page.get_by_label("Reason for denying")
+    await reason.fill("no writes on Fridays")
+    await reason.press("Enter")  # the focus stays in the field
+    outcome = page.get_by_role("region", name="Outcome")
+    await expect(outcome).to_contain_text("no writes on Fridays", timeout=WAIT)
+    await expect(outcome).to_contain_text("did not succeed")
+    events = [orjson.loads(x) for x in ui.file(turn_id).splitlines()]
+    resolved = [e for e in events if e["type"] == "tool_permission_resolved"]
+    assert [e["decision"] for e in resolved] == ["deny"], resolved
+    await still_same_page(page)
+
+
+def _two_saves(request: ModelCallRequest) -> dict[str, Any]:
+    """The demo model, but its first call asks to write two files at once: two approvals."""
+    if call_index(request.messages) == 0:
+        calls = [("first.txt", "one"), ("second.txt", "two")]
+        return {
+            "text": "Two files.",
+            "toolCalls": [
+                {"toolName": "write_file", "input": {"path": p, "content": c}} for p, c in calls
+            ],
+        }
+    return demo_model(request)
+
+
+async def test_after_a_decision_the_focus_moves_on_not_to_the_page(
+    ui: Ui, browser: BrowserContext
+) -> None:
+    ui.runtime.models.register_function(DEMO_MODEL, _two_saves)
+    turn_id, view = await ui.suspended("Save two files")
+    first, second = (p["toolCallId"] for p in view["pending"]["permissions"])
+    page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+    cards = page.get_by_role("region", name="Waiting for you").get_by_role("article")
+    await expect(cards).to_have_count(2, timeout=WAIT)
+    await cards.filter(has_text=first).get_by_role("button", name="Approve").focus()
+    await page.keyboard.press("Enter")
+    # On to the next card still waiting: the card, not its Approve, so a second
+    # Enter cannot decide a call nobody read. Tab reaches its buttons.
+    next_card = page.get_by_role("article", name=f"Approve write_file? {second}")
+    await expect(next_card).to_be_focused(timeout=WAIT)
+    await expect(cards).to_have_count(1)
+    await page.keyboard.press("Tab")
+    await expect(next_card.get_by_role("button", name="Approve")).to_be_focused()
+    # The last card: nothing is left waiting, so to the outcome the decision leads to.
+    reason = next_card.get_by_label("Reason for denying")
+    await reason.fill("one is enough")
+    await reason.press("Enter")
+    await expect(page.get_by_role("heading", name="Outcome")).to_be_focused(timeout=WAIT)
+    await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+    outcome = page.get_by_role("region", name="Outcome")
+    await expect(outcome).to_contain_text("one is enough")
+    await still_same_page(page)
+
+
+async def test_cancel_turn_asks_first_and_no_stray_click_or_enter_answers(
+    ui: Ui, browser: BrowserContext
+) -> None:
+    turn_id, _ = await ui.suspended("Save 'keep me' to notes.txt")
+    page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+    cancels: list[str] = []
+    page.on("request", lambda r: cancels.append(r.url) if r.url.endswith("/cancel") else None)
+    cancel = page.get_by_role("button", name="Cancel turn")
+    await expect(cancel).to_be_visible(timeout=WAIT)
+    dialog = page.get_by_role("dialog", name="Cancel this turn?")
+    keep = dialog.get_by_role("button", name="Keep the turn")
+    confirm = dialog.get_by_role("button", name="Cancel the turn")
+    # A double click on "Cancel turn": the first click asks, and the second, even where
+    # it lands on "Cancel the turn" (the question opened under the pointer), answers nothing.
+    await cancel.scroll_into_view_if_needed()
+    box = await cancel.bounding_box()
+    assert box is not None
+    await page.mouse.click(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    await expect(dialog).to_be_visible()
+    await expect(keep).to_be_focused()  # the safe answer has the focus
+    box = await confirm.bounding_box()
+    assert box is not None
+    await page.mouse.move(box["x"] + box["width"] / 2, box["y"] + box["height"] / 2)
+    await page.mouse.down(click_count=2)
+    await page.mouse.up(click_count=2)
+    await expect(dialog).to_be_visible()
+    # A stray Enter answers "Keep the turn"; the focus goes back where it was.
+    await page.keyboard.press("Enter")
+    await expect(dialog).to_be_hidden()
+    await expect(cancel).to_be_focused()
+    # By keyboard alone: Enter asks, Escape declines.
+    await page.keyboard.press("Enter")
+    await expect(keep).to_be_focused()
+    await page.keyboard.press("Escape")
+    await expect(dialog).to_be_hidden()
+    await expect(cancel).to_be_focused()
+    # Nothing was sent: the turn still takes its approval.
+    await page.get_by_role("button", name="Approve").click()
+    await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+    assert cancels == []
+    assert b"turn_cancelled" not in ui.file(turn_id)
+    await still_same_page(page)
+
+
+async def test_cancel_turn_by_keyboard_when_meant(ui: Ui, browser: BrowserContext) -> None:
+    turn_id, _ = await ui.suspended("Save 'stop me' to notes.txt")
+    page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+    cancel = page.get_by_role("button", name="Cancel turn")
+    await expect(cancel).to_be_visible(timeout=WAIT)
+    await cancel.focus()
+    await page.keyboard.press("Enter")
+    dialog = page.get_by_role("dialog", name="Cancel this turn?")
+    await expect(dialog).to_contain_text("open tool calls")
+    await page.keyboard.press("Tab")
+    await expect(dialog.get_by_role("button", name="Cancel the turn")).to_be_focused()
+    await page.keyboard.press("Enter")
+    await expect(page.get_by_role("status")).to_have_text("cancelled", timeout=WAIT)
+    await expect(dialog).to_be_hidden()
+    await expect(cancel).to_be_hidden()
+    await expect(page.get_by_role("heading", name="Outcome")).to_be_focused()
+    assert ui.file(turn_id).count(b'"type":"turn_cancelled"') == 1
+    await still_same_page(page)
+
+
 async def test_complete_an_ask_human_with_text(ui: Ui, browser: BrowserContext) -> None:
     turn_id, _ = await ui.suspended("Ask me for my name")
     page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
@@ -239,6 +366,33 @@ async def test_behind_a_token_the_page_works_from_its_link_and_nothing_without_i
         await page.get_by_role("button", name="Approve").click()  # a same-origin JSON POST
         await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
         await still_same_page(page)
+
+
+async def test_two_token_uis_on_one_host_each_keep_their_own_cookie(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, browser: BrowserContext
+) -> None:
+    # Two `turns ui` on two ports of one host, each with its token, opened from their
+    # links in one browser. Cookies ignore ports: under one name the second link's
+    # cookie would replace the first's, and the first page would be refused.
+    homes = [tmp_path / "one", tmp_path / "two"]
+    tokens = [f"ui-{n}-token-" + uuid.uuid4().hex for n in ("one", "two")]
+    for home in homes:
+        home.mkdir()
+    async with (
+        running_ui(temporal_env, homes[0], token=tokens[0]) as one,
+        running_ui(temporal_env, homes[1], token=tokens[1]) as two,
+    ):
+        pages = []
+        for ui, token in ((one, tokens[0]), (two, tokens[1])):
+            turn_id, _ = await ui.suspended("Save 'mine' to notes.txt")
+            pages.append(await open_page(browser, f"{ui.url}/turns/{turn_id}?token={token}"))
+        for page in pages:  # the first page too, after the second link set its cookie
+            await page.get_by_role("button", name="Approve").click()
+            await expect(page.get_by_role("status")).to_have_text("completed", timeout=WAIT)
+            await expect(page.get_by_role("alert")).to_be_hidden()
+            await still_same_page(page)
+        names = sorted(c["name"] for c in await browser.cookies())
+        assert names == sorted(f"turns_ui_token_{ui.url.rsplit(':', 1)[1]}" for ui in (one, two))
 
 
 PNG = base64.b64encode(b"\x89PNG-BYTES-CANARY-0123456789").decode()

@@ -20,7 +20,7 @@ import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from turnclient.runtime import Runtime
-from turnclient.ui import create_app, web_ui
+from turnclient.ui import BODY_TIMEOUT, create_app, web_ui
 from turncore_temporal.worker import serving
 
 
@@ -72,6 +72,7 @@ async def running_ui(
     worker: bool = True,
     task_queue: str | None = None,
     host: str = "127.0.0.1",
+    body_timeout: float = BODY_TIMEOUT,
 ) -> AsyncIterator[Ui]:
     """``worker=False``: workers run elsewhere (another process on the same task queue)."""
     home = tmp_path / "home"
@@ -81,7 +82,7 @@ async def running_ui(
     async with contextlib.AsyncExitStack() as stack:
         if worker:
             await stack.enter_async_context(serving(runtime, env.client))
-        app = create_app(runtime, env.client, token=token)
+        app = create_app(runtime, env.client, token=token, body_timeout=body_timeout)
         async with web_ui(app, host, 0) as web:
             headers = {"X-Turns-Token": token} if token else {}
             async with httpx.AsyncClient(base_url=web.url, timeout=60, headers=headers) as http:

@@ -7,11 +7,12 @@ docs/api.md documents the endpoints; the pages are static HTML and one small
 script shipped in ``static/`` (no build step).
 """
 
-from ._app import DECISION_WAIT, MAX_BODY, UiContext, create_app
-from ._security import COOKIE, TOKEN_HEADER
+from ._app import BODY_TIMEOUT, DECISION_WAIT, MAX_BODY, UiContext, create_app
+from ._security import COOKIE, TOKEN_HEADER, cookie_name
 from ._server import TOKEN_ENV, UiConfigError, WebUi, check_token, is_loopback, token_from, web_ui
 
 __all__ = [
+    "BODY_TIMEOUT",
     "COOKIE",
     "DECISION_WAIT",
     "MAX_BODY",
@@ -21,6 +22,7 @@ __all__ = [
     "UiContext",
     "WebUi",
     "check_token",
+    "cookie_name",
     "create_app",
     "is_loopback",
     "token_from",

@@ -13,6 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import re
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from importlib import resources
@@ -81,6 +82,9 @@ around a value of at most ``MAX_JSON_DEPTH`` levels, the limit every input
 value is held to (``turncore.jsonvalue``). Walked before the standard
 library's parser, which gives up near 1000 levels, ever sees the body."""
 
+BODY_TIMEOUT = 30.0
+"""Longest time, in seconds, a request body may take to arrive in full (408 beyond)."""
+
 DECISION_WAIT = 10.0
 """How long a decision request waits for the turn's next settle point before answering 202."""
 
@@ -96,7 +100,10 @@ class HttpError(Exception):
 
 
 def _error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"error": message, "status": status}, status_code=status)
+    # After a 408 the rest of the body may still be on its way: close the connection
+    # rather than read it as the next request.
+    headers = {"connection": "close"} if status == 408 else None
+    return JSONResponse({"error": message, "status": status}, status_code=status, headers=headers)
 
 
 def _json(doc: Any, status: int = 200) -> Response:
@@ -153,21 +160,32 @@ class _Create(_Body):
 B = TypeVar("B", bound=_Body)
 
 
-async def _body(request: Request, model: type[B]) -> B:
-    """The request's JSON body as ``model``: 413 past ``MAX_BODY``, 400 if malformed."""
+async def _body(ctx: UiContext, request: Request, model: type[B]) -> B:
+    """The request's JSON body as ``model``: 413 past ``MAX_BODY``, 408 if it takes longer
+    than ``ctx.body_timeout`` to arrive, 400 if malformed.
+
+    The limit is on the whole body, not on each wait for more: a client that sends a
+    byte now and then would otherwise hold a connection (and a decision) forever.
+    Nothing is read past it and nothing is decided: the handler never sees the body.
+    """
     declared = request.headers.get("content-length")
     if declared is not None and declared.isdigit() and int(declared) > MAX_BODY:
         raise HttpError(413, f"request body over {MAX_BODY} bytes")
     chunks: list[bytes] = []
     size = 0
     try:
-        async for chunk in request.stream():
-            size += len(chunk)
-            if size > MAX_BODY:
-                raise HttpError(413, f"request body over {MAX_BODY} bytes")
-            chunks.append(chunk)
+        async with asyncio.timeout(ctx.body_timeout):
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > MAX_BODY:
+                    raise HttpError(413, f"request body over {MAX_BODY} bytes")
+                chunks.append(chunk)
     except ClientDisconnect:
         raise HttpError(400, "the request body was cut off") from None
+    except TimeoutError:
+        raise HttpError(
+            408, f"the request body took over {ctx.body_timeout:g} s to arrive"
+        ) from None
     raw = b"".join(chunks)
     if not raw.strip():
         raise HttpError(
@@ -204,6 +222,7 @@ class UiContext:
     client: Client
     turns: TurnClient
     decision_wait: float = DECISION_WAIT
+    body_timeout: float = BODY_TIMEOUT
     background: set[asyncio.Task[Any]] = field(default_factory=set)
 
     @property
@@ -349,25 +368,38 @@ class _Resume:
     deltas: tuple[int, int] = (-1, 0)
 
 
-_RESUME_FORMS = "expected N, N:J or N:CALL:SEQ"
+_RESUME_FORMS = "expected N, N:J or N:CALL:SEQ (decimal numbers as the server writes them)"
+_NUMBER = r"(?:0|[1-9][0-9]{0,14})"
+_RESUME = re.compile(rf"{_NUMBER}(?::{_NUMBER}){{0,2}}")
+"""Exactly the ids the server writes: ASCII digits, no sign, no leading zero, at most
+15 digits a number (below 2**53). Not ``int()``, which also reads ``1_0``, ``+5``,
+`` 5`` and other scripts' digits."""
 
 
 def _resume_point(request: Request) -> _Resume:
     """``Last-Event-ID`` (or ``after``): ``N`` (line N), ``N:J`` (the first J events made
-    from line N, when it made several) or ``N:CALL:SEQ`` (a delta after line N)."""
-    raw = request.headers.get("last-event-id") or request.query_params.get("after") or "0"
-    parts = raw.split(":")
-    try:
-        numbers = [int(p) for p in parts]
-    except ValueError:
-        raise HttpError(400, f"bad resume point {raw!r}: {_RESUME_FORMS}") from None
-    if len(numbers) == 1 and numbers[0] >= 0:
+    from line N, when it made several) or ``N:CALL:SEQ`` (a delta after line N).
+
+    Anything else is 400, the header too: a browser sends back only an id this
+    server gave it, so a malformed one comes from a client that made it up or a
+    proxy that mangled it, and a guessed resume point would resend or skip events.
+    An empty header is no header (an ``EventSource`` whose last id was empty).
+    """
+    header = request.headers.get("last-event-id")
+    if header:
+        raw, source = header, "Last-Event-ID"
+    else:
+        raw, source = request.query_params.get("after", "0"), "?after="
+    if not _RESUME.fullmatch(raw):
+        raise HttpError(400, f"bad {source} {raw!r}: {_RESUME_FORMS}")
+    numbers = [int(p) for p in raw.split(":")]
+    if len(numbers) == 1:
         return _Resume(numbers[0])
     if len(numbers) == 2 and min(numbers) >= 1:
         return _Resume(numbers[0] - 1, skip=numbers[1])
-    if len(numbers) == 3 and min(numbers) >= 0:
+    if len(numbers) == 3:
         return _Resume(numbers[0], deltas=(numbers[1], numbers[2]))
-    raise HttpError(400, f"bad resume point {raw!r}: {_RESUME_FORMS}")
+    raise HttpError(400, f"bad {source} {raw!r}: {_RESUME_FORMS}")
 
 
 def _sse(event: str, data: Any, id: str | None = None) -> bytes:
@@ -559,7 +591,7 @@ async def _decide(
 
 async def approve_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
-    await _body(request, _Empty)
+    await _body(ctx, request, _Empty)
     return await _decide(
         ctx, request, turn_id, PermissionDecisionInput(tool_call_id=call, decision="allow")
     )
@@ -567,7 +599,7 @@ async def approve_endpoint(ctx: UiContext, request: Request) -> Response:
 
 async def deny_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
-    body = await _body(request, _Deny)
+    body = await _body(ctx, request, _Deny)
     reason = body.reason.strip() if body.reason else None
     metadata = {"reason": reason} if reason else None
     return await _decide(
@@ -580,7 +612,7 @@ async def deny_endpoint(ctx: UiContext, request: Request) -> Response:
 
 async def complete_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
-    body = await _body(request, _Complete)
+    body = await _body(ctx, request, _Complete)
     given = body.model_fields_set & {"output", "text"}
     if len(given) != 1:
         raise HttpError(
@@ -595,7 +627,7 @@ async def complete_endpoint(ctx: UiContext, request: Request) -> Response:
 
 async def progress_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
-    body = await _body(request, _Progress)
+    body = await _body(ctx, request, _Progress)
     return await _decide(
         ctx, request, turn_id, AsyncToolProgressInput(tool_call_id=call, progress=body.data)
     )
@@ -603,12 +635,12 @@ async def progress_endpoint(ctx: UiContext, request: Request) -> Response:
 
 async def cancel_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
-    body = await _body(request, _Cancel)
+    body = await _body(ctx, request, _Cancel)
     return await _decide(ctx, request, turn_id, CancelInput(reason=body.reason or None))
 
 
 async def create_endpoint(ctx: UiContext, request: Request) -> Response:
-    body = await _body(request, _Create)
+    body = await _body(ctx, request, _Create)
     runtime = ctx.runtime
     agent_name = body.agent or runtime.config.default_agent
     agent = runtime.config.agents.get(agent_name)
@@ -652,12 +684,13 @@ def create_app(
     *,
     token: str | None = None,
     decision_wait: float = DECISION_WAIT,
+    body_timeout: float = BODY_TIMEOUT,
 ) -> Starlette:
     """The ASGI app; ``token`` is required on every request when given."""
     # No live hub: the UI reads deltas from the work dir's spool (whoever runs the
     # call), so a hub subscription per decision would only queue what nobody reads.
     turns = TurnClient(client, runtime.repository, runtime.resolver, task_queue=runtime.task_queue)
-    ctx = UiContext(runtime, client, turns, decision_wait=decision_wait)
+    ctx = UiContext(runtime, client, turns, decision_wait=decision_wait, body_timeout=body_timeout)
 
     def get(path: str, handler: Callable[[UiContext, Request], Awaitable[Response]]) -> Route:
         return Route(path, _guarded(handler, ctx), methods=["GET", "HEAD"])
@@ -696,4 +729,4 @@ def create_app(
     return app
 
 
-__all__ = ["DECISION_WAIT", "MAX_BODY", "UiContext", "create_app"]
+__all__ = ["BODY_TIMEOUT", "DECISION_WAIT", "MAX_BODY", "UiContext", "create_app"]

@@ -4,10 +4,17 @@ Every request, page or API, passes ``Guard`` before any handler runs:
 
 - With a token (required whenever the server binds to anything but
   loopback), the request must carry it — ``Authorization: Bearer <token>``,
-  ``X-Turns-Token: <token>``, or the ``turns_ui_token`` cookie that opening
-  a page with ``?token=<token>`` sets (HttpOnly, SameSite=Strict) before it
-  redirects to the same page without the token in the address. Every
-  comparison is constant-time (``hmac.compare_digest``).
+  ``X-Turns-Token: <token>``, or the cookie that opening a page with
+  ``?token=<token>`` sets (HttpOnly, SameSite=Strict) before it redirects to
+  the same page without the token in the address. Every comparison is
+  constant-time (``hmac.compare_digest``).
+- That cookie is named for the port the browser sees (``cookie_name``):
+  browsers keep cookies by host name, whatever the port, so two UIs on one
+  host would otherwise replace each other's. Over https (the scheme uvicorn
+  takes from a trusted proxy's ``X-Forwarded-Proto``) it is ``Secure`` and
+  ``__Host-``-prefixed, so no plain-http page of the host and no sibling
+  domain can set it. Nothing can keep a browser from sending it to other
+  services on the same host name: docs/operations.md says so.
 - Without a token (loopback only), the ``Host`` header must be ``localhost`` or a loopback
   address, so a web page on another site cannot reach the UI through DNS
   rebinding.
@@ -33,6 +40,8 @@ import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
 COOKIE = "turns_ui_token"
+"""The token cookie's base name; ``cookie_name`` gives the one a page uses."""
+_DEFAULT_PORTS = {"http": "80", "https": "443"}
 TOKEN_HEADER = "x-turns-token"
 LOOPBACK_HOSTS = frozenset({"127.0.0.1", "localhost", "::1", "[::1]"})
 
@@ -78,6 +87,28 @@ def _host_name(host: str) -> str:
     return host.rsplit(":", 1)[0] if ":" in host else host
 
 
+def cookie_name(scheme: str, host: str) -> str:
+    """The token cookie's name for pages at ``scheme://host``.
+
+    ``turns_ui_token_<port>`` with the port the browser sees (from ``Host``, or
+    the scheme's default), so each UI on a host has its own; over https
+    ``__Host-turns_ui_token_<port>``, a name browsers take only from a secure
+    page, for the whole host and no wider.
+    """
+    rest = host[host.find("]") + 1 :] if host.startswith("[") else host
+    _, colon, port = rest.rpartition(":")
+    if not (colon and port.isascii() and port.isdigit() and len(port) <= 5):
+        port = _DEFAULT_PORTS.get(scheme, "80")
+    name = f"{COOKIE}_{int(port)}"
+    return f"__Host-{name}" if scheme == "https" else name
+
+
+def _cookie_of(scope: Scope, headers: dict[str, str]) -> tuple[str, bool]:
+    """The token cookie's name for this request, and whether it came over https."""
+    scheme = scope.get("scheme", "http")
+    return cookie_name(scheme, headers.get("host", "")), scheme == "https"
+
+
 class Guard:
     def __init__(self, app: ASGIApp, *, token: str | None) -> None:
         self._app = app
@@ -106,9 +137,9 @@ class Guard:
             if "token" in query and not scope["path"].startswith("/api/"):
                 # Opening a page with ?token=… : keep it in a cookie, drop it from the address.
                 rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
-                await _redirect(
-                    secured, _same_site(scope) + (f"?{rest}" if rest else ""), self._token
-                )
+                name, secure = _cookie_of(scope, headers)
+                where = _same_site(scope) + (f"?{rest}" if rest else "")
+                await _redirect(secured, where, name, self._token, secure=secure)
                 return
         await self._app(scope, receive, secured)
 
@@ -122,7 +153,8 @@ class Guard:
         if self._token is not None:
             by_header = same_token(header_token, self._token)
             by_cookie = not by_header and any(
-                same_token(value, self._token) for value in _cookies(headers.get("cookie"))
+                same_token(value, self._token)
+                for value in _cookies(headers.get("cookie"), _cookie_of(scope, headers)[0])
             )
             query_token = None
             if method == "GET" and not scope["path"].startswith("/api/"):
@@ -177,8 +209,8 @@ def _same_origin(origin: str, scope: Scope, headers: dict[str, str]) -> bool:
     return hmac.compare_digest(origin.encode(), f"{scheme}://{host}".encode())
 
 
-def _cookies(raw: str | None) -> list[str]:
-    """Every value the ``Cookie`` header gives ``turns_ui_token``.
+def _cookies(raw: str | None, name: str) -> list[str]:
+    """Every value the ``Cookie`` header gives the cookie ``name``.
 
     Parsed the way browsers write the header, not by ``http.cookies``: that
     stops at the first cookie RFC 6265 disallows (a space, a quote, JSON) and
@@ -187,8 +219,8 @@ def _cookies(raw: str | None) -> list[str]:
     """
     values: list[str] = []
     for pair in (raw or "").split(";"):
-        name, eq, value = pair.partition("=")
-        if eq and name.strip() == COOKIE:
+        key, eq, value = pair.partition("=")
+        if eq and key.strip() == name:
             value = value.strip()
             if len(value) >= 2 and value[0] == value[-1] == '"':
                 value = value[1:-1]
@@ -213,8 +245,8 @@ async def _deny(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _redirect(send: Send, location: str, token: str) -> None:
-    cookie = f"{COOKIE}={token}; Path=/; HttpOnly; SameSite=Strict"
+async def _redirect(send: Send, location: str, name: str, token: str, *, secure: bool) -> None:
+    cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
     await send(
         {
             "type": "http.response.start",
@@ -235,4 +267,4 @@ def _plain(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return list(headers)
 
 
-__all__ = ["COOKIE", "Guard", "TOKEN_HEADER", "same_token"]
+__all__ = ["COOKIE", "Guard", "TOKEN_HEADER", "cookie_name", "same_token"]

@@ -5,6 +5,13 @@
 // shown as text. State changes are POSTs with a JSON body to the API
 // (docs/api.md); the page follows a turn with Server-Sent Events and asks
 // for the turn's state again whenever a durable event lands.
+//
+// Keyboard and focus: Enter in a card's "Reason for denying" denies with it.
+// When a decided card leaves, the focus goes to the next card still waiting
+// (the card, not a button in it, so a second Enter decides nothing unread),
+// or to the Outcome heading when none is left. "Cancel turn" asks first, in a
+// modal dialog whose focus starts on "Keep the turn", and a click that is
+// part of a double click never answers it.
 "use strict";
 
 function h(tag, props, ...children) {
@@ -178,12 +185,28 @@ const turn = {
   refreshing: null,
   again: false,
   source: null,
+  cancelling: false, // a confirmed cancel is on its way
 
   async start() {
     turn.id = decodeURIComponent(window.location.pathname.split("/").pop());
     document.getElementById("title").textContent = "Turn " + turn.id;
     document.title = turn.id + " · turns";
-    document.getElementById("cancel").addEventListener("click", turn.cancel);
+    const dialog = document.getElementById("cancel-dialog");
+    document.getElementById("cancel").addEventListener("click", () => {
+      dialog.showModal();
+      document.getElementById("cancel-keep").focus();
+    });
+    document.getElementById("cancel-keep").addEventListener("click", () => dialog.close());
+    const confirm = document.getElementById("cancel-confirm");
+    // The second click of a double click on "Cancel turn" (detail 2) lands wherever the
+    // question opened: it is no answer, and does not even take the focus from "Keep the
+    // turn" (or the next Enter would answer). Enter and Space click with detail 0.
+    confirm.addEventListener("mousedown", (e) => { if (e.detail > 1) e.preventDefault(); });
+    confirm.addEventListener("click", (e) => { if (e.detail <= 1) turn.cancel(); });
+    dialog.addEventListener("close", () => {
+      const button = document.getElementById("cancel");
+      if (button.hidden) turn.focusOutcome(); else button.focus();
+    });
     await turn.refresh();
     turn.follow();
   },
@@ -248,7 +271,21 @@ const turn = {
     const usage = document.getElementById("usage");
     usage.replaceChildren(...Object.entries(v.state.usage || {}).flatMap(([k, n]) => [h("dt", {}, k), h("dd", {}, n)]));
     if (!usage.children.length) usage.append(h("dt", {}, "tokens"), h("dd", {}, "none reported"));
-    document.getElementById("cancel").hidden = Boolean(v.state.terminal);
+    const cancel = document.getElementById("cancel");
+    const ended = Boolean(v.state.terminal);
+    const dialog = document.getElementById("cancel-dialog");
+    if (ended && !cancel.hidden) {
+      const active = document.activeElement;
+      const had = active === cancel || (turn.cancelling && (!active || active === document.body));
+      cancel.hidden = true;
+      if (dialog.open) dialog.close(); // its close handler moves the focus on
+      else if (had) turn.focusOutcome();
+    }
+    cancel.hidden = ended;
+  },
+
+  focusOutcome() {
+    document.getElementById("outcome-heading").focus();
   },
 
   renderPending(v) {
@@ -258,9 +295,17 @@ const turn = {
     for (const p of v.pending.asyncTools) cards.push(turn.completeCard(p));
     // Touch only what changed: a card still pending stays the very same node, never
     // even re-inserted, so text being typed into it and its focus survive every update.
-    const existing = new Map([...box.children].map((c) => [c.dataset.key, c]));
+    const before = [...box.children];
+    const existing = new Map(before.map((c) => [c.dataset.key, c]));
     const wanted = new Set(cards.map((c) => c.dataset.key));
-    for (const [key, node] of existing) if (!wanted.has(key)) node.remove();
+    // A card that leaves while it holds the focus (or after its decision, when the
+    // browser may have let go of a button it disabled) hands it on: to the next
+    // card that stays, else the first card shown, else the Outcome heading.
+    const active = document.activeElement;
+    const leaving = before.filter((c) => !wanted.has(c.dataset.key));
+    const lost = leaving.find((c) => c.contains(active) || (c.decided && (!active || active === document.body)));
+    const next = lost ? before.slice(before.indexOf(lost) + 1).find((c) => wanted.has(c.dataset.key)) : null;
+    for (const node of leaving) node.remove();
     let anchor = box.firstChild;
     for (const card of cards) {
       const kept = existing.get(card.dataset.key);
@@ -270,20 +315,28 @@ const turn = {
       } else box.insertBefore(card, anchor);
     }
     document.getElementById("pending-section").hidden = cards.length === 0;
+    if (lost) {
+      const to = next || box.firstElementChild;
+      if (to) to.focus(); else turn.focusOutcome();
+    }
   },
 
   approvalCard(p) {
     const id = "call-" + p.toolCallId;
     const reason = h("input", { id: id + "-reason", name: "reason", autocomplete: "off" });
     const status = h("p", { class: "muted", "aria-live": "polite" });
-    const card = h("article", { class: "card pending", "data-key": "permission:" + p.toolCallId, "aria-labelledby": id + "-h" },
+    const deny = (e) => {
+      e.preventDefault(); // Deny submits the form, and so does Enter in the reason field
+      turn.decide(card, status, p.toolCallId, "deny", reason.value.trim() ? { reason: reason.value.trim() } : {});
+    };
+    const card = h("article", { class: "card pending", tabindex: "-1", "data-key": "permission:" + p.toolCallId, "aria-labelledby": id + "-h" },
       h("h3", { id: id + "-h" }, "Approve ", p.toolName, "? ", h("code", {}, p.toolCallId)),
       p.reason ? h("p", {}, "Why it asks: ", p.reason) : null,
       h("p", {}, "Input"), h("pre", { class: "input" }, json(p.input)),
-      h("div", { class: "row" },
+      h("form", { class: "row", onsubmit: deny },
         h("button", { type: "button", class: "primary", onclick: () => turn.decide(card, status, p.toolCallId, "approve", {}) }, "Approve"),
         h("label", { for: id + "-reason" }, "Reason for denying"), reason,
-        h("button", { type: "button", class: "danger", onclick: () => turn.decide(card, status, p.toolCallId, "deny", reason.value.trim() ? { reason: reason.value.trim() } : {}) }, "Deny")),
+        h("button", { type: "submit", class: "danger" }, "Deny")),
       status);
     return card;
   },
@@ -294,7 +347,7 @@ const turn = {
     const asJson = h("input", { id: id + "-json", type: "checkbox" });
     const status = h("p", { class: "muted", "aria-live": "polite" });
     const progress = h("ul", { class: "progress" }, (p.progress || []).map((x) => h("li", {}, json(x))));
-    const card = h("article", { class: "card pending", "data-key": "async:" + p.toolCallId, "aria-labelledby": id + "-h" },
+    const card = h("article", { class: "card pending", tabindex: "-1", "data-key": "async:" + p.toolCallId, "aria-labelledby": id + "-h" },
       h("h3", { id: id + "-h" }, p.question ? "Question from " + p.toolName + " " : "Result needed for " + p.toolName + " ", h("code", {}, p.toolCallId)),
       p.question ? h("p", { class: "question" }, p.question) : h("pre", { class: "input" }, json(p.input)),
       progress,
@@ -316,7 +369,10 @@ const turn = {
   },
 
   async decide(card, status, callId, action, body) {
+    if (card.decided) return; // one decision at a time per card (Enter pressed twice)
+    card.decided = true;
     alertBox("");
+    const from = document.activeElement;
     for (const b of card.querySelectorAll("button")) b.disabled = true;
     status.textContent = "Sending…";
     const r = await api("/api/turns/" + encodeURIComponent(turn.id) + "/calls/" + encodeURIComponent(callId) + "/" + action, body);
@@ -324,18 +380,24 @@ const turn = {
     else {
       status.textContent = "";
       failed(r, r.status === 409 ? "Rejected: " : "Failed: ");
+      card.decided = false;
       for (const b of card.querySelectorAll("button")) b.disabled = false;
+      // Still pending (it failed): give back the focus disabling the button took.
+      if (card.isConnected && (document.activeElement === document.body || !document.activeElement)) from.focus();
     }
     turn.refresh();
   },
 
   async cancel() {
     const button = document.getElementById("cancel");
+    turn.cancelling = true;
+    document.getElementById("cancel-dialog").close();
     button.disabled = true;
     const r = await api("/api/turns/" + encodeURIComponent(turn.id) + "/cancel", { reason: "cancelled from the web UI" });
     if (!r.ok) failed(r, r.status === 409 ? "Rejected: " : "Failed: ");
     button.disabled = false;
-    turn.refresh();
+    await turn.refresh();
+    turn.cancelling = false;
   },
 
   renderTimeline(state) {
