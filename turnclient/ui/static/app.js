@@ -133,7 +133,13 @@ const index = {
   async loadWaiting() {
     const r = await api("/api/pending");
     const box = document.getElementById("waiting");
-    if (!r.ok) { box.replaceChildren(h("p", { class: "muted" }, r.body.error)); return; }
+    if (!r.ok) {
+      box.replaceChildren(h("p", { class: "muted" }, r.body.error));
+      // The list polls even when the turn list does not (a page of older turns is
+      // open), so an unreachable server is announced from here too.
+      if (r.status === 0) failed(r);
+      return;
+    }
     if (!r.body.turns.length) { box.replaceChildren(h("p", { class: "muted" }, "Nothing is waiting for you.")); return; }
     const list = h("ul", { class: "waiting" });
     for (const t of r.body.turns) {
