@@ -20,6 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.builders import nested
 from tests.harness import Harness, async_tool
 from turncore.inputs import MAX_INPUT_BYTES, MAX_REJECTED_INPUTS
+from turncore.jsonvalue import MAX_JSON_DEPTH
 
 RESULT = {
     "type": "async_tool_result",
@@ -166,8 +167,16 @@ async def test_the_rejected_list_is_bounded(
 HUGE = 123456789012345678901234567890
 
 
-async def test_an_integer_outside_the_safe_range_is_rejected_not_appended(
-    temporal_env: WorkflowEnvironment, tmp_path: Path
+@pytest.mark.parametrize(
+    ("value", "reason"),
+    [
+        ({"n": HUGE}, "safe integer range"),
+        (nested(MAX_JSON_DEPTH + 1), f"is nested deeper than {MAX_JSON_DEPTH} levels"),
+    ],
+    ids=["an integer outside the safe range", "a value nested past the depth limit"],
+)
+async def test_a_value_no_turn_may_hold_is_rejected_not_appended(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, value: Any, reason: str
 ) -> None:
     async with Harness(
         temporal_env.client,
@@ -177,17 +186,13 @@ async def test_an_integer_outside_the_safe_range_is_rejected_not_appended(
         permissions={"external:a": "none"},
     ) as h:
         turn_id, handle, before = await _suspended_turn(h)
-        progress = {
-            "type": "async_tool_progress",
-            "toolCallId": "call_0_0",
-            "progress": {"n": HUGE},
-        }
+        progress = {"type": "async_tool_progress", "toolCallId": "call_0_0", "progress": value}
         await handle.signal("async_tool_progress", progress)
         (record,) = await _rejected(h, turn_id, 1)
-        assert "safe integer range" in record["reason"], record
+        assert reason in record["reason"], record
         with pytest.raises(WorkflowUpdateFailedError) as info:
             await handle.execute_update("async_tool_progress", progress)
-        assert "safe integer range" in str(info.value.cause)
+        assert reason in str(info.value.cause)
         assert h.repo.path_for(turn_id).read_bytes() == before
         assert (await h.send(turn_id, RESULT)).status == "completed"  # the run did not fail
 
@@ -202,41 +207,13 @@ def test_the_safe_range_is_the_boundary() -> None:
 
 
 def test_the_depth_limit_is_the_boundary() -> None:
-    from turncore.jsonvalue import MAX_JSON_DEPTH, json_problem
+    from turncore.jsonvalue import json_problem
 
     assert json_problem(nested(MAX_JSON_DEPTH)) is None
     assert json_problem({"a": nested(MAX_JSON_DEPTH - 1)}) is None
     problem = json_problem({"a": nested(MAX_JSON_DEPTH)}) or ""
     assert problem.startswith("$.a") and f"is nested deeper than {MAX_JSON_DEPTH} levels" in problem
     assert json_problem(nested(5000)) is not None  # walked without recursion
-
-
-async def test_a_value_nested_past_the_limit_is_rejected_not_appended(
-    temporal_env: WorkflowEnvironment, tmp_path: Path
-) -> None:
-    from turncore.jsonvalue import MAX_JSON_DEPTH
-
-    async with Harness(
-        temporal_env.client,
-        tmp_path,
-        _script(),
-        tools=[async_tool("a")],
-        permissions={"external:a": "none"},
-    ) as h:
-        turn_id, handle, before = await _suspended_turn(h)
-        progress = {
-            "type": "async_tool_progress",
-            "toolCallId": "call_0_0",
-            "progress": nested(MAX_JSON_DEPTH + 1),
-        }
-        await handle.signal("async_tool_progress", progress)
-        (record,) = await _rejected(h, turn_id, 1)
-        assert f"is nested deeper than {MAX_JSON_DEPTH} levels" in record["reason"], record
-        with pytest.raises(WorkflowUpdateFailedError) as info:
-            await handle.execute_update("async_tool_progress", progress)
-        assert "is nested deeper than" in str(info.value.cause)
-        assert h.repo.path_for(turn_id).read_bytes() == before
-        assert (await h.send(turn_id, RESULT)).status == "completed"
 
 
 def test_turns_progress_data_keeps_a_huge_integer_exact_and_refuses_it() -> None:
