@@ -13,6 +13,7 @@ from temporalio.testing import WorkflowEnvironment
 from turnclient import (
     Agent,
     ConfigError,
+    InvalidInputError,
     RejectedInputError,
     ToolContext,
     TurnNotFoundError,
@@ -201,3 +202,21 @@ def test_python_agents_are_checked_like_the_file(tmp_path: Path) -> None:
         Turns(tmp_path, deny=["nope"], env={})
     with pytest.raises(ConfigError, match="agents.x.model: provider 'openai' is not configured"):
         Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", model="openai/gpt")], env={})
+
+
+async def test_an_empty_session_or_a_session_beside_continue_from_is_refused(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """An empty session id is no filter at all: it must not continue whichever turn is
+    newest in the namespace (another user's conversation), and a session given next to
+    ``continue_from`` must not be silently dropped for the predecessor's."""
+    a = Agent(name="a", system_prompt="s", model="scripted/a")
+    async with runtime(temporal_env, tmp_path, agents=[a], models={"a": lambda r: "hi"}) as turns:
+        theirs = await turns.run("someone else's conversation", agent="a", session="s-theirs")
+        assert theirs.status == "completed"
+        files = sorted(tmp_path.glob("storage/turns/**/*.jsonl"))
+        with pytest.raises(InvalidInputError, match="session id is empty"):
+            await turns.start("mine", agent="a", session="")
+        with pytest.raises(InvalidInputError, match="continue_from or session, not both"):
+            await turns.start("mine", session="s-mine", continue_from=theirs.turn_id)
+        assert sorted(tmp_path.glob("storage/turns/**/*.jsonl")) == files  # nothing created
