@@ -229,3 +229,44 @@ def test_a_declared_schema_must_agree_with_the_inferred_one() -> None:
     assert "input_schema.properties.z" in (
         schema_disagreement({"properties": {"z": {}}}, inferred) or ""
     )
+
+
+def test_a_tool_that_exits_or_returns_unencodable_bytes_is_an_error_result() -> None:
+    """Nothing a tool does escapes ``execute``: ``sys.exit()`` (argparse, click) in a sync
+    tool would otherwise unwind the worker's event loop and hang the embedding process."""
+
+    @tool
+    def exits(code: int) -> int:
+        """Exits."""
+        raise SystemExit(code)
+
+    @tool
+    async def exits_async() -> int:
+        """Exits too."""
+        raise SystemExit("bye")
+
+    @tool
+    def raw() -> Any:
+        """Bytes that are no text."""
+        return b"\xff\xfe"
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    @tool
+    def unprintable() -> int:
+        """Raises something that cannot be printed."""
+        raise Unprintable
+
+    assert run(exits, {"code": 2}) == ToolResultData(
+        output="Tool raised SystemExit: 2", is_error=True
+    )
+    assert run(exits_async, {}) == ToolResultData(
+        output="Tool raised SystemExit: bye", is_error=True
+    )
+    returned = run(raw, {})
+    assert returned.is_error and returned.output.startswith("Tool returned a non-JSON value: ")
+    assert run(unprintable, {}) == ToolResultData(
+        output="Tool raised Unprintable (its message cannot be printed)", is_error=True
+    )

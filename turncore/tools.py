@@ -353,8 +353,10 @@ class Tool:
         except asyncio.CancelledError:
             raise
         except ToolError as exc:
-            return ToolResultData(output=str(exc), is_error=True)
-        except Exception as exc:
+            return ToolResultData(output=_message(exc).strip(), is_error=True)
+        except (Exception, SystemExit) as exc:
+            # SystemExit too (sys.exit(), argparse, click in a tool): raised out of
+            # here it would unwind the worker's event loop, not end one call.
             # The model gets the message; whoever runs the worker gets file:line.
             log.exception(
                 "tool %s (call %s of turn %s) raised %s",
@@ -363,8 +365,18 @@ class Tool:
                 context.turn_id,
                 type(exc).__name__,
             )
-            return ToolResultData(output=f"Tool raised {type(exc).__name__}: {exc}", is_error=True)
+            return ToolResultData(
+                output=f"Tool raised {type(exc).__name__}{_message(exc, ': ')}", is_error=True
+            )
         return _as_result(value)
+
+
+def _message(exc: BaseException, prefix: str = "") -> str:
+    """``str(exc)`` (after ``prefix``), or a note when the exception cannot say it."""
+    try:
+        return f"{prefix}{exc}"
+    except Exception:
+        return " (its message cannot be printed)"
 
 
 def _as_result(value: Any) -> ToolResultData:
@@ -372,7 +384,7 @@ def _as_result(value: Any) -> ToolResultData:
         return value
     try:
         output = to_jsonable_python(value, by_alias=True)
-    except PydanticSerializationError as exc:
+    except (PydanticSerializationError, ValueError) as exc:  # ValueError: bytes that are no UTF-8
         return ToolResultData(output=f"Tool returned a non-JSON value: {exc}", is_error=True)
     problem = json_problem(output, "output")
     if problem is not None:
