@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import asyncio
 import logging
+import threading
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
@@ -270,3 +272,35 @@ def test_a_tool_that_exits_or_returns_unencodable_bytes_is_an_error_result() -> 
     assert run(unprintable, {}) == ToolResultData(
         output="Tool raised Unprintable (its message cannot be printed)", is_error=True
     )
+
+
+def test_blocking_sync_tools_do_not_starve_the_event_loops_threads() -> None:
+    """Each blocking call gets a thread of its own: more blocked tools than the loop's
+    default executor has threads must all run, and the runtime's own file reads and
+    appends (``asyncio.to_thread``) must still get through meanwhile."""
+    many = ThreadPoolExecutor()._max_workers + 4  # more than asyncio.to_thread's threads
+    running: list[int] = []
+    release = threading.Event()
+
+    @tool
+    def blocks(n: int) -> int:
+        """Blocks until released."""
+        running.append(n)
+        release.wait(60)
+        return n
+
+    async def scenario() -> list[ToolResultData]:
+        calls = [asyncio.ensure_future(blocks.execute({"n": i}, context())) for i in range(many)]
+        try:
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(running) < many:  # every call runs; none waits for a free thread
+                assert asyncio.get_running_loop().time() < deadline, f"{len(running)} running"
+                await asyncio.sleep(0.01)
+            # The loop's own blocking work (the repository's reads and appends) gets through.
+            assert await asyncio.wait_for(asyncio.to_thread(lambda: "read"), 10) == "read"
+        finally:
+            release.set()
+        return await asyncio.gather(*calls)
+
+    results = asyncio.run(scenario())
+    assert [r.output for r in results] == list(range(many))

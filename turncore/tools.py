@@ -28,6 +28,7 @@ snapshotted ids back to live tools when a turn advances.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import inspect
 import logging
@@ -349,7 +350,7 @@ class Tool:
             if sig.is_async:
                 value = await fn(*positional, **values)
             else:
-                value = await asyncio.to_thread(fn, *positional, **values)
+                value = await _on_own_thread(self.name, fn, positional, values)
         except asyncio.CancelledError:
             raise
         except ToolError as exc:
@@ -369,6 +370,46 @@ class Tool:
                 output=f"Tool raised {type(exc).__name__}{_message(exc, ': ')}", is_error=True
             )
         return _as_result(value)
+
+
+async def _on_own_thread(
+    name: str, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
+) -> Any:
+    """``fn(*args, **kwargs)`` on a new daemon thread, awaited from the loop.
+
+    Not ``asyncio.to_thread``: the loop's default executor has only
+    ``min(32, cpus + 4)`` threads, and the runtime's own file reads and appends
+    run there too. Tools that block (slow I/O, a hung socket) would hold every
+    one of them, so further tools, their results and the embedding app's own
+    ``to_thread`` work would wait behind them. A daemon thread also never keeps
+    the process from exiting when a tool ignores cancellation and hangs.
+    """
+    import asyncio
+    import contextvars
+    import threading
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()  # the tool's spans nest under the caller's
+
+    def settle(value: Any, exc: BaseException | None) -> None:
+        if done.done():  # the awaiting call was cancelled meanwhile
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(value)
+
+    def work() -> None:
+        try:
+            value, exc = context.run(fn, *args, **kwargs), None
+        except BaseException as raised:  # handed to the awaiting call, which decides
+            value, exc = None, raised
+        with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
+            loop.call_soon_threadsafe(settle, value, exc)
+
+    threading.Thread(target=work, name=f"tool {name}", daemon=True).start()
+    return await done
 
 
 def _message(exc: BaseException, prefix: str = "") -> str:
