@@ -220,3 +220,36 @@ async def test_an_empty_session_or_a_session_beside_continue_from_is_refused(
         with pytest.raises(InvalidInputError, match="continue_from or session, not both"):
             await turns.start("mine", session="s-mine", continue_from=theirs.turn_id)
         assert sorted(tmp_path.glob("storage/turns/**/*.jsonl")) == files  # nothing created
+
+
+def test_two_different_tools_under_one_name_are_refused(tmp_path: Path) -> None:
+    """A tool is found by name, so a second tool under a taken name would silently run
+    instead of the first (another function, another permission) for every agent."""
+    (tmp_path / "lib_clash_tools.py").write_text(
+        "def wc(text: str) -> int:\n    '''Count words.'''\n    return len(text.split())\n"
+    )
+    (tmp_path / "turns.toml").write_text('[tools.wc]\ncallable = "lib_clash_tools:wc"\n')
+
+    @tool(permission="none")
+    def wc(text: str) -> int:
+        """Count words."""
+        return -1
+
+    def other(text: str) -> int:
+        """Count words."""
+        return -2
+
+    with pytest.raises(ConfigError, match="tools.wc: two different tools are named 'wc'"):
+        Turns(tmp_path, tools=[wc], env={})
+    (tmp_path / "turns.toml").unlink()
+    with pytest.raises(ConfigError, match="tools.wc: two different tools are named 'wc'"):
+        Turns(tmp_path, tools=[wc, tool(other, name="wc", permission="none")], env={})
+    careful = Agent(name="careful", system_prompt="s", tools=(delete_file,))
+    careless = Agent(
+        name="careless", system_prompt="s", tools=(delete_file.with_(permission="none"),)
+    )
+    with pytest.raises(ConfigError, match="two different tools are named 'delete_file'"):
+        Turns(tmp_path, agents=[careful, careless], env={})
+    # The same tool listed twice is one tool.
+    both = Turns(tmp_path, tools=[delete_file], agents=[careful], env={})
+    assert both.runtime.config.tools["delete_file"] is delete_file

@@ -633,8 +633,13 @@ def with_python(
     known = dict(config.tools)
     for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
         existing = known.get(t.name)
-        if existing is not None and existing != t and existing.tool_id != t.tool_id:
-            raise ConfigError(f"tools.{t.name}: two different tools are named {t.name!r}")
+        # One name, one tool: a second one (another function, or the same one with
+        # another permission) would silently run instead of the first for every agent.
+        if existing is not None and not _same_tool(existing, t):
+            raise ConfigError(
+                f"tools.{t.name}: two different tools are named {t.name!r}; give one "
+                "another name (tool(fn, name=...)) or list the same Tool object"
+            )
         known[t.name] = t
     merged = dict(config.agents)
     try:
@@ -665,3 +670,8 @@ def with_python(
         auto_allow=(*config.auto_allow, *allow),
         auto_deny=(*config.auto_deny, *deny),
     )
+
+
+def _same_tool(a: Tool, b: Tool) -> bool:
+    """The same declaration and the same function (``Tool`` equality leaves the function out)."""
+    return a == b and a.function == b.function
