@@ -202,6 +202,19 @@ def test_python_agents_are_checked_like_the_file(tmp_path: Path) -> None:
         Turns(tmp_path, deny=["nope"], env={})
     with pytest.raises(ConfigError, match="agents.x.model: provider 'openai' is not configured"):
         Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", model="openai/gpt")], env={})
+    effort: Any = "max"  # what an untyped caller passes
+    with pytest.raises(
+        ConfigError, match='agents.x.reasoning_effort must be "low", "medium" or "high"'
+    ):
+        Turns(
+            tmp_path, agents=[Agent(name="x", system_prompt="s", reasoning_effort=effort)], env={}
+        )
+    with pytest.raises(ConfigError, match="agents.x: two agents are named 'x'"):
+        Turns(
+            tmp_path,
+            agents=[Agent(name="x", system_prompt="one"), Agent(name="x", system_prompt="two")],
+            env={},
+        )
 
 
 async def test_an_empty_session_or_a_session_beside_continue_from_is_refused(
