@@ -266,3 +266,19 @@ def test_two_different_tools_under_one_name_are_refused(tmp_path: Path) -> None:
     # The same tool listed twice is one tool.
     both = Turns(tmp_path, tools=[delete_file], agents=[careful], env={})
     assert both.runtime.config.tools["delete_file"] is delete_file
+
+
+async def test_a_turns_object_is_open_once_at_a_time(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Entering an open Turns again would start a second worker and, on the inner exit,
+    close the outer block's connection and leak its worker."""
+    a = Agent(name="a", system_prompt="s", model="scripted/a")
+    turns = runtime(temporal_env, tmp_path, agents=[a], models={"a": lambda r: "hi"})
+    async with turns:
+        with pytest.raises(RuntimeError, match="already open"):
+            async with turns:
+                pass
+        assert (await turns.run("still open", agent="a")).status == "completed"
+    async with turns:  # once closed, it opens again
+        assert (await turns.run("again", agent="a")).status == "completed"

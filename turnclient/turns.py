@@ -134,11 +134,20 @@ class Turns:
         self._client = client
         self._worker = worker
         self._stack: contextlib.AsyncExitStack | None = None
+        self._opening = False
         self._turns: TurnClient | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Turns:
+        # Open once at a time: a second entry would serve a second worker, and its
+        # exit would close the first block's connection under it.
+        if self._stack is not None or self._opening:
+            raise RuntimeError(
+                "this Turns is already open: enter it once (`async with`) and share the "
+                "object inside the block"
+            )
+        self._opening = True
         stack = contextlib.AsyncExitStack()
         try:
             client = self._client
@@ -152,6 +161,8 @@ class Turns:
         except BaseException:
             await stack.aclose()
             raise
+        finally:
+            self._opening = False
         self._stack = stack
         self._turns = self.runtime.turn_client(client)
         return self
