@@ -4,8 +4,10 @@ errors as results, context, return values. Called directly (no Temporal)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
 import threading
+from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
@@ -304,3 +306,82 @@ def test_blocking_sync_tools_do_not_starve_the_event_loops_threads() -> None:
 
     results = asyncio.run(scenario())
     assert [r.output for r in results] == list(range(many))
+
+
+def test_numpy_style_docstrings_describe_the_parameters() -> None:
+    @tool
+    def scale(values: list[float], factor: float = 2.0, *, unit: str = "m") -> list[float]:
+        """Scale a list of values.
+
+        Multiplies each one.
+
+        Parameters
+        ----------
+        values : list of float
+            The values to scale,
+            in order.
+        factor : float, optional
+            What to multiply by.
+        unit
+            Their unit.
+
+        Returns
+        -------
+        list of float
+            The scaled values.
+        """
+        return [v * factor for v in values]
+
+    assert scale.description == "Scale a list of values.\n\nMultiplies each one."
+    properties = scale.input_schema["properties"]
+    assert properties["values"]["description"] == "The values to scale, in order."
+    assert properties["factor"]["description"] == "What to multiply by."
+    assert properties["unit"]["description"] == "Their unit."
+
+
+def test_any_parameter_name_is_an_argument_name() -> None:
+    """Names pydantic keeps for itself (``model_config``, ``json``, a leading underscore)
+    still name the argument the model sends; none vanishes from the schema."""
+
+    @tool
+    def odd(model_config: str, json: int, _private: bool = False) -> list[Any]:
+        """Odd names.
+
+        Args:
+            model_config: a configuration name
+        """
+        return [model_config, json, _private]
+
+    schema = odd.input_schema
+    assert set(schema["properties"]) == {"model_config", "json", "_private"}
+    assert schema["required"] == ["model_config", "json"]
+    assert schema["properties"]["model_config"]["description"] == "a configuration name"
+    assert run(odd, {"model_config": "c", "json": 1, "_private": True}).output == ["c", 1, True]
+    bad = run(odd, {"model_config": 1, "json": 1})
+    assert bad.is_error and "model_config: Input should be a valid string" in bad.output
+
+
+def test_callable_objects_partials_and_optional_contexts_are_tools() -> None:
+    class Adder:
+        async def __call__(self, a: int, b: int, ctx: ToolContext | None = None) -> int:
+            """Add."""
+            assert ctx is not None and ctx.tool_call_id == "call_1"
+            return a + b
+
+    def power(base: int, exp: int) -> int:
+        return int(base**exp)
+
+    add = tool(Adder(), name="add")
+    assert set(add.input_schema["properties"]) == {"a", "b"} and add.description == "Add."
+    assert run(add, {"a": 2, "b": 3}).output == 5
+    square = tool(functools.partial(power, exp=2), name="square")
+    assert square.input_schema["required"] == ["base"]
+    assert run(square, {"base": 7}).output == 49
+
+
+def test_a_parameter_pydantic_cannot_describe_is_a_declaration_error() -> None:
+    def takes_a_function(f: Callable[[int], int]) -> int:
+        return f(1)
+
+    with pytest.raises(ToolDeclarationError, match=r"tool 'takes_a_function': parameter 'f'"):
+        tool(takes_a_function)
