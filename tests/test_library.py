@@ -282,3 +282,43 @@ async def test_a_turns_object_is_open_once_at_a_time(
         assert (await turns.run("still open", agent="a")).status == "completed"
     async with turns:  # once closed, it opens again
         assert (await turns.run("again", agent="a")).status == "completed"
+
+
+@tool(execution="async", permission="none")
+def lookup(query: str) -> None:
+    """Answered later, by an outside system."""
+
+
+async def test_bad_arguments_are_invalid_input_errors_and_change_nothing(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """An app maps turncore's errors to responses; a raw pydantic ValidationError (or a
+    silent empty list) for a caller's mistake is neither typed nor explained."""
+    agent = Agent(name="ask", system_prompt="s", tools=(lookup,), model="scripted/ask")
+    model = scripted([{"toolName": "lookup", "input": {"query": "q"}}])
+    async with runtime(temporal_env, tmp_path, agents=[agent], models={"ask": model}) as turns:
+        outcome = await turns.run("look it up", agent="ask")
+        assert outcome.status == "suspended"
+        [call] = outcome.outcome.pending_async_tools  # type: ignore[union-attr]
+        files = {p: p.read_bytes() for p in tmp_path.glob("storage/turns/**/*.jsonl")}
+        tid, cid = outcome.turn_id, call.tool_call_id
+        with pytest.raises(InvalidInputError, match="complete: output is a set"):
+            await turns.complete(tid, cid, {1, 2})
+        with pytest.raises(InvalidInputError, match="complete: output is nan"):
+            await turns.complete(tid, cid, float("nan"))
+        with pytest.raises(InvalidInputError, match="progress: progress is a bytes"):
+            await turns.progress(tid, cid, b"\xff")
+        with pytest.raises(InvalidInputError, match="approve: tool_call_id: String should have"):
+            await turns.approve(tid, "")
+        with pytest.raises(InvalidInputError, match="max_model_calls: Input should be greater"):
+            await turns.start("hi", agent="ask", max_model_calls=0)
+        with pytest.raises(InvalidInputError, match="the prompt is empty"):
+            await turns.start("  ", agent="ask")
+        status: Any = "pending"  # a typo an untyped caller makes
+        with pytest.raises(InvalidInputError, match="unknown status 'pending'"):
+            await turns.list(status=status)
+        with pytest.raises(InvalidInputError, match="limit"):
+            await turns.list(limit=0)
+        assert {p: p.read_bytes() for p in tmp_path.glob("storage/turns/**/*.jsonl")} == files
+        done = await turns.complete(tid, cid, {"answer": 42})
+        assert done.status == "completed"

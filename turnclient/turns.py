@@ -38,16 +38,22 @@ import asyncio
 import builtins
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, get_args
 
+from pydantic import ValidationError
 from temporalio.client import Client
 
 from turncore.advance import outcome_of
-from turncore.errors import RejectedInputError, TurnNotFoundError
+from turncore.errors import (
+    InvalidInputError,
+    RejectedInputError,
+    TurnNotFoundError,
+    invalid_input,
+)
 from turncore.events import (
     AgentOverrides,
     AsyncToolProgressInput,
@@ -76,6 +82,7 @@ from .listing import TurnSummary, latest_turns
 from .runtime import Runtime, temporal
 
 Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
+_I = TypeVar("_I")
 _TERMINAL = ("turn_completed", "turn_failed", "turn_cancelled")
 
 
@@ -243,6 +250,8 @@ class Turns:
         human_available: bool,
         max_model_calls: int | None,
     ) -> CreateTurnInput:
+        if not prompt.strip():
+            raise InvalidInputError("the prompt is empty: say what the turn is about")
         after = await continuation(
             self.runtime.repository,
             self.client.temporal,
@@ -283,35 +292,41 @@ class Turns:
         return await self.client.advance_turn(turn_id, input).outcome
 
     async def approve(self, turn_id: str, tool_call_id: str) -> TurnOutcome:
-        return await self.advance(
-            turn_id, PermissionDecisionInput(tool_call_id=tool_call_id, decision="allow")
+        decision = _input(
+            "approve", lambda: PermissionDecisionInput(tool_call_id=tool_call_id, decision="allow")
         )
+        return await self.advance(turn_id, decision)
 
     async def deny(self, turn_id: str, tool_call_id: str, reason: str | None = None) -> TurnOutcome:
         metadata = {"reason": reason} if reason else None
-        return await self.advance(
-            turn_id,
-            PermissionDecisionInput(tool_call_id=tool_call_id, decision="deny", metadata=metadata),
+        decision = _input(
+            "deny",
+            lambda: PermissionDecisionInput(
+                tool_call_id=tool_call_id, decision="deny", metadata=metadata
+            ),
         )
+        return await self.advance(turn_id, decision)
 
     async def complete(
         self, turn_id: str, tool_call_id: str, output: Any, *, is_error: bool = False
     ) -> TurnOutcome:
         """Supply the result of an async tool call (such as ``ask_human``)."""
-        return await self.advance(
-            turn_id,
-            AsyncToolResultInput(
+        result = _input(
+            "complete",
+            lambda: AsyncToolResultInput(
                 tool_call_id=tool_call_id, result=ToolResultData(output=output, is_error=is_error)
             ),
         )
+        return await self.advance(turn_id, result)
 
     async def progress(self, turn_id: str, tool_call_id: str, data: Any) -> TurnOutcome:
-        return await self.advance(
-            turn_id, AsyncToolProgressInput(tool_call_id=tool_call_id, progress=data)
+        progress = _input(
+            "progress", lambda: AsyncToolProgressInput(tool_call_id=tool_call_id, progress=data)
         )
+        return await self.advance(turn_id, progress)
 
     async def cancel(self, turn_id: str, reason: str | None = None) -> TurnOutcome:
-        return await self.advance(turn_id, CancelInput(reason=reason))
+        return await self.advance(turn_id, _input("cancel", lambda: CancelInput(reason=reason)))
 
     async def recover(self, turn_id: str) -> TurnOutcome:
         """Serve a turn until it settles, starting its workflow from the file if none runs."""
@@ -371,6 +386,11 @@ class Turns:
         limit: int = 100,
     ) -> list[TurnSummary]:
         """Turns from Temporal visibility, newest first; a session's last turns in order."""
+        if status is not None and status not in get_args(Status):
+            known = ", ".join(get_args(Status))
+            raise InvalidInputError(f"list: unknown status {status!r} (known: {known})")
+        if limit < 1:
+            raise InvalidInputError(f"list: limit is {limit}; list at least one turn")
         return await latest_turns(
             self.client.temporal, status=status, agent=agent, session=session, limit=limit
         )
@@ -395,6 +415,15 @@ class Turns:
                         }
                     )
         return out
+
+
+def _input(what: str, build: Callable[[], _I]) -> _I:
+    """An input made from a caller's arguments; a value its model refuses (a set as an
+    output, an empty call id) is the caller's ``InvalidInputError``, before anything is sent."""
+    try:
+        return build()
+    except ValidationError as exc:
+        raise invalid_input(what, exc) from None
 
 
 __all__ = ["TurnResult", "TurnSummary", "Turns"]
