@@ -322,3 +322,29 @@ async def test_bad_arguments_are_invalid_input_errors_and_change_nothing(
         assert {p: p.read_bytes() for p in tmp_path.glob("storage/turns/**/*.jsonl")} == files
         done = await turns.complete(tid, cid, {"answer": 42})
         assert done.status == "completed"
+
+
+async def test_cancelling_a_waiting_call_cancels_it(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A caller that gives up (``asyncio.wait_for``, a web request whose client went away)
+    cancels its advance; the SDK reports the cancelled update as a retryable RPC timeout,
+    which must not swallow the cancellation. The turn goes on regardless."""
+    answer = asyncio.Event()
+
+    async def slow(request: ModelCallRequest) -> str:
+        await answer.wait()
+        return "finally"
+
+    a = Agent(name="a", system_prompt="s", model="scripted/slow")
+    async with runtime(temporal_env, tmp_path, agents=[a], models={"slow": slow}) as turns:
+        turn_id = await turns.start("take your time", agent="a")
+        waiting = asyncio.ensure_future(turns.advance(turn_id))
+        async for event in turns.watch(turn_id):
+            if event.type == "model_call_requested":
+                break
+        waiting.cancel()
+        done, _ = await asyncio.wait({waiting}, timeout=10)
+        assert waiting in done and waiting.cancelled()
+        answer.set()
+        assert (await turns.advance(turn_id)).status == "completed"

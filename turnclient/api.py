@@ -251,6 +251,11 @@ class TurnClient:
             try:
                 return await call()
             except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Our caller cancelled us: the SDK reports a cancelled update poll
+                    # as WorkflowUpdateRPCTimeoutOrCancelledError, never to be retried.
+                    raise asyncio.CancelledError from exc
                 if not _transient(exc):
                     raise
                 if loop.time() + delay > deadline:
