@@ -20,6 +20,7 @@ from turnclient import (
     Turns,
     tool,
 )
+from turncore.errors import InfrastructureError
 from turncore.events import InheritedAgentSnapshot, ResolvedAgent
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
@@ -348,3 +349,30 @@ async def test_cancelling_a_waiting_call_cancels_it(
         assert waiting in done and waiting.cancelled()
         answer.set()
         assert (await turns.advance(turn_id)).status == "completed"
+
+
+async def test_closing_turns_ends_the_calls_still_waiting_on_it(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A call still waiting when its Turns block ends (an app shutting down) is told at
+    once that nothing serves it any more, instead of retrying for minutes; the turn is
+    left as it is, and recovers later."""
+    answer = asyncio.Event()
+
+    async def slow(request: ModelCallRequest) -> str:
+        await answer.wait()
+        return "finally"
+
+    a = Agent(name="a", system_prompt="s", model="scripted/slow")
+    turns = runtime(temporal_env, tmp_path, agents=[a], models={"slow": slow})
+    async with turns:
+        turn_id = await turns.start("take your time", agent="a")
+        waiting = asyncio.ensure_future(turns.advance(turn_id))
+        async for event in turns.watch(turn_id):
+            if event.type == "model_call_requested":
+                break
+    with pytest.raises(InfrastructureError, match=f"closed while turn {turn_id} was advancing"):
+        await asyncio.wait_for(waiting, 30)
+    answer.set()
+    async with turns:
+        assert (await turns.recover(turn_id)).status == "completed"

@@ -38,7 +38,7 @@ import asyncio
 import builtins
 import contextlib
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
@@ -49,6 +49,7 @@ from temporalio.client import Client
 
 from turncore.advance import outcome_of
 from turncore.errors import (
+    InfrastructureError,
     InvalidInputError,
     RejectedInputError,
     TurnNotFoundError,
@@ -142,6 +143,8 @@ class Turns:
         self._worker = worker
         self._stack: contextlib.AsyncExitStack | None = None
         self._opening = False
+        self._closed: asyncio.Event | None = None
+        """Set when the block ends: calls still waiting then end instead of retrying."""
         self._turns: TurnClient | None = None
 
     # ---------------------------------------------------------------- lifecycle
@@ -171,6 +174,7 @@ class Turns:
         finally:
             self._opening = False
         self._stack = stack
+        self._closed = asyncio.Event()
         self._turns = self.runtime.turn_client(client)
         return self
 
@@ -181,6 +185,8 @@ class Turns:
         tb: TracebackType | None,
     ) -> None:
         stack, self._stack, self._turns = self._stack, None, None
+        if self._closed is not None:
+            self._closed.set()  # calls still waiting end now (see _served)
         if stack is not None:
             await stack.aclose()
 
@@ -289,7 +295,7 @@ class Turns:
 
     async def advance(self, turn_id: str, input: TurnExternalInput | None = None) -> TurnOutcome:
         """Advance the turn by at most one input until it settles; its outcome."""
-        return await self.client.advance_turn(turn_id, input).outcome
+        return await self._served(turn_id, self.client.advance_turn(turn_id, input).outcome)
 
     async def approve(self, turn_id: str, tool_call_id: str) -> TurnOutcome:
         decision = _input(
@@ -330,7 +336,34 @@ class Turns:
 
     async def recover(self, turn_id: str) -> TurnOutcome:
         """Serve a turn until it settles, starting its workflow from the file if none runs."""
-        return await self.client.recover(turn_id)
+        return await self._served(turn_id, self.client.recover(turn_id))
+
+    async def _served(self, turn_id: str, call: Awaitable[TurnOutcome]) -> TurnOutcome:
+        """``call``, or an ``InfrastructureError`` once this ``Turns`` closes under it.
+
+        The block's end stops this process's worker and releases the embedded
+        server; a call still waiting would retry against them for minutes. The
+        turn is left as it is, durable in its file.
+        """
+        task = asyncio.ensure_future(call)
+        closed = asyncio.ensure_future(self._closed.wait() if self._closed else asyncio.Future())
+        try:
+            await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            closed.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the error below says what happened
+        raise InfrastructureError(
+            f"this Turns closed while turn {turn_id} was advancing; the turn is left as it "
+            f"is (Turns.recover or `turns recover {turn_id}` serves it again)"
+        )
 
     # ---------------------------------------------------------------- reading
 
