@@ -14,12 +14,14 @@ from tests.builders import nested
 from turnclient import (
     Agent,
     ConfigError,
+    InvalidInputError,
     RejectedInputError,
     ToolContext,
     TurnNotFoundError,
     Turns,
     tool,
 )
+from turncore.errors import InfrastructureError
 from turncore.events import InheritedAgentSnapshot, ResolvedAgent
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
@@ -202,6 +204,179 @@ def test_python_agents_are_checked_like_the_file(tmp_path: Path) -> None:
         Turns(tmp_path, deny=["nope"], env={})
     with pytest.raises(ConfigError, match="agents.x.model: provider 'openai' is not configured"):
         Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", model="openai/gpt")], env={})
+    effort: Any = "max"  # what an untyped caller passes
+    with pytest.raises(
+        ConfigError, match='agents.x.reasoning_effort must be "low", "medium" or "high"'
+    ):
+        Turns(
+            tmp_path, agents=[Agent(name="x", system_prompt="s", reasoning_effort=effort)], env={}
+        )
+    with pytest.raises(ConfigError, match="agents.x: two agents are named 'x'"):
+        Turns(
+            tmp_path,
+            agents=[Agent(name="x", system_prompt="one"), Agent(name="x", system_prompt="two")],
+            env={},
+        )
+
+
+async def test_an_empty_session_or_a_session_beside_continue_from_is_refused(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """An empty session id is no filter at all: it must not continue whichever turn is
+    newest in the namespace (another user's conversation), and a session given next to
+    ``continue_from`` must not be silently dropped for the predecessor's."""
+    a = Agent(name="a", system_prompt="s", model="scripted/a")
+    async with runtime(temporal_env, tmp_path, agents=[a], models={"a": lambda r: "hi"}) as turns:
+        theirs = await turns.run("someone else's conversation", agent="a", session="s-theirs")
+        assert theirs.status == "completed"
+        files = sorted(tmp_path.glob("storage/turns/**/*.jsonl"))
+        with pytest.raises(InvalidInputError, match="session id is empty"):
+            await turns.start("mine", agent="a", session="")
+        with pytest.raises(InvalidInputError, match="continue_from or session, not both"):
+            await turns.start("mine", session="s-mine", continue_from=theirs.turn_id)
+        assert sorted(tmp_path.glob("storage/turns/**/*.jsonl")) == files  # nothing created
+
+
+def test_two_different_tools_under_one_name_are_refused(tmp_path: Path) -> None:
+    """A tool is found by name, so a second tool under a taken name would silently run
+    instead of the first (another function, another permission) for every agent."""
+    (tmp_path / "lib_clash_tools.py").write_text(
+        "def wc(text: str) -> int:\n    '''Count words.'''\n    return len(text.split())\n"
+    )
+    (tmp_path / "turns.toml").write_text('[tools.wc]\ncallable = "lib_clash_tools:wc"\n')
+
+    @tool(permission="none")
+    def wc(text: str) -> int:
+        """Count words."""
+        return -1
+
+    def other(text: str) -> int:
+        """Count words."""
+        return -2
+
+    with pytest.raises(ConfigError, match="tools.wc: two different tools are named 'wc'"):
+        Turns(tmp_path, tools=[wc], env={})
+    (tmp_path / "turns.toml").unlink()
+    with pytest.raises(ConfigError, match="tools.wc: two different tools are named 'wc'"):
+        Turns(tmp_path, tools=[wc, tool(other, name="wc", permission="none")], env={})
+    careful = Agent(name="careful", system_prompt="s", tools=(delete_file,))
+    careless = Agent(
+        name="careless", system_prompt="s", tools=(delete_file.with_(permission="none"),)
+    )
+    with pytest.raises(ConfigError, match="two different tools are named 'delete_file'"):
+        Turns(tmp_path, agents=[careful, careless], env={})
+    # The same tool listed twice is one tool.
+    both = Turns(tmp_path, tools=[delete_file], agents=[careful], env={})
+    assert both.runtime.config.tools["delete_file"] is delete_file
+
+
+async def test_a_turns_object_is_open_once_at_a_time(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Entering an open Turns again would start a second worker and, on the inner exit,
+    close the outer block's connection and leak its worker."""
+    a = Agent(name="a", system_prompt="s", model="scripted/a")
+    turns = runtime(temporal_env, tmp_path, agents=[a], models={"a": lambda r: "hi"})
+    async with turns:
+        with pytest.raises(RuntimeError, match="already open"):
+            async with turns:
+                pass
+        assert (await turns.run("still open", agent="a")).status == "completed"
+    async with turns:  # once closed, it opens again
+        assert (await turns.run("again", agent="a")).status == "completed"
+
+
+@tool(execution="async", permission="none")
+def lookup(query: str) -> None:
+    """Answered later, by an outside system."""
+
+
+async def test_bad_arguments_are_invalid_input_errors_and_change_nothing(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """An app maps turncore's errors to responses; a raw pydantic ValidationError (or a
+    silent empty list) for a caller's mistake is neither typed nor explained."""
+    agent = Agent(name="ask", system_prompt="s", tools=(lookup,), model="scripted/ask")
+    model = scripted([{"toolName": "lookup", "input": {"query": "q"}}])
+    async with runtime(temporal_env, tmp_path, agents=[agent], models={"ask": model}) as turns:
+        outcome = await turns.run("look it up", agent="ask")
+        assert outcome.status == "suspended"
+        [call] = outcome.outcome.pending_async_tools  # type: ignore[union-attr]
+        files = {p: p.read_bytes() for p in tmp_path.glob("storage/turns/**/*.jsonl")}
+        tid, cid = outcome.turn_id, call.tool_call_id
+        with pytest.raises(InvalidInputError, match="complete: output is a set"):
+            await turns.complete(tid, cid, {1, 2})
+        with pytest.raises(InvalidInputError, match="complete: output is nan"):
+            await turns.complete(tid, cid, float("nan"))
+        with pytest.raises(InvalidInputError, match="progress: progress is a bytes"):
+            await turns.progress(tid, cid, b"\xff")
+        with pytest.raises(InvalidInputError, match="approve: tool_call_id: String should have"):
+            await turns.approve(tid, "")
+        with pytest.raises(InvalidInputError, match="max_model_calls: Input should be greater"):
+            await turns.start("hi", agent="ask", max_model_calls=0)
+        with pytest.raises(InvalidInputError, match="the prompt is empty"):
+            await turns.start("  ", agent="ask")
+        status: Any = "pending"  # a typo an untyped caller makes
+        with pytest.raises(InvalidInputError, match="unknown status 'pending'"):
+            await turns.list(status=status)
+        with pytest.raises(InvalidInputError, match="limit"):
+            await turns.list(limit=0)
+        assert {p: p.read_bytes() for p in tmp_path.glob("storage/turns/**/*.jsonl")} == files
+        done = await turns.complete(tid, cid, {"answer": 42})
+        assert done.status == "completed"
+
+
+async def test_cancelling_a_waiting_call_cancels_it(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A caller that gives up (``asyncio.wait_for``, a web request whose client went away)
+    cancels its advance; the SDK reports the cancelled update as a retryable RPC timeout,
+    which must not swallow the cancellation. The turn goes on regardless."""
+    answer = asyncio.Event()
+
+    async def slow(request: ModelCallRequest) -> str:
+        await answer.wait()
+        return "finally"
+
+    a = Agent(name="a", system_prompt="s", model="scripted/slow")
+    async with runtime(temporal_env, tmp_path, agents=[a], models={"slow": slow}) as turns:
+        turn_id = await turns.start("take your time", agent="a")
+        waiting = asyncio.ensure_future(turns.advance(turn_id))
+        async for event in turns.watch(turn_id):
+            if event.type == "model_call_requested":
+                break
+        waiting.cancel()
+        done, _ = await asyncio.wait({waiting}, timeout=10)
+        assert waiting in done and waiting.cancelled()
+        answer.set()
+        assert (await turns.advance(turn_id)).status == "completed"
+
+
+async def test_closing_turns_ends_the_calls_still_waiting_on_it(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A call still waiting when its Turns block ends (an app shutting down) is told at
+    once that nothing serves it any more, instead of retrying for minutes; the turn is
+    left as it is, and recovers later."""
+    answer = asyncio.Event()
+
+    async def slow(request: ModelCallRequest) -> str:
+        await answer.wait()
+        return "finally"
+
+    a = Agent(name="a", system_prompt="s", model="scripted/slow")
+    turns = runtime(temporal_env, tmp_path, agents=[a], models={"slow": slow})
+    async with turns:
+        turn_id = await turns.start("take your time", agent="a")
+        waiting = asyncio.ensure_future(turns.advance(turn_id))
+        async for event in turns.watch(turn_id):
+            if event.type == "model_call_requested":
+                break
+    with pytest.raises(InfrastructureError, match=f"closed while turn {turn_id} was advancing"):
+        await asyncio.wait_for(waiting, 30)
+    answer.set()
+    async with turns:
+        assert (await turns.recover(turn_id)).status == "completed"
 
 
 @tool(permission="none")

@@ -4,7 +4,11 @@ errors as results, context, return values. Called directly (no Temporal)."""
 from __future__ import annotations
 
 import asyncio
+import functools
 import logging
+import threading
+from collections.abc import Callable
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from enum import Enum
 from typing import Any, Literal
@@ -229,3 +233,155 @@ def test_a_declared_schema_must_agree_with_the_inferred_one() -> None:
     assert "input_schema.properties.z" in (
         schema_disagreement({"properties": {"z": {}}}, inferred) or ""
     )
+
+
+def test_a_tool_that_exits_or_returns_unencodable_bytes_is_an_error_result() -> None:
+    """Nothing a tool does escapes ``execute``: ``sys.exit()`` (argparse, click) in a sync
+    tool would otherwise unwind the worker's event loop and hang the embedding process."""
+
+    @tool
+    def exits(code: int) -> int:
+        """Exits."""
+        raise SystemExit(code)
+
+    @tool
+    async def exits_async() -> int:
+        """Exits too."""
+        raise SystemExit("bye")
+
+    @tool
+    def raw() -> Any:
+        """Bytes that are no text."""
+        return b"\xff\xfe"
+
+    class Unprintable(Exception):
+        def __str__(self) -> str:
+            raise ValueError("no text")
+
+    @tool
+    def unprintable() -> int:
+        """Raises something that cannot be printed."""
+        raise Unprintable
+
+    assert run(exits, {"code": 2}) == ToolResultData(
+        output="Tool raised SystemExit: 2", is_error=True
+    )
+    assert run(exits_async, {}) == ToolResultData(
+        output="Tool raised SystemExit: bye", is_error=True
+    )
+    returned = run(raw, {})
+    assert returned.is_error and returned.output.startswith("Tool returned a non-JSON value: ")
+    assert run(unprintable, {}) == ToolResultData(
+        output="Tool raised Unprintable (its message cannot be printed)", is_error=True
+    )
+
+
+def test_blocking_sync_tools_do_not_starve_the_event_loops_threads() -> None:
+    """Each blocking call gets a thread of its own: more blocked tools than the loop's
+    default executor has threads must all run, and the runtime's own file reads and
+    appends (``asyncio.to_thread``) must still get through meanwhile."""
+    many = ThreadPoolExecutor()._max_workers + 4  # more than asyncio.to_thread's threads
+    running: list[int] = []
+    release = threading.Event()
+
+    @tool
+    def blocks(n: int) -> int:
+        """Blocks until released."""
+        running.append(n)
+        release.wait(60)
+        return n
+
+    async def scenario() -> list[ToolResultData]:
+        calls = [asyncio.ensure_future(blocks.execute({"n": i}, context())) for i in range(many)]
+        try:
+            deadline = asyncio.get_running_loop().time() + 10
+            while len(running) < many:  # every call runs; none waits for a free thread
+                assert asyncio.get_running_loop().time() < deadline, f"{len(running)} running"
+                await asyncio.sleep(0.01)
+            # The loop's own blocking work (the repository's reads and appends) gets through.
+            assert await asyncio.wait_for(asyncio.to_thread(lambda: "read"), 10) == "read"
+        finally:
+            release.set()
+        return await asyncio.gather(*calls)
+
+    results = asyncio.run(scenario())
+    assert [r.output for r in results] == list(range(many))
+
+
+def test_numpy_style_docstrings_describe_the_parameters() -> None:
+    @tool
+    def scale(values: list[float], factor: float = 2.0, *, unit: str = "m") -> list[float]:
+        """Scale a list of values.
+
+        Multiplies each one.
+
+        Parameters
+        ----------
+        values : list of float
+            The values to scale,
+            in order.
+        factor : float, optional
+            What to multiply by.
+        unit
+            Their unit.
+
+        Returns
+        -------
+        list of float
+            The scaled values.
+        """
+        return [v * factor for v in values]
+
+    assert scale.description == "Scale a list of values.\n\nMultiplies each one."
+    properties = scale.input_schema["properties"]
+    assert properties["values"]["description"] == "The values to scale, in order."
+    assert properties["factor"]["description"] == "What to multiply by."
+    assert properties["unit"]["description"] == "Their unit."
+
+
+def test_any_parameter_name_is_an_argument_name() -> None:
+    """Names pydantic keeps for itself (``model_config``, ``json``, a leading underscore)
+    still name the argument the model sends; none vanishes from the schema."""
+
+    @tool
+    def odd(model_config: str, json: int, _private: bool = False) -> list[Any]:
+        """Odd names.
+
+        Args:
+            model_config: a configuration name
+        """
+        return [model_config, json, _private]
+
+    schema = odd.input_schema
+    assert set(schema["properties"]) == {"model_config", "json", "_private"}
+    assert schema["required"] == ["model_config", "json"]
+    assert schema["properties"]["model_config"]["description"] == "a configuration name"
+    assert run(odd, {"model_config": "c", "json": 1, "_private": True}).output == ["c", 1, True]
+    bad = run(odd, {"model_config": 1, "json": 1})
+    assert bad.is_error and "model_config: Input should be a valid string" in bad.output
+
+
+def test_callable_objects_partials_and_optional_contexts_are_tools() -> None:
+    class Adder:
+        async def __call__(self, a: int, b: int, ctx: ToolContext | None = None) -> int:
+            """Add."""
+            assert ctx is not None and ctx.tool_call_id == "call_1"
+            return a + b
+
+    def power(base: int, exp: int) -> int:
+        return int(base**exp)
+
+    add = tool(Adder(), name="add")
+    assert set(add.input_schema["properties"]) == {"a", "b"} and add.description == "Add."
+    assert run(add, {"a": 2, "b": 3}).output == 5
+    square = tool(functools.partial(power, exp=2), name="square")
+    assert square.input_schema["required"] == ["base"]
+    assert run(square, {"base": 7}).output == 49
+
+
+def test_a_parameter_pydantic_cannot_describe_is_a_declaration_error() -> None:
+    def takes_a_function(f: Callable[[int], int]) -> int:
+        return f(1)
+
+    with pytest.raises(ToolDeclarationError, match=r"tool 'takes_a_function': parameter 'f'"):
+        tool(takes_a_function)

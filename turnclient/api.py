@@ -17,6 +17,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
+from pydantic import ValidationError
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -41,6 +42,7 @@ from turncore.errors import (
     InvalidInputError,
     RejectedInputError,
     TurnNotFoundError,
+    invalid_input,
 )
 from turncore.events import (
     DEFAULT_MAX_MODEL_CALLS,
@@ -249,6 +251,11 @@ class TurnClient:
             try:
                 return await call()
             except (RPCError, WorkflowUpdateRPCTimeoutOrCancelledError) as exc:
+                task = asyncio.current_task()
+                if task is not None and task.cancelling():
+                    # Our caller cancelled us: the SDK reports a cancelled update poll
+                    # as WorkflowUpdateRPCTimeoutOrCancelledError, never to be retried.
+                    raise asyncio.CancelledError from exc
                 if not _transient(exc):
                     raise
                 if loop.time() + delay > deadline:
@@ -286,6 +293,15 @@ class TurnClient:
             self._contexts.snapshot_for, resolved, context, request.session_id
         )
         turn_id = self._ids.next_id()
+        try:
+            config = TurnConfig(
+                auto_permission=request.auto_permission,
+                human_available=request.human_available,
+                max_model_calls=request.max_model_calls,
+                reasoning_effort=request.reasoning_effort,
+            )
+        except ValidationError as exc:  # max_model_calls below 1, an unknown effort
+            raise invalid_input("the turn cannot be created", exc) from None
         created = TurnCreated(
             turn_id=turn_id,
             ts=self._clock(),
@@ -294,12 +310,7 @@ class TurnClient:
             agent=AgentSnapshot(requested=request.agent, resolved=snapshot),
             context=context,
             input=request.input,
-            config=TurnConfig(
-                auto_permission=request.auto_permission,
-                human_available=request.human_available,
-                max_model_calls=request.max_model_calls,
-                reasoning_effort=request.reasoning_effort,
-            ),
+            config=config,
         )
         await asyncio.to_thread(self._repo.create, created)
         return turn_id

@@ -633,12 +633,22 @@ def with_python(
     known = dict(config.tools)
     for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
         existing = known.get(t.name)
-        if existing is not None and existing != t and existing.tool_id != t.tool_id:
-            raise ConfigError(f"tools.{t.name}: two different tools are named {t.name!r}")
+        # One name, one tool: a second one (another function, or the same one with
+        # another permission) would silently run instead of the first for every agent.
+        if existing is not None and not _same_tool(existing, t):
+            raise ConfigError(
+                f"tools.{t.name}: two different tools are named {t.name!r}; give one "
+                "another name (tool(fn, name=...)) or list the same Tool object"
+            )
         known[t.name] = t
     merged = dict(config.agents)
+    named: set[str] = set()
     try:
         for a in agents:
+            if a.name in named:  # a Python agent may replace a file's, not another Python one
+                raise ValueError(f"agents.{a.name}: two agents are named {a.name!r}")
+            named.add(a.name)
+            _check_agent_fields(a)
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
             if a.model is not None:
                 _check_model_ref(f"agents.{a.name}.model", a.model, config.providers)
@@ -665,3 +675,25 @@ def with_python(
         auto_allow=(*config.auto_allow, *allow),
         auto_deny=(*config.auto_deny, *deny),
     )
+
+
+def _same_tool(a: Tool, b: Tool) -> bool:
+    """The same declaration and the same function (``Tool`` equality leaves the function out)."""
+    return a == b and a.function == b.function
+
+
+def _check_agent_fields(agent: Agent) -> None:
+    """A Python agent's fields, by the rules of its ``[agents.NAME]`` table (types, efforts)."""
+    table = {
+        "system_prompt": agent.system_prompt,
+        "model": agent.model,
+        "tools": list(agent.tool_names),
+        "reasoning_effort": agent.reasoning_effort,
+        "description": agent.description,
+    }
+    try:
+        AgentTable.model_validate(table, strict=True)
+    except ValidationError as exc:
+        where = f"agents.{agent.name}"
+        problems = "; ".join(_describe(e, where) for e in exc.errors(include_url=False))
+        raise ValueError(problems) from None

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
-from turncore.errors import RejectedInputError, TurnNotFoundError
+from turncore.errors import InvalidInputError, RejectedInputError, TurnNotFoundError
 from turncore.events import ContextRef
 from turncore.ids import validate_turn_id
 from turncore.reducer import TurnReducer
@@ -48,7 +48,20 @@ async def continuation(
     session: str | None = None,
 ) -> Continuation:
     """Where a new turn starts: after ``continue_from``, after the session's latest turn,
-    or (neither) fresh. An open predecessor is refused, naming what it awaits."""
+    or (neither) fresh. An open predecessor is refused, naming what it awaits.
+
+    An empty session id is refused: visibility would read it as no filter at all,
+    and the "latest turn of the session" would be the newest turn of the whole
+    namespace. ``continue_from`` and ``session`` together are refused too: the
+    continued turn joins its predecessor's session, whatever ``session`` says.
+    """
+    if session == "":
+        raise InvalidInputError("the session id is empty: name the session, or give none")
+    if continue_from is not None and session is not None:
+        raise InvalidInputError(
+            "give continue_from or session, not both "
+            "(a continued turn joins its predecessor's session)"
+        )
     if continue_from is None and session is not None:
         if client is None:
             raise ValueError("finding a session's latest turn needs a Temporal client")

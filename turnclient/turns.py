@@ -38,16 +38,23 @@ import asyncio
 import builtins
 import contextlib
 import os
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from types import TracebackType
-from typing import Any, Literal
+from typing import Any, Literal, TypeVar, get_args
 
+from pydantic import ValidationError
 from temporalio.client import Client
 
 from turncore.advance import outcome_of
-from turncore.errors import RejectedInputError, TurnNotFoundError
+from turncore.errors import (
+    InfrastructureError,
+    InvalidInputError,
+    RejectedInputError,
+    TurnNotFoundError,
+    invalid_input,
+)
 from turncore.events import (
     AgentOverrides,
     AsyncToolProgressInput,
@@ -76,6 +83,7 @@ from .listing import TurnSummary, latest_turns
 from .runtime import Runtime, temporal
 
 Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
+_I = TypeVar("_I")
 _TERMINAL = ("turn_completed", "turn_failed", "turn_cancelled")
 
 
@@ -134,11 +142,22 @@ class Turns:
         self._client = client
         self._worker = worker
         self._stack: contextlib.AsyncExitStack | None = None
+        self._opening = False
+        self._closed: asyncio.Event | None = None
+        """Set when the block ends: calls still waiting then end instead of retrying."""
         self._turns: TurnClient | None = None
 
     # ---------------------------------------------------------------- lifecycle
 
     async def __aenter__(self) -> Turns:
+        # Open once at a time: a second entry would serve a second worker, and its
+        # exit would close the first block's connection under it.
+        if self._stack is not None or self._opening:
+            raise RuntimeError(
+                "this Turns is already open: enter it once (`async with`) and share the "
+                "object inside the block"
+            )
+        self._opening = True
         stack = contextlib.AsyncExitStack()
         try:
             client = self._client
@@ -152,7 +171,10 @@ class Turns:
         except BaseException:
             await stack.aclose()
             raise
+        finally:
+            self._opening = False
         self._stack = stack
+        self._closed = asyncio.Event()
         self._turns = self.runtime.turn_client(client)
         return self
 
@@ -163,6 +185,8 @@ class Turns:
         tb: TracebackType | None,
     ) -> None:
         stack, self._stack, self._turns = self._stack, None, None
+        if self._closed is not None:
+            self._closed.set()  # calls still waiting end now (see _served)
         if stack is not None:
             await stack.aclose()
 
@@ -232,6 +256,8 @@ class Turns:
         human_available: bool,
         max_model_calls: int | None,
     ) -> CreateTurnInput:
+        if not prompt.strip():
+            raise InvalidInputError("the prompt is empty: say what the turn is about")
         after = await continuation(
             self.runtime.repository,
             self.client.temporal,
@@ -269,42 +295,75 @@ class Turns:
 
     async def advance(self, turn_id: str, input: TurnExternalInput | None = None) -> TurnOutcome:
         """Advance the turn by at most one input until it settles; its outcome."""
-        return await self.client.advance_turn(turn_id, input).outcome
+        return await self._served(turn_id, self.client.advance_turn(turn_id, input).outcome)
 
     async def approve(self, turn_id: str, tool_call_id: str) -> TurnOutcome:
-        return await self.advance(
-            turn_id, PermissionDecisionInput(tool_call_id=tool_call_id, decision="allow")
+        decision = _input(
+            "approve", lambda: PermissionDecisionInput(tool_call_id=tool_call_id, decision="allow")
         )
+        return await self.advance(turn_id, decision)
 
     async def deny(self, turn_id: str, tool_call_id: str, reason: str | None = None) -> TurnOutcome:
         metadata = {"reason": reason} if reason else None
-        return await self.advance(
-            turn_id,
-            PermissionDecisionInput(tool_call_id=tool_call_id, decision="deny", metadata=metadata),
+        decision = _input(
+            "deny",
+            lambda: PermissionDecisionInput(
+                tool_call_id=tool_call_id, decision="deny", metadata=metadata
+            ),
         )
+        return await self.advance(turn_id, decision)
 
     async def complete(
         self, turn_id: str, tool_call_id: str, output: Any, *, is_error: bool = False
     ) -> TurnOutcome:
         """Supply the result of an async tool call (such as ``ask_human``)."""
-        return await self.advance(
-            turn_id,
-            AsyncToolResultInput(
+        result = _input(
+            "complete",
+            lambda: AsyncToolResultInput(
                 tool_call_id=tool_call_id, result=ToolResultData(output=output, is_error=is_error)
             ),
         )
+        return await self.advance(turn_id, result)
 
     async def progress(self, turn_id: str, tool_call_id: str, data: Any) -> TurnOutcome:
-        return await self.advance(
-            turn_id, AsyncToolProgressInput(tool_call_id=tool_call_id, progress=data)
+        progress = _input(
+            "progress", lambda: AsyncToolProgressInput(tool_call_id=tool_call_id, progress=data)
         )
+        return await self.advance(turn_id, progress)
 
     async def cancel(self, turn_id: str, reason: str | None = None) -> TurnOutcome:
-        return await self.advance(turn_id, CancelInput(reason=reason))
+        return await self.advance(turn_id, _input("cancel", lambda: CancelInput(reason=reason)))
 
     async def recover(self, turn_id: str) -> TurnOutcome:
         """Serve a turn until it settles, starting its workflow from the file if none runs."""
-        return await self.client.recover(turn_id)
+        return await self._served(turn_id, self.client.recover(turn_id))
+
+    async def _served(self, turn_id: str, call: Awaitable[TurnOutcome]) -> TurnOutcome:
+        """``call``, or an ``InfrastructureError`` once this ``Turns`` closes under it.
+
+        The block's end stops this process's worker and releases the embedded
+        server; a call still waiting would retry against them for minutes. The
+        turn is left as it is, durable in its file.
+        """
+        task = asyncio.ensure_future(call)
+        closed = asyncio.ensure_future(self._closed.wait() if self._closed else asyncio.Future())
+        try:
+            await asyncio.wait({task, closed}, return_when=asyncio.FIRST_COMPLETED)
+        except asyncio.CancelledError:
+            task.cancel()
+            raise
+        finally:
+            closed.cancel()
+        if task.done():
+            return task.result()
+        task.cancel()
+        await asyncio.wait({task})
+        if not task.cancelled():
+            task.exception()  # retrieved: the error below says what happened
+        raise InfrastructureError(
+            f"this Turns closed while turn {turn_id} was advancing; the turn is left as it "
+            f"is (Turns.recover or `turns recover {turn_id}` serves it again)"
+        )
 
     # ---------------------------------------------------------------- reading
 
@@ -360,6 +419,11 @@ class Turns:
         limit: int = 100,
     ) -> list[TurnSummary]:
         """Turns from Temporal visibility, newest first; a session's last turns in order."""
+        if status is not None and status not in get_args(Status):
+            known = ", ".join(get_args(Status))
+            raise InvalidInputError(f"list: unknown status {status!r} (known: {known})")
+        if limit < 1:
+            raise InvalidInputError(f"list: limit is {limit}; list at least one turn")
         return await latest_turns(
             self.client.temporal, status=status, agent=agent, session=session, limit=limit
         )
@@ -384,6 +448,15 @@ class Turns:
                         }
                     )
         return out
+
+
+def _input(what: str, build: Callable[[], _I]) -> _I:
+    """An input made from a caller's arguments; a value its model refuses (a set as an
+    output, an empty call id) is the caller's ``InvalidInputError``, before anything is sent."""
+    try:
+        return build()
+    except ValidationError as exc:
+        raise invalid_input(what, exc) from None
 
 
 __all__ = ["TurnResult", "TurnSummary", "Turns"]

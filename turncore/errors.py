@@ -12,6 +12,11 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from pydantic import ValidationError
+
 
 class TurnError(Exception):
     """Base of every error turncore raises on purpose."""
@@ -67,6 +72,21 @@ class DependencyError(InfrastructureError):
 
 class InvalidInputError(TurnError, ValueError):
     """The caller's input is invalid; nothing durable changed."""
+
+
+def invalid_input(what: str, exc: ValidationError) -> InvalidInputError:
+    """A caller's arguments that a model refused, as ``InvalidInputError``: ``what`` and
+    each problem (``field: message``), not pydantic's multi-line report."""
+    problems = []
+    for e in exc.errors(include_url=False):
+        message = (
+            str(e.get("ctx", {}).get("error", e["msg"])) if e["type"] == "value_error" else e["msg"]
+        )
+        where = ".".join(str(part) for part in e["loc"])
+        problems.append(
+            message if e["type"] == "value_error" or not where else f"{where}: {message}"
+        )
+    return InvalidInputError(f"{what}: {'; '.join(problems)}")
 
 
 class InvalidTurnIdError(InvalidInputError):

@@ -1,13 +1,16 @@
 """Tools: one declaration per tool, and the registry that runs them (spec §6.5, §10.1).
 
-A tool is a plain typed Python function, sync or async, turned into a
-``Tool`` by the ``tool`` decorator (or ``tool(fn, ...)`` as a call). The
-function's signature is the tool's input: each parameter becomes a property
-of a pydantic model whose JSON schema the model sees; the docstring's first
-paragraph is the description and its ``Args:`` (or ``:param x:``) entries
-describe the parameters. A parameter annotated ``ToolContext`` is not part of
-the input; it receives the turn id, the call id, a cancellation event and a
-progress callback.
+A tool is a plain typed Python function, sync or async (or a callable
+object, or a ``functools.partial``), turned into a ``Tool`` by the ``tool``
+decorator (or ``tool(fn, ...)`` as a call). The function's signature is the
+tool's input: each parameter becomes a property of a pydantic model whose
+JSON schema the model sees (under the parameter's own name, whatever it is);
+the docstring's text before its first section is the description and its
+``Args:`` (Google), ``:param x:`` (Sphinx) or ``Parameters`` (NumPy) entries
+describe the parameters. A parameter annotated ``ToolContext`` (or
+``ToolContext | None``) is not part of the input; it receives the turn id,
+the call id, a cancellation event and a progress callback. A parameter
+pydantic cannot validate or describe is a ``ToolDeclarationError`` naming it.
 
 When the model calls the tool, its arguments are validated against that
 model (strictly, as JSON: ``"6"`` is not an ``int``) before the function
@@ -28,17 +31,21 @@ snapshotted ids back to live tools when a turn advances.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import inspect
 import logging
 import re
+import types
 import typing
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, create_model
+from pydantic.fields import FieldInfo
 from pydantic.json_schema import GenerateJsonSchema, JsonSchemaValue
 from pydantic_core import PydanticSerializationError, core_schema, to_jsonable_python
 
@@ -109,36 +116,53 @@ _OTHER_HEADER = re.compile(
 )
 _GOOGLE_ARG = re.compile(r"^\*{0,2}(\w+)\s*(?:\([^)]*\))?\s*:\s*(.*)$")
 _SPHINX_ARG = re.compile(r"^:param\s+(?:[^:\s]+\s+)?(\w+)\s*:\s*(.*)$")
+_NUMPY_ARGS = {"Parameters", "Params", "Arguments", "Args", "Other Parameters"}
+_NUMPY_UNDERLINE = re.compile(r"^-{3,}\s*$")
+_NUMPY_ARG = re.compile(r"^\*{0,2}(\w+(?:\s*,\s*\*{0,2}\w+)*)\s*(?::.*)?$")
 
 
 def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
     """The description (the text before any section) and per-parameter descriptions.
 
     Google style (an ``Args:`` section of ``name: text`` lines, continuations
-    indented deeper) and Sphinx style (``:param name: text``) are understood.
+    indented deeper), Sphinx style (``:param name: text``) and NumPy style (a
+    ``Parameters`` header underlined with dashes, ``name : type`` lines, the
+    text indented below) are understood.
     """
     if not doc:
         return "", {}
     description: list[str] = []
     params: dict[str, str] = {}
     section = "description"
-    current: str | None = None
+    current: list[str] = []
     arg_indent: int | None = None
-    for line in inspect.cleandoc(doc).splitlines():
+    lines = inspect.cleandoc(doc).splitlines()
+
+    def add(text: str) -> None:
+        for name in current:
+            params[name] = f"{params[name]} {text}".strip()
+
+    for i, line in enumerate(lines):
         text = line.strip()
         indent = len(line) - len(line.lstrip())
+        if indent == 0 and _NUMPY_UNDERLINE.match(text) and i > 0:
+            continue  # the underline of a NumPy header, handled with the header
+        underlined = i + 1 < len(lines) and _NUMPY_UNDERLINE.match(lines[i + 1].strip())
+        if indent == 0 and text and underlined:
+            section, current = ("numpy" if text in _NUMPY_ARGS else "other"), []
+            continue
         if indent == 0 and _ARGS_HEADER.match(text):
-            section, current, arg_indent = "args", None, None
+            section, current, arg_indent = "args", [], None
             continue
         if indent == 0 and (
             _OTHER_HEADER.match(text) or (text.startswith(":") and not _SPHINX_ARG.match(text))
         ):
-            section, current = "other", None
+            section, current = "other", []
             continue
         sphinx = _SPHINX_ARG.match(text) if indent == 0 else None
         if sphinx:
-            section, current = "sphinx", sphinx.group(1)
-            params[current] = sphinx.group(2).strip()
+            section, current = "sphinx", [sphinx.group(1)]
+            params[sphinx.group(1)] = sphinx.group(2).strip()
             continue
         if section == "description":
             description.append(line)
@@ -146,13 +170,21 @@ def _parse_docstring(doc: str | None) -> tuple[str, dict[str, str]]:
             google = _GOOGLE_ARG.match(text)
             if google and (arg_indent is None or indent <= arg_indent):
                 arg_indent = indent
-                current = google.group(1)
-                params[current] = google.group(2).strip()
-            elif current is not None:
-                params[current] = f"{params[current]} {text}".strip()
-        elif section == "sphinx" and current is not None and text and indent > 0:
-            params[current] = f"{params[current]} {text}".strip()
-    return "\n".join(description).strip(), params
+                current = [google.group(1)]
+                params[google.group(1)] = google.group(2).strip()
+            else:
+                add(text)
+        elif section == "numpy" and text:
+            numpy = _NUMPY_ARG.match(text) if indent == 0 else None
+            if numpy:
+                current = [n.strip().lstrip("*") for n in numpy.group(1).split(",")]
+                for name in current:
+                    params[name] = ""
+            else:
+                add(text)
+        elif section == "sphinx" and text and indent > 0:
+            add(text)
+    return "\n".join(description).strip(), {k: v for k, v in params.items() if v}
 
 
 class _Annotated:
@@ -163,26 +195,74 @@ class _Annotated:
 
 
 def _is_context(annotation: Any) -> bool:
-    return annotation is ToolContext
+    """``ToolContext``, also as ``ToolContext | None`` or ``Annotated[ToolContext, ...]``."""
+    if annotation is ToolContext:
+        return True
+    origin = typing.get_origin(annotation)
+    if origin is typing.Annotated:
+        return _is_context(typing.get_args(annotation)[0])
+    if origin is typing.Union or isinstance(annotation, types.UnionType):
+        options = [a for a in typing.get_args(annotation) if a is not type(None)]
+        return len(options) == 1 and _is_context(options[0])
+    return False
 
 
 @dataclass(frozen=True)
 class _Signature:
     model: type[BaseModel]
+    params: tuple[str, ...]
+    """The parameter each of the model's fields (``p0``, ``p1``, ...) is passed as."""
     context_param: str | None
     positional: tuple[str, ...]
     """Parameters passed by position (positional-only ones)."""
     is_async: bool
 
 
+def _described(fn: Callable[..., Any]) -> Any:
+    """The function whose annotations describe ``fn``'s parameters: a partial's
+    function, a callable object's ``__call__``, else ``fn`` itself."""
+    if isinstance(fn, functools.partial):
+        return _described(fn.func)
+    if inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isclass(fn):
+        return fn
+    return getattr(type(fn), "__call__", fn)  # noqa: B004 - a callable object
+
+
+def _declared_alias(annotation: Any) -> str | None:
+    """The alias an ``Annotated[..., Field(alias=...)]`` gives the argument, if any."""
+    if typing.get_origin(annotation) is not typing.Annotated:
+        return None
+    for meta in typing.get_args(annotation)[1:]:
+        if isinstance(meta, FieldInfo) and isinstance(meta.alias, str):
+            return meta.alias
+    return None
+
+
+def _doc_of(fn: Callable[..., Any]) -> str | None:
+    """The docstring that describes the tool: a partial's function's, a callable object's
+    class's (or else its ``__call__``'s), never ``functools.partial``'s own."""
+    if isinstance(fn, functools.partial):
+        return _doc_of(fn.func)
+    if inspect.isfunction(fn) or inspect.ismethod(fn) or inspect.isclass(fn):
+        return inspect.getdoc(fn)
+    own = type(fn).__doc__ or getattr(_described(fn), "__doc__", None)  # not object's
+    return inspect.cleandoc(own) if own else None
+
+
 def _signature_of(fn: Callable[..., Any], name: str, docs: Mapping[str, str]) -> _Signature:
+    described = _described(fn)
     try:
         # Only the parameters matter; the return annotation may name anything.
-        params_only = {k: v for k, v in getattr(fn, "__annotations__", {}).items() if k != "return"}
+        annotations = getattr(described, "__annotations__", {})
+        params_only = {k: v for k, v in annotations.items() if k != "return"}
         hints = typing.get_type_hints(
             _Annotated(params_only),
-            globalns=getattr(fn, "__globals__", None),
-            localns=inspect.getclosurevars(fn).nonlocals if inspect.isfunction(fn) else None,
+            globalns=getattr(described, "__globals__", None),
+            localns=(
+                inspect.getclosurevars(described).nonlocals
+                if inspect.isfunction(described)
+                else None
+            ),
             include_extras=True,
         )
     except Exception as exc:  # an annotation that does not resolve
@@ -190,6 +270,7 @@ def _signature_of(fn: Callable[..., Any], name: str, docs: Mapping[str, str]) ->
             f"tool {name!r}: cannot resolve the annotations of {_where(fn)}: {exc}"
         ) from None
     fields: dict[str, Any] = {}
+    params: list[str] = []
     context_param: str | None = None
     positional: list[str] = []
     for p in inspect.signature(fn).parameters.values():
@@ -212,19 +293,40 @@ def _signature_of(fn: Callable[..., Any], name: str, docs: Mapping[str, str]) ->
             positional.append(p.name)
         default = ... if p.default is p.empty else p.default
         description = docs.get(p.name)
-        fields[p.name] = (
-            annotation,
-            Field(default, description=description) if description else Field(default),
+        # Fields are p0, p1, ... aliased to the parameter names, so a name pydantic
+        # keeps for itself (model_config, json, _private) still names an argument.
+        info: dict[str, Any] = {"alias": _declared_alias(annotation) or p.name}
+        if description:
+            info["description"] = description
+        fields[f"p{len(params)}"] = (annotation, Field(default, **info))
+        params.append(p.name)
+    try:
+        model = create_model(
+            f"{name}_input",
+            __config__=ConfigDict(extra="forbid", strict=True),
+            **fields,
         )
-    model = create_model(
-        f"{name}_input",
-        __config__=ConfigDict(extra="forbid", strict=True),
-        **fields,
-    )
+        model.model_json_schema(schema_generator=_NoTitles)
+    except Exception as exc:  # a type pydantic cannot validate, or not describe as JSON
+        raise ToolDeclarationError(
+            f"tool {name!r}: {_unschemable(exc, fields, params)} of {_where(fn)} cannot be "
+            f"described to a model as JSON: {str(exc).splitlines()[0]}"
+        ) from None
     is_async = inspect.iscoroutinefunction(fn) or inspect.iscoroutinefunction(
         getattr(fn, "__call__", None)  # noqa: B004 - a callable object's async __call__
     )
-    return _Signature(model, context_param, tuple(positional), is_async)
+    return _Signature(model, tuple(params), context_param, tuple(positional), is_async)
+
+
+def _unschemable(exc: Exception, fields: Mapping[str, Any], params: Sequence[str]) -> str:
+    """The parameter a model-building error is about, found by trying each one alone."""
+    for field_name, param in zip(fields, params, strict=True):
+        try:
+            alone = create_model("probe", **{field_name: fields[field_name]})
+            alone.model_json_schema(schema_generator=_NoTitles)
+        except Exception:
+            return f"parameter {param!r}"
+    return "a parameter"
 
 
 def _where(fn: Callable[..., Any]) -> str:
@@ -341,7 +443,7 @@ class Tool:
             return ToolResultData(
                 output=f"Invalid arguments for tool {self.name}: {exc}", is_error=True
             )
-        values = {k: getattr(args, k) for k in type(args).model_fields}
+        values = {param: getattr(args, f"p{i}") for i, param in enumerate(sig.params)}
         positional = [values.pop(k) for k in sig.positional]
         if sig.context_param is not None:
             values[sig.context_param] = context
@@ -349,12 +451,14 @@ class Tool:
             if sig.is_async:
                 value = await fn(*positional, **values)
             else:
-                value = await asyncio.to_thread(fn, *positional, **values)
+                value = await _on_own_thread(self.name, fn, positional, values)
         except asyncio.CancelledError:
             raise
         except ToolError as exc:
-            return ToolResultData(output=str(exc), is_error=True)
-        except Exception as exc:
+            return ToolResultData(output=_message(exc).strip(), is_error=True)
+        except (Exception, SystemExit) as exc:
+            # SystemExit too (sys.exit(), argparse, click in a tool): raised out of
+            # here it would unwind the worker's event loop, not end one call.
             # The model gets the message; whoever runs the worker gets file:line.
             log.exception(
                 "tool %s (call %s of turn %s) raised %s",
@@ -363,8 +467,58 @@ class Tool:
                 context.turn_id,
                 type(exc).__name__,
             )
-            return ToolResultData(output=f"Tool raised {type(exc).__name__}: {exc}", is_error=True)
+            return ToolResultData(
+                output=f"Tool raised {type(exc).__name__}{_message(exc, ': ')}", is_error=True
+            )
         return _as_result(value)
+
+
+async def _on_own_thread(
+    name: str, fn: Callable[..., Any], args: list[Any], kwargs: dict[str, Any]
+) -> Any:
+    """``fn(*args, **kwargs)`` on a new daemon thread, awaited from the loop.
+
+    Not ``asyncio.to_thread``: the loop's default executor has only
+    ``min(32, cpus + 4)`` threads, and the runtime's own file reads and appends
+    run there too. Tools that block (slow I/O, a hung socket) would hold every
+    one of them, so further tools, their results and the embedding app's own
+    ``to_thread`` work would wait behind them. A daemon thread also never keeps
+    the process from exiting when a tool ignores cancellation and hangs.
+    """
+    import asyncio
+    import contextvars
+    import threading
+
+    loop = asyncio.get_running_loop()
+    done: asyncio.Future[Any] = loop.create_future()
+    context = contextvars.copy_context()  # the tool's spans nest under the caller's
+
+    def settle(value: Any, exc: BaseException | None) -> None:
+        if done.done():  # the awaiting call was cancelled meanwhile
+            return
+        if exc is not None:
+            done.set_exception(exc)
+        else:
+            done.set_result(value)
+
+    def work() -> None:
+        try:
+            value, exc = context.run(fn, *args, **kwargs), None
+        except BaseException as raised:  # handed to the awaiting call, which decides
+            value, exc = None, raised
+        with contextlib.suppress(RuntimeError):  # the loop closed while the tool ran
+            loop.call_soon_threadsafe(settle, value, exc)
+
+    threading.Thread(target=work, name=f"tool {name}", daemon=True).start()
+    return await done
+
+
+def _message(exc: BaseException, prefix: str = "") -> str:
+    """``str(exc)`` (after ``prefix``), or a note when the exception cannot say it."""
+    try:
+        return f"{prefix}{exc}"
+    except Exception:
+        return " (its message cannot be printed)"
 
 
 def _as_result(value: Any) -> ToolResultData:
@@ -372,7 +526,7 @@ def _as_result(value: Any) -> ToolResultData:
         return value
     try:
         output = to_jsonable_python(value, by_alias=True)
-    except PydanticSerializationError as exc:
+    except (PydanticSerializationError, ValueError) as exc:  # ValueError: bytes that are no UTF-8
         return ToolResultData(output=f"Tool returned a non-JSON value: {exc}", is_error=True)
     problem = json_problem(output, "output")
     if problem is not None:
@@ -432,7 +586,7 @@ def tool(
 
     def build(f: Callable[..., Any]) -> Tool:
         tool_name = name or str(getattr(f, "__name__", ""))
-        summary, docs = _parse_docstring(inspect.getdoc(f))
+        summary, docs = _parse_docstring(_doc_of(f))
         sig = _signature_of(f, tool_name, docs)
         schema = sig.model.model_json_schema(schema_generator=_NoTitles)
         return Tool(
