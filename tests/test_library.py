@@ -411,3 +411,34 @@ async def test_a_tool_value_nested_past_the_limit_is_an_error_result_not_a_wedge
         assert not fits.is_error
         assert deep.is_error
         assert f"is nested deeper than {MAX_JSON_DEPTH} levels" in str(deep.output)
+
+
+async def test_pending_says_when_it_read_only_the_newest_suspended_turns(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import turnclient.listing
+
+    agent = Agent(name="d", system_prompt="s", tools=(delete_file,), model="scripted/del")
+    calls = [{"toolName": "delete_file", "input": {"path": "a"}}]
+    async with runtime(
+        temporal_env, tmp_path, agents=[agent], models={"del": scripted(calls)}
+    ) as turns:
+        older = await turns.start("one", agent="d")
+        assert (await turns.advance(older)).status == "suspended"
+        newer = await turns.start("two", agent="d")
+        assert (await turns.advance(newer)).status == "suspended"
+        deadline = asyncio.get_running_loop().time() + 30
+        while len((view := await turns.pending())["turns"]) < 2:
+            assert asyncio.get_running_loop().time() < deadline, view
+            await asyncio.sleep(0.1)
+        assert view["partial"] is False
+        approvals = await turns.pending_approvals()
+        assert [(a["turnId"], a["toolName"], a["input"]) for a in approvals] == [
+            (newer, "delete_file", {"path": "a"}),
+            (older, "delete_file", {"path": "a"}),
+        ]
+        # More suspended turns than the view reads: it says so instead of silently
+        # leaving the older ones out.
+        monkeypatch.setattr(turnclient.listing, "PENDING_LIMIT", 1)
+        view = await turns.pending()
+        assert [t["turnId"] for t in view["turns"]] == [newer] and view["partial"] is True

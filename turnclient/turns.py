@@ -79,7 +79,7 @@ from turncore_temporal.worker import serving
 from .api import CreateTurnInput, TurnClient
 from .config import Agent, load_config, with_python, work_dir_from_env
 from .conversations import continuation
-from .listing import TurnSummary, latest_turns
+from .listing import TurnSummary, latest_turns, pending_across
 from .runtime import Runtime, temporal
 
 Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
@@ -428,27 +428,27 @@ class Turns:
             self.client.temporal, status=status, agent=agent, session=session, limit=limit
         )
 
-    async def pending_approvals(self) -> builtins.list[dict[str, Any]]:
-        """Every tool call that awaits a human's approval, across suspended turns.
+    async def pending(self) -> dict[str, Any]:
+        """What every suspended turn waits for, newest turn first, read from the files:
+        ``{"turns": [{turnId, agent, prompt, permissions, asyncTools}…], "partial": bool}``,
+        exactly the web UI's ``GET /api/pending``. ``partial`` is true when more than
+        ``turnclient.listing.PENDING_LIMIT`` turns are suspended (only the newest are read).
 
         Suspended turns are found through Temporal visibility, which is
         eventually consistent: a turn that suspended a moment ago may be listed
         a moment later. Each turn's file then says what it awaits."""
-        out: builtins.list[dict[str, Any]] = []
-        for row in await self.list(status="suspended"):
-            with contextlib.suppress(TurnNotFoundError):
-                state = await self._state(row.turn_id)
-                for p in state.pending_permissions():
-                    out.append(
-                        {
-                            "turnId": row.turn_id,
-                            "toolCallId": p.tool_call_id,
-                            "toolName": p.tool_name,
-                            "request": p.request,
-                        }
-                    )
-        return out
+        return await pending_across(self.client.temporal, self.runtime.repository)
 
+    async def pending_approvals(self) -> builtins.list[dict[str, Any]]:
+        """Every tool call that awaits a human's approval, from ``pending()``: one
+        ``{turnId, toolCallId, toolName, input, request[, reason]}`` per call (check
+        ``pending()["partial"]`` when thousands of turns may be suspended)."""
+        view = await self.pending()
+        return [
+            {"turnId": turn["turnId"], **approval}
+            for turn in view["turns"]
+            for approval in turn["permissions"]
+        ]
 
 def _input(what: str, build: Callable[[], _I]) -> _I:
     """An input made from a caller's arguments; a value its model refuses (a set as an
