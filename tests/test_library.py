@@ -316,6 +316,10 @@ async def test_bad_arguments_are_invalid_input_errors_and_change_nothing(
             await turns.start("hi", agent="ask", max_model_calls=0)
         with pytest.raises(InvalidInputError, match="the prompt is empty"):
             await turns.start("  ", agent="ask")
+        with pytest.raises(InvalidInputError, match="a model reference is PROVIDER/MODEL"):
+            await turns.start("hi", agent="ask", model="nope")
+        with pytest.raises(InvalidInputError, match="unknown model provider 'nosuch'"):
+            await turns.start("hi", agent="ask", model="nosuch/x")
         status: Any = "pending"  # a typo an untyped caller makes
         with pytest.raises(InvalidInputError, match="unknown status 'pending'"):
             await turns.list(status=status)

@@ -1474,14 +1474,6 @@ def _turn_request(
             "default_model in turns.toml",
             EXIT_USAGE,
         )
-    configured = {*runtime.config.providers, "scripted"}
-    if model.provider not in configured:
-        # Like an unknown agent, an unknown provider is a mistake in what was asked.
-        raise Failure(
-            f"unknown model provider {model.provider!r} in {model.label()} "
-            f"(configured: {', '.join(sorted(configured))})",
-            EXIT_USAGE,
-        )
     runtime.models.resolve(model)  # a missing key fails before any file exists
     max_calls = getattr(args, "max_model_calls", None)
     request = CreateTurnInput(

@@ -35,7 +35,7 @@ from temporalio.runtime import Runtime as TemporalRuntime
 
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver, ElisionPolicy
-from turncore.errors import InfrastructureError, InvalidInputError
+from turncore.errors import DependencyError, InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
 from turncore.ids import TurnIdGenerator
 from turncore.live import LiveHub
@@ -212,10 +212,29 @@ class Runtime:
             return {}
         return {"max_concurrent_children": self.config.max_concurrent_subagents}
 
+    def model_override(self, override: str) -> ModelDescriptor:
+        """A caller's ``PROVIDER/MODEL`` for one turn (``--model``, ``Turns.start(model=)``).
+
+        Malformed, or naming a provider ``turns.toml`` does not configure, it is
+        the caller's mistake, like an unknown agent: ``InvalidInputError``.
+        (An agent's own model was checked when the configuration loaded.)
+        """
+        try:
+            descriptor = parse_model_ref(override)
+        except DependencyError as exc:
+            raise InvalidInputError(str(exc)) from None
+        configured = {*self.config.providers, "scripted"}
+        if descriptor.provider not in configured:
+            raise InvalidInputError(
+                f"unknown model provider {descriptor.provider!r} in {descriptor.label()} "
+                f"(configured: {', '.join(sorted(configured))})"
+            )
+        return descriptor
+
     def model_for(self, agent: str, override: str | None) -> ModelDescriptor | None:
         """The model a new turn of ``agent`` would run on (``--model`` given as ``override``)."""
         return self.resolver.model_for(
-            agent, parse_model_ref(override) if override is not None else None
+            agent, self.model_override(override) if override is not None else None
         )
 
 

@@ -70,7 +70,6 @@ from turncore.events import (
 from turncore.events import RequestedAgent as _RequestedAgent
 from turncore.ids import validate_turn_id
 from turncore.messages import UserMessage
-from turncore.model import parse_model_ref
 from turncore.model.scripted import ScriptFunction
 from turncore.reducer import TurnReducer, TurnState
 from turncore.tools import Tool
@@ -270,7 +269,7 @@ class Turns:
         if name not in config.agents:
             known = ", ".join(sorted(config.agents))
             raise RejectedInputError(f"unknown agent {name!r} (known: {known})")
-        descriptor = parse_model_ref(model) if model is not None else None
+        descriptor = self.runtime.model_override(model) if model is not None else None
         resolved = self.runtime.model_for(name, model)
         if resolved is not None:
             self.runtime.models.resolve(resolved)  # a missing key fails before any file exists
