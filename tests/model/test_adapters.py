@@ -4,6 +4,7 @@ provider's wire format. Every scenario runs once per protocol."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 import httpx
@@ -17,6 +18,7 @@ from turncore.model import (
     ModelCallRequest,
     ModelFailure,
     ReasoningDeltaEvent,
+    Secret,
     SinkFailure,
     StreamEvent,
     TextDeltaEvent,
@@ -478,3 +480,30 @@ async def test_local_deadline(wire: Wire, provider: FakeProvider, http: httpx.As
     failure = await fail(wire, provider, http, request_for(wire, deadline_seconds=0.3))
     assert (failure.kind, failure.dispatch) == (FailureKind.DEADLINE, Dispatch.ACCEPTED)
     await asyncio.wait_for(provider.client_hung_up.wait(), 5)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [API_KEY + "\n", API_KEY + "\r", " " + API_KEY, API_KEY + "\x00", API_KEY + "é"],
+    ids=["newline", "carriage-return", "leading-space", "nul", "non-ascii"],
+)
+async def test_a_key_that_cannot_be_a_header_is_refused_before_any_io(
+    wire: Wire,
+    provider: FakeProvider,
+    http: httpx.AsyncClient,
+    key: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A key pasted with a newline or a stray character cannot travel in a header.
+    Nothing is sent, so the evidence is not-sent (not 'the provider may bill it'),
+    the kind names the key, and no log line quotes it (httpcore's debug trace
+    would print the refused header value)."""
+    caplog.set_level(logging.DEBUG)
+    model = wire.adapter(wire.binding(provider.base_url), http, Secret(key))
+    with pytest.raises(ModelFailure) as info:
+        await model.turn(request_for(wire), Collect(), CancellationToken())
+    assert (info.value.kind, info.value.dispatch) == (FailureKind.AUTHENTICATION, Dispatch.NOT_SENT)
+    assert "API key" in str(info.value)
+    assert_redacted(info.value)
+    assert provider.received == []
+    assert API_KEY not in caplog.text

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
+import re
 import time
 from abc import abstractmethod
 from typing import Any
@@ -69,6 +70,24 @@ class Secret:
 
 
 _CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+
+# A header value is visible ASCII, with spaces or tabs only inside (RFC 9110
+# §5.5); the HTTP stack refuses anything else only once it starts the request,
+# quoting the value in its debug log. A key is one token: no space at all.
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20\x21-\x7e\t]*[\x21-\x7e])?")
+_KEY = re.compile(r"[\x21-\x7e]+")
+
+
+def unsendable_header(headers: dict[str, str], key: Secret | None = None) -> str | None:
+    """The name of the first header whose value cannot be sent (``key`` is the
+    credential the headers carry: it must be one visible-ASCII token), or None."""
+    for name, value in headers.items():
+        if not _HEADER_VALUE.fullmatch(value):
+            return name
+        if key is not None and name.lower() in _CREDENTIAL_HEADERS:
+            if not _KEY.fullmatch(key.reveal()):
+                return name
+    return None
 
 
 class StreamDecoder:
@@ -153,10 +172,23 @@ class HttpModel(Model):
         body = orjson.dumps(self.encode(request, opaque))
         check_request_size(body, self._limits)
         url = self._binding.endpoint + self.path
+        headers = self.headers()
+        bad = unsendable_header(headers, self._api_key)
+        if bad is not None:
+            # Typically a key pasted with a newline or a stray space: refuse it
+            # here, not sent, and never hand the value to the HTTP stack.
+            credential = bad.lower() in _CREDENTIAL_HEADERS
+            raise attempt.failure(
+                FailureKind.AUTHENTICATION if credential else FailureKind.INVALID_INPUT,
+                "the API key cannot be sent: it holds a space, a line break, a control "
+                "character or a non-ASCII character"
+                if credential
+                else "a request header cannot be sent",
+            )
         decoder = self.decoder(attempt)
 
         async def work() -> ModelOutcome:
-            return await _stream(self._client, url, self.headers(), body, attempt, decoder)
+            return await _stream(self._client, url, headers, body, attempt, decoder)
 
         return await run_attempt(work, attempt, cancel, request.deadline_seconds)
 
