@@ -25,6 +25,7 @@ from turncore.model import (
     ModelCallRequest,
     ModelFailure,
     NamedToolChoice,
+    ReasoningDeltaEvent,
     ToolCallStartEvent,
     ToolDefinition,
 )
@@ -140,6 +141,34 @@ async def test_chat_unparseable_arguments_are_kept_for_the_tool_layer(
     )
     outcome = await turn(CHAT, provider, http, request("gpt-4.1", tools=[TOOL]))
     assert outcome.tool_calls()[0].input == "{oops"
+
+
+async def test_chat_reasoning_sent_under_both_names_is_kept_once(
+    provider: FakeProvider, http: httpx.AsyncClient
+) -> None:
+    # Servers moving from reasoning_content to reasoning (vLLM, mlx-vlm) send
+    # the same text under both names in one delta, for older clients.
+    provider.queue(
+        Reply(
+            chunks=[
+                _chunk({"role": "assistant", "reasoning_content": "Let me", "reasoning": "Let me"}),
+                _chunk({"reasoning": " think.", "reasoning_content": " think."}),
+                _chunk({"reasoning_content": None, "reasoning": "!"}),
+                _chunk({"content": "42", "reasoning": None}),
+                _chunk({}, "stop"),
+                sse("[DONE]"),
+            ]
+        )
+    )
+    sink = Collect()
+    model = CHAT.make(CHAT.binding(provider.base_url), http)
+    outcome = await model.turn(request("gpt-4.1"), sink, CancellationToken())
+    assert outcome.parts == (ReasoningPart(text="Let me think.!"), TextPart(text="42"))
+    assert [e.text for e in sink.events if isinstance(e, ReasoningDeltaEvent)] == [
+        "Let me",
+        " think.",
+        "!",
+    ]
 
 
 async def test_chat_tool_call_without_id_is_a_protocol_failure(
