@@ -507,3 +507,31 @@ async def test_a_key_that_cannot_be_a_header_is_refused_before_any_io(
     assert_redacted(info.value)
     assert provider.received == []
     assert API_KEY not in caplog.text
+
+
+async def test_waiting_for_a_pooled_connection_in_vain_is_not_sent(
+    wire: Wire, provider: FakeProvider
+) -> None:
+    """Every connection of the client's pool is busy and none frees up in time:
+    the request never left the process, so it is not-sent (and so retryable)."""
+    hold = Hold()
+    provider.queue(Reply(chunks=[*wire.text_head(), hold, *wire.text_tail()]))
+    async with httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(retries=0, limits=httpx.Limits(max_connections=1)),
+        timeout=httpx.Timeout(10.0, pool=0.2),
+    ) as http:
+        model = wire.make(wire.binding(provider.base_url), http)
+        streaming = asyncio.Event()
+
+        async def sink(event: StreamEvent) -> None:
+            streaming.set()
+
+        busy = asyncio.ensure_future(model.turn(request_for(wire), sink, CancellationToken()))
+        await asyncio.wait_for(streaming.wait(), 5)  # the one connection is taken
+        with pytest.raises(ModelFailure) as info:
+            await model.turn(request_for(wire), Collect(), CancellationToken())
+        hold.release.set()
+        await asyncio.wait_for(busy, 5)
+    assert (info.value.kind, info.value.dispatch) == (FailureKind.TRANSPORT, Dispatch.NOT_SENT)
+    assert_redacted(info.value)
+    assert len(provider.received) == 1

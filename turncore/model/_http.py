@@ -3,7 +3,8 @@
 Dispatch evidence follows what the client can know:
 
 - before ``send`` nothing left the process (not-sent); a connection that
-  could not be established is still not-sent;
+  could not be established, or a pooled one that never became free, is
+  still not-sent;
 - once bytes may have been written and no status came back, the upstream
   may have accepted and may bill (unknown);
 - a 4xx, 429, 503 or 529 status is a refusal before work (rejected); other
@@ -210,6 +211,13 @@ async def _stream(
         failure = attempt.failure(
             FailureKind.TRANSPORT,
             "could not connect to the provider",
+            dispatch=Dispatch.NOT_SENT,
+        )
+    except httpx.PoolTimeout:
+        # Every pooled connection stayed busy: the request never left the process.
+        failure = attempt.failure(
+            FailureKind.TRANSPORT,
+            "no connection to the provider became free in time",
             dispatch=Dispatch.NOT_SENT,
         )
     except httpx.TimeoutException:
