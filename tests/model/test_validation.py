@@ -108,6 +108,40 @@ CASES: list[tuple[str, dict[str, object], FailureKind]] = [
         },
         FailureKind.INVALID_INPUT,
     ),
+    # A lone surrogate (a file name read with surrogateescape, say) is text no
+    # UTF-8 wire can carry.
+    ("lone surrogate in the system prompt", {"system": "a\udcffb"}, FailureKind.INVALID_INPUT),
+    (
+        "lone surrogate in a message",
+        {"messages": [UserMessage(content=[TextPart(text="\ud800")])]},
+        FailureKind.INVALID_INPUT,
+    ),
+    (
+        "lone surrogate in a tool description",
+        {"tools": [ToolDefinition("lookup", "\udfff", {"type": "object"})]},
+        FailureKind.INVALID_INPUT,
+    ),
+    (
+        "lone surrogate in a tool result",
+        {
+            "messages": [
+                UserMessage(content="Hi"),
+                AssistantMessage(
+                    content=[ToolCallPart(tool_call_id="c", tool_name="lookup", input={})]
+                ),
+                ToolMessage(
+                    content=[
+                        ToolResultPart(
+                            tool_call_id="c",
+                            tool_name="lookup",
+                            output=ToolResultOutput(type="json", value={"name": "x\udcff"}),
+                        )
+                    ]
+                ),
+            ]
+        },
+        FailureKind.INVALID_INPUT,
+    ),
 ]
 
 
