@@ -509,6 +509,17 @@ async def test_a_key_that_cannot_be_a_header_is_refused_before_any_io(
     assert API_KEY not in caplog.text
 
 
+async def test_a_key_with_a_space_inside_is_sent(
+    wire: Wire, provider: FakeProvider, http: httpx.AsyncClient
+) -> None:
+    # A self-hosted server may take any string as its key (vLLM --api-key).
+    provider.queue(Reply(chunks=list(wire.text())))
+    model = wire.adapter(wire.binding(provider.base_url), http, Secret("two words"))
+    await model.turn(request_for(wire), Collect(), CancellationToken())
+    name, _ = wire.auth_header()
+    assert provider.received[0].headers[name].endswith("two words")
+
+
 async def test_waiting_for_a_pooled_connection_in_vain_is_not_sent(
     wire: Wire, provider: FakeProvider
 ) -> None:

@@ -74,19 +74,19 @@ _CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy
 
 # A header value is visible ASCII, with spaces or tabs only inside (RFC 9110
 # §5.5); the HTTP stack refuses anything else only once it starts the request,
-# quoting the value in its debug log. A key is one token: no space at all.
+# quoting the value in its debug log. The key itself obeys the same rule, so a
+# space pasted before it is caught even where a prefix ("Bearer ") hides it.
 _HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20\x21-\x7e\t]*[\x21-\x7e])?")
-_KEY = re.compile(r"[\x21-\x7e]+")
 
 
 def unsendable_header(headers: dict[str, str], key: Secret | None = None) -> str | None:
-    """The name of the first header whose value cannot be sent (``key`` is the
-    credential the headers carry: it must be one visible-ASCII token), or None."""
+    """The name of the first header whose value (or, for the credential header,
+    whose ``key``) cannot be sent, or None."""
     for name, value in headers.items():
         if not _HEADER_VALUE.fullmatch(value):
             return name
         if key is not None and name.lower() in _CREDENTIAL_HEADERS:
-            if not _KEY.fullmatch(key.reveal()):
+            if not _HEADER_VALUE.fullmatch(key.reveal()):
                 return name
     return None
 
@@ -181,8 +181,8 @@ class HttpModel(Model):
             credential = bad.lower() in _CREDENTIAL_HEADERS
             raise attempt.failure(
                 FailureKind.AUTHENTICATION if credential else FailureKind.INVALID_INPUT,
-                "the API key cannot be sent: it holds a space, a line break, a control "
-                "character or a non-ASCII character"
+                "the API key cannot be sent: it starts or ends with whitespace, or holds "
+                "a line break, a control character or a non-ASCII character"
                 if credential
                 else "a request header cannot be sent",
             )
