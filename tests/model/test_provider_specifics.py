@@ -302,6 +302,31 @@ async def test_responses_reasoning_without_encrypted_content_stays_plain(
     assert outcome.parts == (ReasoningPart(text="brief"),)
 
 
+async def test_responses_text_delta_without_content_index_is_kept_once(
+    provider: FakeProvider, http: httpx.AsyncClient
+) -> None:
+    # Some compatible servers leave content_index out of output_text.delta;
+    # the message's done item then repeats the text at its position 0.
+    message = {"id": "msg_1", "type": "message", "role": "assistant"}
+    text = {"type": "output_text", "text": "Hello", "annotations": []}
+    provider.queue(
+        Reply(
+            chunks=[
+                _ev("response.created", response={**_RESP, "status": "in_progress"}),
+                _ev("response.output_item.added", output_index=0, item={**message, "content": []}),
+                _ev("response.output_text.delta", item_id="msg_1", output_index=0, delta="Hel"),
+                _ev("response.output_text.delta", item_id="msg_1", output_index=0, delta="lo"),
+                _ev(
+                    "response.output_item.done", output_index=0, item={**message, "content": [text]}
+                ),
+                _ev("response.completed", response={**_RESP, "status": "completed", "output": []}),
+            ]
+        )
+    )
+    outcome = await turn(RESPONSES, provider, http, request("gpt-5"))
+    assert outcome.parts == (TextPart(text="Hello"),)
+
+
 async def test_responses_request_shape(provider: FakeProvider, http: httpx.AsyncClient) -> None:
     provider.queue(Reply(chunks=list(RESPONSES.text())))
     messages = [
