@@ -204,6 +204,15 @@ async def test_anthropic_thinking_refuses_sampling_and_small_budgets(
         ({"reasoning_effort": "low", "temperature": 0.3}, FailureKind.UNSUPPORTED),
         ({"reasoning_effort": "high", "max_output_tokens": 2000}, FailureKind.INVALID_INPUT),
         ({"temperature": 1.5}, FailureKind.UNSUPPORTED),
+        # Extended thinking cannot be combined with a tool choice that forces a call.
+        (
+            {"reasoning_effort": "low", "tools": [TOOL], "tool_choice": "required"},
+            FailureKind.UNSUPPORTED,
+        ),
+        (
+            {"reasoning_effort": "low", "tools": [TOOL], "tool_choice": NamedToolChoice("lookup")},
+            FailureKind.UNSUPPORTED,
+        ),
     ):
         with pytest.raises(ModelRequestError) as info:
             await model.turn(base(wire, **change), Collect(), CancellationToken())
