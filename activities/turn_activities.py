@@ -469,6 +469,10 @@ class TurnActivities(TurnActivityContract):
         index = input.model_call_index
         recorder = StepRecorder()
         tool_names: dict[str, str] = {}
+        # A step event the repository could not store ends the attempt through
+        # the sink; the storage failure is then the activity's error (§21.4),
+        # not a failure of the call or the turn.
+        storage_failure: list[CorruptTurnError | InfrastructureError] = []
 
         async def steps(events: list[Any]) -> None:
             if events:
@@ -484,7 +488,11 @@ class TurnActivities(TurnActivityContract):
         async def sink(event: StreamEvent) -> None:
             activity.heartbeat()
             # Durable step events land before the next stream event is read (§13).
-            await steps(recorder.on_event(event))
+            try:
+                await steps(recorder.on_event(event))
+            except (CorruptTurnError, InfrastructureError) as exc:
+                storage_failure.append(exc)
+                raise
             if isinstance(event, TextDeltaEvent):
                 d.hub.publish(TextDelta(turn_id=turn_id, model_call_index=index, delta=event.text))
             elif isinstance(event, ReasoningDeltaEvent):
@@ -556,6 +564,10 @@ class TurnActivities(TurnActivityContract):
                     ) from None
             except ModelFailure as exc:
                 failure = exc
+            if storage_failure:
+                # Nothing more is written: the open request is the recovery
+                # table's interrupted call, re-issued by the next run (§23).
+                raise storage_failure[0]
             if failure is not None:
                 telemetry.chat_failed(span, failure)
                 outcome_label = "cancelled" if cancelled else "failed"

@@ -4,6 +4,7 @@ and a torn final line makes the turn corrupt without any automatic repair."""
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -14,6 +15,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
 from turncore.errors import CorruptTurnError, InfrastructureError
+from turncore.events import TurnEvent
+from turncore.repository import FileTurnRepository
 from turncore.tools import ToolContext
 from turncore_temporal.activities.payloads import (
     AppendInput,
@@ -108,3 +111,40 @@ async def test_a_model_activity_that_keeps_dying_fails_the_run_not_the_turn(
             await h.turns.recover(turn_id)
         assert len(attempts) == 3
         assert h.repo.path_for(turn_id).read_bytes() == before  # no false turn_failed
+
+
+class _StepAppendFailsOnce(FileTurnRepository):
+    """The first append of a streamed step event fails, as a full disk or a lost
+    database connection would; every other append works."""
+
+    def __init__(self, work_dir: Path) -> None:
+        super().__init__(work_dir)
+        self.failed = False
+
+    def append(
+        self, turn_id: str, events: Sequence[TurnEvent], *, known_offset: int | None = None
+    ) -> int:
+        if not self.failed and any(e.type == "model_step_event" for e in events):
+            self.failed = True
+            raise InfrastructureError("the disk is full")
+        return super().append(turn_id, events, known_offset=known_offset)
+
+
+async def test_a_step_event_that_cannot_be_stored_does_not_fail_the_turn(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """§21.4: a repository failure while the model streams is not the turn's
+    failure. The call stays open for the recovery table (interrupted, then
+    re-issued); nothing says the call was cancelled or the turn failed."""
+    repo = _StepAppendFailsOnce(tmp_path)
+    async with Harness(temporal_env.client, tmp_path, ["hello there"], repository=repo) as h:
+        turn_id, outcome = await h.run("go")
+        assert repo.failed
+        assert outcome.status == "completed", outcome
+        types = h.types(turn_id)
+        assert "turn_failed" not in types
+        failed = [e for e in h.lines(turn_id) if e["type"] == "model_call_failed"]
+        assert [e["modelCallIndex"] for e in failed] == [0]
+        assert "cancelled" not in failed[0]["error"]  # the recovery table closed it
+        assert types.count("model_call_completed") == 1
+        await h.assert_file_matches_query(turn_id)

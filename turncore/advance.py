@@ -22,8 +22,6 @@ from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
-import orjson
-
 from .errors import RejectedInputError
 from .events import (
     AsyncToolProgressInput,
@@ -56,7 +54,7 @@ from .events import (
     TurnOutcome,
     TurnSuspended,
 )
-from .jsonvalue import JsonValue
+from .jsonvalue import JsonTooDeepError, JsonValue, json_problem, loads_exact
 from .permissions import PermissionCheck, PermissionClassification
 from .reducer import ToolCallState, TurnState
 from .subagents import SPAWN_AGENT_TOOL_ID, linked_child
@@ -201,10 +199,17 @@ def _argument_problem(value: JsonValue, tool: ToolDescriptor) -> str | None:
     if isinstance(value, dict):
         return None
     if isinstance(value, str):
+        # The adapters keep arguments as text when they are not JSON, or are
+        # JSON no turn may hold (parse_arguments); say which.
         try:
-            orjson.loads(value)
-        except orjson.JSONDecodeError:
+            parsed = loads_exact(value)
+        except JsonTooDeepError as exc:
+            return f"are {exc}"
+        except ValueError:
             return "are not valid JSON"
+        problem = json_problem(parsed)
+        if problem is not None:
+            return f"hold a value no turn can store: {problem}"
     kind = {list: "an array", str: "a string", bool: "a boolean", type(None): "null"}.get(
         type(value), "a number"
     )

@@ -4,6 +4,7 @@ provider's wire format. Every scenario runs once per protocol."""
 from __future__ import annotations
 
 import asyncio
+import logging
 import socket
 
 import httpx
@@ -17,6 +18,7 @@ from turncore.model import (
     ModelCallRequest,
     ModelFailure,
     ReasoningDeltaEvent,
+    Secret,
     SinkFailure,
     StreamEvent,
     TextDeltaEvent,
@@ -478,3 +480,69 @@ async def test_local_deadline(wire: Wire, provider: FakeProvider, http: httpx.As
     failure = await fail(wire, provider, http, request_for(wire, deadline_seconds=0.3))
     assert (failure.kind, failure.dispatch) == (FailureKind.DEADLINE, Dispatch.ACCEPTED)
     await asyncio.wait_for(provider.client_hung_up.wait(), 5)
+
+
+@pytest.mark.parametrize(
+    "key",
+    [API_KEY + "\n", API_KEY + "\r", " " + API_KEY, API_KEY + "\x00", API_KEY + "é"],
+    ids=["newline", "carriage-return", "leading-space", "nul", "non-ascii"],
+)
+async def test_a_key_that_cannot_be_a_header_is_refused_before_any_io(
+    wire: Wire,
+    provider: FakeProvider,
+    http: httpx.AsyncClient,
+    key: str,
+    caplog: pytest.LogCaptureFixture,
+) -> None:
+    """A key pasted with a newline or a stray character cannot travel in a header.
+    Nothing is sent, so the evidence is not-sent (not 'the provider may bill it'),
+    the kind names the key, and no log line quotes it (httpcore's debug trace
+    would print the refused header value)."""
+    caplog.set_level(logging.DEBUG)
+    model = wire.adapter(wire.binding(provider.base_url), http, Secret(key))
+    with pytest.raises(ModelFailure) as info:
+        await model.turn(request_for(wire), Collect(), CancellationToken())
+    assert (info.value.kind, info.value.dispatch) == (FailureKind.AUTHENTICATION, Dispatch.NOT_SENT)
+    assert "API key" in str(info.value)
+    assert_redacted(info.value)
+    assert provider.received == []
+    assert API_KEY not in caplog.text
+
+
+async def test_a_key_with_a_space_inside_is_sent(
+    wire: Wire, provider: FakeProvider, http: httpx.AsyncClient
+) -> None:
+    # A self-hosted server may take any string as its key (vLLM --api-key).
+    provider.queue(Reply(chunks=list(wire.text())))
+    model = wire.adapter(wire.binding(provider.base_url), http, Secret("two words"))
+    await model.turn(request_for(wire), Collect(), CancellationToken())
+    name, _ = wire.auth_header()
+    assert provider.received[0].headers[name].endswith("two words")
+
+
+async def test_waiting_for_a_pooled_connection_in_vain_is_not_sent(
+    wire: Wire, provider: FakeProvider
+) -> None:
+    """Every connection of the client's pool is busy and none frees up in time:
+    the request never left the process, so it is not-sent (and so retryable)."""
+    hold = Hold()
+    provider.queue(Reply(chunks=[*wire.text_head(), hold, *wire.text_tail()]))
+    async with httpx.AsyncClient(
+        transport=httpx.AsyncHTTPTransport(retries=0, limits=httpx.Limits(max_connections=1)),
+        timeout=httpx.Timeout(10.0, pool=0.2),
+    ) as http:
+        model = wire.make(wire.binding(provider.base_url), http)
+        streaming = asyncio.Event()
+
+        async def sink(event: StreamEvent) -> None:
+            streaming.set()
+
+        busy = asyncio.ensure_future(model.turn(request_for(wire), sink, CancellationToken()))
+        await asyncio.wait_for(streaming.wait(), 5)  # the one connection is taken
+        with pytest.raises(ModelFailure) as info:
+            await model.turn(request_for(wire), Collect(), CancellationToken())
+        hold.release.set()
+        await asyncio.wait_for(busy, 5)
+    assert (info.value.kind, info.value.dispatch) == (FailureKind.TRANSPORT, Dispatch.NOT_SENT)
+    assert_redacted(info.value)
+    assert len(provider.received) == 1

@@ -25,6 +25,7 @@ from turncore.model import (
     ModelCallRequest,
     ModelFailure,
     NamedToolChoice,
+    ReasoningDeltaEvent,
     ToolCallStartEvent,
     ToolDefinition,
 )
@@ -140,6 +141,34 @@ async def test_chat_unparseable_arguments_are_kept_for_the_tool_layer(
     )
     outcome = await turn(CHAT, provider, http, request("gpt-4.1", tools=[TOOL]))
     assert outcome.tool_calls()[0].input == "{oops"
+
+
+async def test_chat_reasoning_sent_under_both_names_is_kept_once(
+    provider: FakeProvider, http: httpx.AsyncClient
+) -> None:
+    # Servers moving from reasoning_content to reasoning (vLLM, mlx-vlm) send
+    # the same text under both names in one delta, for older clients.
+    provider.queue(
+        Reply(
+            chunks=[
+                _chunk({"role": "assistant", "reasoning_content": "Let me", "reasoning": "Let me"}),
+                _chunk({"reasoning": " think.", "reasoning_content": " think."}),
+                _chunk({"reasoning_content": None, "reasoning": "!"}),
+                _chunk({"content": "42", "reasoning": None}),
+                _chunk({}, "stop"),
+                sse("[DONE]"),
+            ]
+        )
+    )
+    sink = Collect()
+    model = CHAT.make(CHAT.binding(provider.base_url), http)
+    outcome = await model.turn(request("gpt-4.1"), sink, CancellationToken())
+    assert outcome.parts == (ReasoningPart(text="Let me think.!"), TextPart(text="42"))
+    assert [e.text for e in sink.events if isinstance(e, ReasoningDeltaEvent)] == [
+        "Let me",
+        " think.",
+        "!",
+    ]
 
 
 async def test_chat_tool_call_without_id_is_a_protocol_failure(
@@ -271,6 +300,31 @@ async def test_responses_reasoning_without_encrypted_content_stays_plain(
     )
     outcome = await turn(RESPONSES, provider, http, request("gpt-5"))
     assert outcome.parts == (ReasoningPart(text="brief"),)
+
+
+async def test_responses_text_delta_without_content_index_is_kept_once(
+    provider: FakeProvider, http: httpx.AsyncClient
+) -> None:
+    # Some compatible servers leave content_index out of output_text.delta;
+    # the message's done item then repeats the text at its position 0.
+    message = {"id": "msg_1", "type": "message", "role": "assistant"}
+    text = {"type": "output_text", "text": "Hello", "annotations": []}
+    provider.queue(
+        Reply(
+            chunks=[
+                _ev("response.created", response={**_RESP, "status": "in_progress"}),
+                _ev("response.output_item.added", output_index=0, item={**message, "content": []}),
+                _ev("response.output_text.delta", item_id="msg_1", output_index=0, delta="Hel"),
+                _ev("response.output_text.delta", item_id="msg_1", output_index=0, delta="lo"),
+                _ev(
+                    "response.output_item.done", output_index=0, item={**message, "content": [text]}
+                ),
+                _ev("response.completed", response={**_RESP, "status": "completed", "output": []}),
+            ]
+        )
+    )
+    outcome = await turn(RESPONSES, provider, http, request("gpt-5"))
+    assert outcome.parts == (TextPart(text="Hello"),)
 
 
 async def test_responses_request_shape(provider: FakeProvider, http: httpx.AsyncClient) -> None:

@@ -108,6 +108,40 @@ CASES: list[tuple[str, dict[str, object], FailureKind]] = [
         },
         FailureKind.INVALID_INPUT,
     ),
+    # A lone surrogate (a file name read with surrogateescape, say) is text no
+    # UTF-8 wire can carry.
+    ("lone surrogate in the system prompt", {"system": "a\udcffb"}, FailureKind.INVALID_INPUT),
+    (
+        "lone surrogate in a message",
+        {"messages": [UserMessage(content=[TextPart(text="\ud800")])]},
+        FailureKind.INVALID_INPUT,
+    ),
+    (
+        "lone surrogate in a tool description",
+        {"tools": [ToolDefinition("lookup", "\udfff", {"type": "object"})]},
+        FailureKind.INVALID_INPUT,
+    ),
+    (
+        "lone surrogate in a tool result",
+        {
+            "messages": [
+                UserMessage(content="Hi"),
+                AssistantMessage(
+                    content=[ToolCallPart(tool_call_id="c", tool_name="lookup", input={})]
+                ),
+                ToolMessage(
+                    content=[
+                        ToolResultPart(
+                            tool_call_id="c",
+                            tool_name="lookup",
+                            output=ToolResultOutput(type="json", value={"name": "x\udcff"}),
+                        )
+                    ]
+                ),
+            ]
+        },
+        FailureKind.INVALID_INPUT,
+    ),
 ]
 
 
@@ -170,6 +204,15 @@ async def test_anthropic_thinking_refuses_sampling_and_small_budgets(
         ({"reasoning_effort": "low", "temperature": 0.3}, FailureKind.UNSUPPORTED),
         ({"reasoning_effort": "high", "max_output_tokens": 2000}, FailureKind.INVALID_INPUT),
         ({"temperature": 1.5}, FailureKind.UNSUPPORTED),
+        # Extended thinking cannot be combined with a tool choice that forces a call.
+        (
+            {"reasoning_effort": "low", "tools": [TOOL], "tool_choice": "required"},
+            FailureKind.UNSUPPORTED,
+        ),
+        (
+            {"reasoning_effort": "low", "tools": [TOOL], "tool_choice": NamedToolChoice("lookup")},
+            FailureKind.UNSUPPORTED,
+        ),
     ):
         with pytest.raises(ModelRequestError) as info:
             await model.turn(base(wire, **change), Collect(), CancellationToken())

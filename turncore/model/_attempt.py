@@ -17,6 +17,7 @@ from typing import Any
 import orjson
 
 from turncore.events import TurnUsage
+from turncore.jsonvalue import json_problem, loads_exact
 from turncore.messages import ReasoningPart, TextPart, ToolCallPart
 from turncore.model.failures import (
     Dispatch,
@@ -143,14 +144,17 @@ async def run_attempt(
 
 
 def parse_arguments(raw: str) -> Any:
-    """Tool arguments as JSON; empty means ``{}``; text that is not JSON is kept
-    verbatim as a string so the tool layer can return an error result (§21.3)."""
+    """Tool arguments as JSON; empty means ``{}``. Text that is not JSON, or is JSON
+    no turn may hold (an integer outside ±(2**53 - 1), nesting past
+    ``MAX_JSON_DEPTH``), is kept verbatim as a string so the tool layer can
+    return an error result (§21.3) instead of the whole response failing."""
     if not raw.strip():
         return {}
     try:
-        return orjson.loads(raw)
-    except orjson.JSONDecodeError:
+        value = loads_exact(raw)  # integers past 64 bits stay exact, so they are refused
+    except ValueError:
         return raw
+    return raw if json_problem(value) is not None else value
 
 
 @dataclass

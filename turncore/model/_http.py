@@ -3,7 +3,8 @@
 Dispatch evidence follows what the client can know:
 
 - before ``send`` nothing left the process (not-sent); a connection that
-  could not be established is still not-sent;
+  could not be established, or a pooled one that never became free, is
+  still not-sent;
 - once bytes may have been written and no status came back, the upstream
   may have accepted and may bill (unknown);
 - a 4xx, 429, 503 or 529 status is a refusal before work (rejected); other
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import email.utils
+import re
 import time
 from abc import abstractmethod
 from typing import Any
@@ -69,6 +71,24 @@ class Secret:
 
 
 _CREDENTIAL_HEADERS = frozenset({"authorization", "x-api-key", "api-key", "proxy-authorization"})
+
+# A header value is visible ASCII, with spaces or tabs only inside (RFC 9110
+# §5.5); the HTTP stack refuses anything else only once it starts the request,
+# quoting the value in its debug log. The key itself obeys the same rule, so a
+# space pasted before it is caught even where a prefix ("Bearer ") hides it.
+_HEADER_VALUE = re.compile(r"[\x21-\x7e]([\x20\x21-\x7e\t]*[\x21-\x7e])?")
+
+
+def unsendable_header(headers: dict[str, str], key: Secret | None = None) -> str | None:
+    """The name of the first header whose value (or, for the credential header,
+    whose ``key``) cannot be sent, or None."""
+    for name, value in headers.items():
+        if not _HEADER_VALUE.fullmatch(value):
+            return name
+        if key is not None and name.lower() in _CREDENTIAL_HEADERS:
+            if not _HEADER_VALUE.fullmatch(key.reveal()):
+                return name
+    return None
 
 
 class StreamDecoder:
@@ -153,10 +173,23 @@ class HttpModel(Model):
         body = orjson.dumps(self.encode(request, opaque))
         check_request_size(body, self._limits)
         url = self._binding.endpoint + self.path
+        headers = self.headers()
+        bad = unsendable_header(headers, self._api_key)
+        if bad is not None:
+            # Typically a key pasted with a newline or a stray space: refuse it
+            # here, not sent, and never hand the value to the HTTP stack.
+            credential = bad.lower() in _CREDENTIAL_HEADERS
+            raise attempt.failure(
+                FailureKind.AUTHENTICATION if credential else FailureKind.INVALID_INPUT,
+                "the API key cannot be sent: it starts or ends with whitespace, or holds "
+                "a line break, a control character or a non-ASCII character"
+                if credential
+                else "a request header cannot be sent",
+            )
         decoder = self.decoder(attempt)
 
         async def work() -> ModelOutcome:
-            return await _stream(self._client, url, self.headers(), body, attempt, decoder)
+            return await _stream(self._client, url, headers, body, attempt, decoder)
 
         return await run_attempt(work, attempt, cancel, request.deadline_seconds)
 
@@ -178,6 +211,13 @@ async def _stream(
         failure = attempt.failure(
             FailureKind.TRANSPORT,
             "could not connect to the provider",
+            dispatch=Dispatch.NOT_SENT,
+        )
+    except httpx.PoolTimeout:
+        # Every pooled connection stayed busy: the request never left the process.
+        failure = attempt.failure(
+            FailureKind.TRANSPORT,
+            "no connection to the provider became free in time",
             dispatch=Dispatch.NOT_SENT,
         )
     except httpx.TimeoutException:

@@ -17,7 +17,8 @@ Wire notes:
   ``max_output_tokens`` absent, the binding's declared ``max_output_tokens``
   (default 4096) is sent. Reasoning effort maps to an extended-thinking budget
   (low 1024, medium 4096, high 16384 tokens) added on top of that default;
-  extended thinking refuses a caller-set temperature or top_p.
+  extended thinking refuses a caller-set temperature or top_p, and a tool
+  choice that forces a call (``required`` or a named tool).
 - Usage: ``input_tokens`` is normalised to include cache reads and writes, and
   ``cached_input_tokens`` is the cache reads.
 """
@@ -89,6 +90,12 @@ class AnthropicModel(HttpModel):
         if request.reasoning_effort is not None:
             if request.temperature is not None or request.top_p is not None:
                 raise unsupported("extended thinking does not accept temperature or top_p")
+            if request.tool_choice == "required" or isinstance(
+                request.tool_choice, NamedToolChoice
+            ):
+                raise unsupported(
+                    "extended thinking does not accept a tool choice that forces a call"
+                )
             budget = THINKING_BUDGET[request.reasoning_effort]
             if request.max_output_tokens is not None and request.max_output_tokens <= budget:
                 raise invalid(

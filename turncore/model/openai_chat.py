@@ -8,7 +8,9 @@ Wire notes:
 - Tool calls arrive as ``delta.tool_calls[{index, id?, function{name?, arguments?}}]``;
   the first fragment of an index must carry the id and name.
 - Reasoning text from compatible servers arrives as ``delta.reasoning_content``
-  (vLLM, DeepSeek) or ``delta.reasoning`` (Ollama); Chat Completions has no
+  (DeepSeek, older vLLM) or ``delta.reasoning`` (Ollama, newer vLLM), or as
+  both with the same text (servers in the middle of the rename): it is taken
+  once per delta, ``reasoning_content`` first. Chat Completions has no
   way to send reasoning back, so reasoning parts are not re-sent.
 - ``delta.refusal`` is a refusal; its text is not kept.
 - The token limit field is ``max_completion_tokens``; servers that only know
@@ -202,10 +204,18 @@ class _ChatDecoder(StreamDecoder):
         return False
 
     async def _delta(self, delta: dict[str, Any]) -> None:
-        for field in ("reasoning_content", "reasoning"):
-            value = delta.get(field)
-            if isinstance(value, str):
-                await self._parts.reasoning("reasoning", value)
+        # One name or the other; servers renaming the field send the same text
+        # under both for a while, so a delta's reasoning is taken once.
+        reasoning = next(
+            (
+                value
+                for value in (delta.get("reasoning_content"), delta.get("reasoning"))
+                if isinstance(value, str) and value
+            ),
+            None,
+        )
+        if reasoning is not None:
+            await self._parts.reasoning("reasoning", reasoning)
         content = delta.get("content")
         if isinstance(content, str):
             await self._parts.text("text", content)

@@ -5,7 +5,8 @@ Wire notes:
 - Output arrives as items: ``response.output_item.added`` announces a
   ``function_call`` (with ``call_id`` and ``name``) before its
   ``response.function_call_arguments.delta`` fragments (keyed by the item id);
-  text streams as ``response.output_text.delta``; reasoning summaries as
+  text streams as ``response.output_text.delta`` (a delta without
+  ``content_index``, as some compatible servers send, is part 0); reasoning summaries as
   ``response.reasoning_summary_text.delta`` (raw reasoning text, where a model
   exposes it, as ``response.reasoning_text.delta``).
 - ``response.completed`` / ``response.incomplete`` end the stream with usage,
@@ -201,9 +202,10 @@ class _ResponsesDecoder(StreamDecoder):
             elif item.get("type") == "reasoning":
                 await self._parts.reasoning(("item", item.get("id")), "")
         elif kind == "response.output_text.delta":
-            await self._parts.text(
-                ("text", data.get("item_id"), data.get("content_index")), _str(data.get("delta"))
-            )
+            # Some compatible servers leave content_index out: it is the first part,
+            # the one the message's done item names 0 (and must not repeat).
+            part = as_int(data.get("content_index")) or 0
+            await self._parts.text(("text", data.get("item_id"), part), _str(data.get("delta")))
         elif kind == "response.refusal.delta":
             self._refused = True
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):

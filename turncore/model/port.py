@@ -268,7 +268,17 @@ class OpaqueView:
 
 
 def _bounded_text(value: str, what: str, limits: Limits) -> None:
-    if len(value) > limits.max_field_bytes or len(value.encode()) > limits.max_field_bytes:
+    if len(value) > limits.max_field_bytes:
+        raise too_large(f"{what} exceeds {limits.max_field_bytes} bytes")
+    # Failures are raised outside the except block, so none chains the text.
+    size = -1
+    try:
+        size = len(value.encode())
+    except UnicodeEncodeError:
+        pass
+    if size < 0:
+        raise invalid(f"{what} is not valid Unicode text (it holds a lone surrogate)")
+    if size > limits.max_field_bytes:
         raise too_large(f"{what} exceeds {limits.max_field_bytes} bytes")
 
 
@@ -281,7 +291,14 @@ def _json_field(value: JsonValue, what: str, limits: Limits) -> None:
     problem = json_problem(value)
     if problem is not None:
         raise invalid(f"{what} is not JSON")
-    if len(orjson.dumps(value)) > limits.max_field_bytes:
+    size = -1
+    try:
+        size = len(orjson.dumps(value))
+    except orjson.JSONEncodeError:  # a lone surrogate in a string
+        pass
+    if size < 0:
+        raise invalid(f"{what} is not JSON (it holds text that is not valid Unicode)")
+    if size > limits.max_field_bytes:
         raise too_large(f"{what} exceeds {limits.max_field_bytes} bytes")
 
 
