@@ -90,7 +90,13 @@ from turncore.permissions import (
 )
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
-from turncore.subagents import child_link, is_workflow_tool, linked_child, spawn_request
+from turncore.subagents import (
+    child_link,
+    child_result,
+    is_workflow_tool,
+    linked_child,
+    spawn_request,
+)
 from turncore.tools import ToolContext, ToolRegistry
 
 from . import telemetry
@@ -114,6 +120,7 @@ from .payloads import (
     MaterializeAgentResult,
     ModelCallInput,
     ModelCallResult,
+    SubagentResultInput,
     ToolCallInput,
     ToolCallResult,
     ValidateDependenciesInput,
@@ -177,6 +184,8 @@ class TurnActivities(TurnActivityContract):
         try:
             if input.staged is not None:
                 derived = await self._staged_events(input, input.staged)
+            elif input.subagent is not None:
+                derived = await self._subagent_result(input, input.subagent)
             elif input.derive == "completion":
                 on_file = await self._read(input.turn_id)
                 state = TurnReducer.of(on_file).state
@@ -216,6 +225,33 @@ class TurnActivities(TurnActivityContract):
         resolved = resolve_staged(staged, data)
         check_input(state, resolved)
         return input_events(state, resolved, input.ts or self._d.clock())
+
+    async def _subagent_result(
+        self, input: AppendInput, ref: SubagentResultInput
+    ) -> list[TurnEvent]:
+        """The result of a ``spawn_agent`` call: its child's outcome as the child's file
+        records it. The workflow holds the child's answer only elided (DESIGN §5), so
+        the parent's file gets the answer from here, whatever its size."""
+        parent = await self._state(input.turn_id)
+        call = parent.tool_call(ref.tool_call_id)
+        if call is None or call.invocation is None:
+            raise CorruptTurnError(f"tool call {ref.tool_call_id} is not awaiting a sub-agent")
+        child = await self._state(ref.child_turn_id)
+        outcome = outcome_of(child)
+        if child.terminal is None or outcome is None:
+            raise InfrastructureError(
+                f"sub-agent {ref.child_turn_id} of {ref.tool_call_id} has not ended"
+            )
+        return [
+            ToolResult(
+                turn_id=input.turn_id,
+                ts=input.ts or self._d.clock(),
+                tool_call_id=ref.tool_call_id,
+                tool_name=call.tool_name,
+                source="sync",
+                result=child_result(ref.child_turn_id, outcome),
+            )
+        ]
 
     @activity.defn
     async def load_turn(self, input: LoadInput) -> LoadResult:
@@ -320,11 +356,15 @@ class TurnActivities(TurnActivityContract):
         try:
             while True:
                 try:
-                    state = await self._state(child_id)
+                    events = await self._read(child_id)
                 except (CorruptTurnError, InfrastructureError) as exc:
                     raise to_application_error(exc) from exc
-                outcome = outcome_of(state) if state.terminal is not None else None
-                if outcome is not None:
+                state = TurnReducer.of(events).state
+                if state.terminal is not None:
+                    # Elided, like every value that crosses into the workflow: the
+                    # parent's result is built from the child's file (``subagent``).
+                    outcome = outcome_of(TurnReducer.of(_elided(events)).state)
+                    assert outcome is not None
                     return AwaitChildResult(outcome=outcome)
                 if not started:
                     # USE_EXISTING: a child still running keeps its run; a lost one

@@ -5,12 +5,16 @@ the children."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
+from tests.test_large_values import _payloads
+from turncore.elision import elide_event
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
 from turncore.reducer import TurnReducer
@@ -99,3 +103,92 @@ async def test_cancelling_the_parent_cancels_its_children(
         first = TurnReducer.of(h.repo.read(children[0])).state
         assert first.terminal is not None and first.terminal.type == "turn_cancelled"
         await h.assert_file_matches_query(turn_id)
+
+
+LONG_ANSWER = "".join(f"finding {i}: all is well. " for i in range(2000))  # ~50 KB, > the budget
+release_long = asyncio.Event()
+
+
+def long_script(request: ModelCallRequest) -> Any:
+    """The child holds in a tool, then answers at length; the parent repeats what it got."""
+    prompt = [m for m in request.messages if m.role == "user"][-1].content
+    assert isinstance(prompt, str)
+    if prompt == "child: report":
+        if call_index(request.messages) == 0:
+            return {"toolCalls": [{"toolName": "hold", "input": {}}]}
+        return {"text": LONG_ANSWER}
+    if call_index(request.messages) == 0:
+        return {
+            "toolCalls": [
+                {"toolName": "spawn_agent", "input": {"agent": "test", "prompt": "child: report"}}
+            ]
+        }
+    output = request.messages[-1].content[-1].output.value  # type: ignore[union-attr]
+    return {"text": "whole" if output["text"] == LONG_ANSWER else f"got: {output['text'][:80]}"}
+
+
+async def hold(value: Any, ctx: ToolContext) -> Any:
+    await asyncio.wait_for(release_long.wait(), 120)
+    return "held"
+
+
+@pytest.mark.parametrize("reattached", [False, True])
+async def test_a_long_child_answer_reaches_the_parent_whole(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, reattached: bool
+) -> None:
+    """A child's answer past the value budget is recorded in the parent's file as the
+    child's file has it (not as the workflow's elided copy), and stays out of history."""
+    release_long.clear()
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        long_script,
+        tools=[spawn_agent_descriptor(), sync_tool("hold")],
+        implementations={"hold": hold},
+        permissions={"workflow:spawn_agent": "none", "builtin:hold": "none"},
+    ) as h:
+        turn_id = await h.create("delegate")
+        first = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)
+        child_id = await _linked_child_holding(h, turn_id)
+        if reattached:
+            # The parent's workflow is lost while its child runs; recovery re-attaches.
+            await temporal_env.client.get_workflow_handle(turn_id).terminate("lost for the test")
+            with contextlib.suppress(Exception):
+                await first
+            release_long.set()
+            outcome = await asyncio.wait_for(h.turns.recover(turn_id), 120)
+        else:
+            release_long.set()
+            outcome = await asyncio.wait_for(first, 120)
+        assert outcome.status == "completed"
+        assert outcome.output.text() == "whole"  # type: ignore[union-attr]
+        [call] = h.file_state(turn_id).tool_calls
+        assert call.result is not None
+        assert call.result.result.output == {
+            "childTurnId": child_id,
+            "status": "completed",
+            "text": LONG_ANSWER,
+        }
+        # The state query holds the elided copy; the file holds the value.
+        queried = await h.query_state(turn_id)
+        queried.pop("rejectedInputs", None)
+        elided = TurnReducer.of([elide_event(e) for e in h.repo.read(turn_id)]).state
+        assert elided.to_wire() == queried
+        # Neither the parent's history nor the child's carries the answer.
+        for workflow_id in (turn_id, child_id):
+            history = await temporal_env.client.get_workflow_handle(workflow_id).fetch_history()
+            payloads = [p.data for e in history.events for p in _payloads(e)]
+            assert payloads and not any(LONG_ANSWER[:1000].encode() in data for data in payloads)
+
+
+async def _linked_child_holding(h: Harness, turn_id: str) -> str:
+    """The child turn of the parent's one call, once the child runs its tool."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        links = [p.progress for t in h.file_state(turn_id).tool_calls for p in t.progress]
+        if links and h.repo.exists(links[0]["childTurnId"]):
+            child = TurnReducer.of(h.repo.read(links[0]["childTurnId"])).state
+            if any(t.invocation is not None for t in child.tool_calls):
+                return str(links[0]["childTurnId"])
+        await asyncio.sleep(0.05)
+    raise AssertionError("the child never ran its tool")
