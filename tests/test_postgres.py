@@ -428,6 +428,47 @@ class TestSchema:
             PostgresTurnRepository.connect(url)
 
 
+class TestEncoding:
+    """Rows hold the lines' exact text, so the database and every session speak UTF-8."""
+
+    @pytest.mark.parametrize("encoding", ["LATIN1", "SQL_ASCII"])
+    def test_a_database_that_is_not_utf8_is_refused_by_name(
+        self, postgres_server: PostgresServer, encoding: str
+    ) -> None:
+        name = f"enc_{encoding.lower()}"
+        with psycopg.connect(postgres_server.psql_url(), autocommit=True) as conn:
+            conn.execute(
+                f"CREATE DATABASE {name} ENCODING '{encoding}' TEMPLATE template0 "
+                "LC_COLLATE 'C' LC_CTYPE 'C'"
+            )
+        url = postgres_server.url(name)
+        with pytest.raises(InfrastructureError, match=f"encoding {encoding}.*UTF8") as info:
+            migrate(url, variable="TURNS_DATABASE_URL")
+        assert "TURNS_DATABASE_URL" in str(info.value) and PASSWORD not in str(info.value)
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute("SELECT to_regclass('turns')").fetchone() == (None,)
+        with pytest.raises(InfrastructureError, match=f"encoding {encoding}.*UTF8"):
+            PostgresTurnRepository.connect(url, variable="TURNS_DATABASE_URL")
+
+    def test_a_client_encoding_from_the_environment_does_not_change_the_lines(
+        self, url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")
+        builder = open_sync_calls(n=1)
+        note = {"note": "café ☕ \u2028 \U0001f600 日本語"}
+        events = [*builder.events, tool_progress(TURN_ID, "call_0", progress=note)]
+        repo = PostgresTurnRepository.connect(url)
+        try:
+            seed(repo, events)
+            assert repo.read(TURN_ID) == events
+            files = FileTurnRepository(tmp_path)
+            files.create(events[0])  # type: ignore[arg-type]
+            files.append(TURN_ID, events[1:])
+            assert repo.raw(TURN_ID) == files.raw(TURN_ID) == lines(events)
+        finally:
+            repo.close()
+
+
 class TestUnreachable:
     def test_no_server_is_a_one_line_error_naming_variable_and_host(self) -> None:
         port = free_port()

@@ -43,6 +43,11 @@ in one statement, so a reader sees the old bytes or the new, never a mix.
 They belong to their turn (deleting the turn deletes them) and are kept after
 use, like staged files.
 
+Text: the database must be UTF8 (``migrate`` and ``connect`` refuse another
+encoding, which could not hold every line or would not check it), and every
+session sets ``client_encoding`` to UTF8, so a line crosses unchanged and
+``pos`` counts its UTF-8 bytes whatever the environment says.
+
 Failures: any database error becomes ``InfrastructureError`` naming the
 server as ``host:port/database``. The URL, and with it any password, never
 appears in a message. Rows PostgreSQL cannot hold (invalid UTF-8, a NUL,
@@ -129,6 +134,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 # Serializes concurrent migrations (two workers starting with migrate on).
 _MIGRATION_LOCK = 0x7475726E73  # "turns"
 
+# Every session speaks UTF-8 whatever PGCLIENTENCODING or the server's default
+# says: a line's text must cross unchanged, and ``pos`` counts its UTF-8 bytes.
+_CLIENT_ENCODING = "UTF8"
+
 
 class DatabaseUnavailableError(InfrastructureError):
     """The database cannot be reached (at start, or in the middle of a call)."""
@@ -173,6 +182,22 @@ def _scrub(text: str, secrets: list[str]) -> str:
 # ---------------------------------------------------------------- migration
 
 
+def _check_encoding(conn: psycopg.Connection[Any], label: str, variable: str) -> None:
+    """Refuse a database that cannot hold every line as the file would (not UTF8).
+
+    A LATIN1 database cannot store most characters a line may hold, and an
+    SQL_ASCII one stores bytes without checking them, so neither keeps lines
+    byte for byte.
+    """
+    row = conn.execute("SHOW server_encoding").fetchone()
+    encoding = str(row[0]) if row is not None else "unknown"
+    if encoding.upper() not in ("UTF8", "UTF-8"):
+        raise InfrastructureError(
+            f"PostgreSQL {label} (from {variable}) has the encoding {encoding}; turn logs "
+            "need a UTF8 database: CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0"
+        )
+
+
 def _current_version(conn: psycopg.Connection[Any]) -> int | None:
     """The schema version, or None when turncore's tables are not there at all."""
     row = conn.execute("SELECT to_regclass('turncore_schema') IS NOT NULL").fetchone()
@@ -190,6 +215,7 @@ def migrate(url: str, *, variable: str = "the database URL") -> tuple[int, int]:
     """
     label = database_label(url)
     with _connect(url, variable) as conn, _translated(label, _secrets_of(url)):
+        _check_encoding(conn, label, variable)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute(
@@ -242,7 +268,9 @@ def _connect(url: str, variable: str, timeout: float = 10.0) -> Iterator[psycopg
     label = database_label(url)
     secrets = _secrets_of(url)
     try:
-        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)))
+        conn = psycopg.connect(
+            url, connect_timeout=max(1, int(timeout)), client_encoding=_CLIENT_ENCODING
+        )
     except psycopg.Error as exc:
         raise DatabaseUnavailableError(
             f"cannot connect to PostgreSQL at {label} (from {variable}): "
@@ -378,6 +406,7 @@ class PostgresTurnRepository(_JsonlRepository):
         if migrate_schema:
             migrate(url, variable=variable)
         with _connect(url, variable) as conn, _translated(label, _secrets_of(url)):
+            _check_encoding(conn, label, variable)
             version = _current_version(conn)
         if version != PG_SCHEMA_VERSION:
             found = "no turn schema" if version is None else f"turn schema version {version}"
@@ -389,6 +418,7 @@ class PostgresTurnRepository(_JsonlRepository):
             url,
             min_size=1,
             max_size=max(1, pool_size),
+            kwargs={"client_encoding": _CLIENT_ENCODING},
             open=False,
             check=ConnectionPool.check_connection,
             name="turncore",
