@@ -486,6 +486,25 @@ class TestUnreachable:
         assert "password authentication failed" in str(info.value)
         assert PASSWORD not in str(info.value)
 
+    @pytest.mark.parametrize(
+        "password", ["50%off-Secret", "with a space-Secret", "at@Secret-host", "a/Secret-path"]
+    )
+    def test_a_password_the_url_does_not_percent_encode_is_not_repeated(
+        self, postgres_server: PostgresServer, password: str
+    ) -> None:
+        # libpq cannot parse these URLs, or reads part of the password as the
+        # host, port or database; its messages quote what it read.
+        url = f"postgresql://postgres:{password}@127.0.0.1:{postgres_server.port}/turns"
+        for attempt in (
+            lambda: migrate(url, variable="TURNS_DATABASE_URL"),
+            lambda: PostgresTurnRepository.connect(url, variable="TURNS_DATABASE_URL"),
+        ):
+            with pytest.raises(DatabaseUnavailableError) as info:
+                attempt()
+            message = str(info.value)
+            assert "Secret" not in message, message
+            assert "TURNS_DATABASE_URL" in message and "percent-encode" in message
+
     def test_a_server_that_goes_away_is_an_infrastructure_error_and_comes_back(
         self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
     ) -> None:

@@ -163,6 +163,23 @@ def database_label(url: str) -> str:
     return f"{host}:{port}/{db}"
 
 
+def _misread(url: str) -> str | None:
+    """Why libpq's reading of ``url`` may hold pieces of its password, or None.
+
+    A user name or password that is not percent-encoded makes a URL libpq
+    cannot parse (a ``%`` or a space), or one it reads differently (an ``@``
+    or ``/`` moves the rest into the host, port or database). Its messages
+    then quote what it read, so they are not repeated.
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "libpq cannot parse it"
+    if any("@" in str(params.get(key) or "") for key in ("host", "hostaddr", "port", "dbname")):
+        return "its host, port or database name holds an '@'"
+    return None
+
+
 def _secrets_of(url: str) -> list[str]:
     try:
         params = conninfo_to_dict(url)
@@ -272,6 +289,13 @@ def _connect(url: str, variable: str, timeout: float = 10.0) -> Iterator[psycopg
             url, connect_timeout=max(1, int(timeout)), client_encoding=_CLIENT_ENCODING
         )
     except psycopg.Error as exc:
+        misread = _misread(url)
+        if misread is not None:
+            raise DatabaseUnavailableError(
+                f"cannot connect to PostgreSQL (from {variable}): the URL is malformed "
+                f"({misread}); percent-encode its user name and password (@ as %40, % as "
+                "%25, / as %2F, : as %3A, a space as %20)"
+            ) from None
         raise DatabaseUnavailableError(
             f"cannot connect to PostgreSQL at {label} (from {variable}): "
             f"{_scrub(str(exc), secrets) or type(exc).__name__}"
