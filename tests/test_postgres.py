@@ -298,6 +298,34 @@ class TestRows:
         assert info.value.path == f"postgres:{TURN_ID}"
         assert "missing" in info.value.rule
 
+    def test_an_append_after_a_missing_row_is_refused_and_writes_nothing(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        # The contract: an append to a log that reads as corrupt is refused, as
+        # for a file with a bad line. A gap must not be appended past.
+        builder = open_sync_calls(n=1)
+        progress = [tool_progress(TURN_ID, "call_0", progress={"step": i}) for i in (1, 2)]
+        seed(repo, [*builder.events, *progress])
+        n = len(builder.events) + 2
+        with admin(postgres_server, url) as conn:
+            conn.execute(
+                "DELETE FROM turn_events WHERE turn_id = %s AND seq = %s", (TURN_ID, n - 1)
+            )
+        # (A repository that has the prefix cached trusts it, as it trusts a
+        # file's prefix: storage is append-only. One that reads it checks it.)
+        fresh = PostgresTurnRepository.connect(url)
+        try:
+            with pytest.raises(CorruptTurnError, match="missing") as info:
+                fresh.append(TURN_ID, [tool_result(TURN_ID, "call_0", "read_file")])
+        finally:
+            fresh.close()
+        assert (info.value.path, info.value.line) == (f"postgres:{TURN_ID}", n - 1)
+        with admin(postgres_server, url) as conn:
+            seqs = conn.execute(
+                "SELECT seq FROM turn_events WHERE turn_id = %s ORDER BY seq", (TURN_ID,)
+            ).fetchall()
+        assert [s for (s,) in seqs] == [*range(1, n - 1), n]
+
     def test_an_edited_row_is_reported_at_its_line(
         self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
     ) -> None:
@@ -363,6 +391,22 @@ class TestRepair:
             repo.repair_tail(TURN_ID)
         assert repo.raw(TURN_ID) != before  # the edit stays for a person to look at
         assert repo.line_count(TURN_ID) == len(completed_turn())
+
+
+def test_staging_again_needs_one_connection(url: str) -> None:
+    """Restaging the same bytes (a resent large input) works with a pool of one."""
+    small = PostgresTurnRepository.connect(url, pool_size=1, timeout=3.0)
+    try:
+        seed(small, open_sync_calls(n=1).events)
+        ref = small.stage(TURN_ID, b"x" * 1000)
+        assert small.stage(TURN_ID, b"x" * 1000) == ref
+        assert small.fetch_staged(TURN_ID, ref) == b"x" * 1000
+        from turncore.errors import TurnNotFoundError
+
+        with pytest.raises(TurnNotFoundError):
+            small.stage(OTHER_TURN_ID, b"x" * 1000)
+    finally:
+        small.close()
 
 
 # ================================================================ moving turns

@@ -331,9 +331,11 @@ class _PgWriter(_Writer):
         generation: int,
         lines: int,
         size: int,
+        where: str,
     ) -> None:
         self._conn = conn
         self._turn_id = turn_id
+        self._where = where
         self.identity = generation
         self._lines = lines
         self._size = size
@@ -345,10 +347,15 @@ class _PgWriter(_Writer):
 
     def read_from(self, start: int) -> bytes:
         rows = self._conn.execute(
-            "SELECT line FROM turn_events WHERE turn_id = %s AND pos >= %s ORDER BY seq",
+            "SELECT seq, line FROM turn_events WHERE turn_id = %s AND pos >= %s ORDER BY seq",
             (self._turn_id, start),
         ).fetchall()
-        return "".join(line + "\n" for (line,) in rows).encode()
+        # The rows must end at the last line and, from the start, be numbered
+        # 1, 2, 3…: appending past a missing row would write after a log that
+        # reads as corrupt (a cached prefix was checked when it was read).
+        first = 1 if start == 0 else self._lines - len(rows) + 1
+        _check_sequence(self._where, first, [seq for seq, _ in rows])
+        return "".join(line + "\n" for _, line in rows).encode()
 
     def write(self, data: bytes) -> None:
         rows = _rows(self._turn_id, data, first_seq=self._lines + 1, first_pos=self._size)
@@ -373,6 +380,17 @@ class _PgWriter(_Writer):
             (self._turn_id, self._lines),
         )
         self._conn.commit()
+
+
+def _check_sequence(where: str, first: int, seqs: list[int]) -> None:
+    """Rows numbered ``first``, ``first + 1``…: a gap is a missing line, reported at its number."""
+    for expected, seq in enumerate(seqs, start=first):
+        if seq != expected:
+            raise CorruptTurnError(
+                f"line {expected} is missing (the next stored line is number {seq})",
+                path=where,
+                line=expected,
+            )
 
 
 def _rows(
@@ -512,18 +530,8 @@ class PostgresTurnRepository(_JsonlRepository):
         if rows[0][1] is None:
             return generation, b""
         if start == 0:
-            self._check_sequence(turn_id, [seq for _, seq, _ in rows])
+            _check_sequence(self._where(turn_id), 1, [seq for _, seq, _ in rows])
         return generation, "".join(line + "\n" for _, _, line in rows).encode()
-
-    def _check_sequence(self, turn_id: str, seqs: list[int]) -> None:
-        """Rows numbered 1, 2, 3…: a gap is a missing line, reported at its number."""
-        for expected, seq in enumerate(seqs, start=1):
-            if seq != expected:
-                raise CorruptTurnError(
-                    f"line {expected} is missing (the next stored line is number {seq})",
-                    path=self._where(turn_id),
-                    line=expected,
-                )
 
     @contextmanager
     def _writer(self, turn_id: str) -> Iterator[_Writer]:
@@ -543,7 +551,7 @@ class PostgresTurnRepository(_JsonlRepository):
                 (turn_id,),
             ).fetchone()
             lines, size = last if last is not None else (0, 0)
-            yield _PgWriter(conn, turn_id, row[0], lines, size)
+            yield _PgWriter(conn, turn_id, row[0], lines, size, self._where(turn_id))
 
     def _has(self, turn_id: str) -> bool:
         with self._connection(reading=True) as conn:
@@ -567,8 +575,12 @@ class PostgresTurnRepository(_JsonlRepository):
                    RETURNING 1""",
                 (digest, len(data), data, turn_id),
             ).fetchone()
-            if row is None and not self._has(turn_id):
-                raise self._missing(turn_id)
+            # Nothing written: staged before, or no such turn. Asked on this
+            # connection: a second checkout could wait for a pool that is all in use.
+            if row is None:
+                found = conn.execute("SELECT 1 FROM turns WHERE turn_id = %s", (turn_id,))
+                if found.fetchone() is None:
+                    raise self._missing(turn_id)
 
     def _get_staged(self, turn_id: str, digest: str) -> bytes | None:
         with self._connection(reading=True) as conn:
