@@ -8,6 +8,10 @@ unreachable server, and credentials kept out of every message.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -256,6 +260,77 @@ class TestConnectionKilledMidAppend:
         repo.append(TURN_ID, batch, known_offset=n)
         assert repo.append(TURN_ID, batch, known_offset=n) == n + 1
         assert repo.line_count(TURN_ID) == n + 1
+
+
+FROZEN = """
+import sys
+from tests.builders import TURN_ID, tool_progress
+from turncore.errors import InfrastructureError
+from turncore.postgres import PostgresTurnRepository
+
+repo = PostgresTurnRepository.connect(sys.argv[1], idle_in_transaction_timeout=1.0)
+print("ready", flush=True)
+sys.stdin.readline()  # go
+try:
+    repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0", progress={"who": "frozen"})])
+    print("appended", flush=True)
+except InfrastructureError as exc:
+    print("failed", exc, flush=True)
+repo.close()
+"""
+
+
+class TestFrozenWriter:
+    """A writer that stops in the middle of its transaction (its host froze, or lost
+    the network) must not hold the turn's row lock, and so every other writer, forever."""
+
+    def test_the_server_ends_a_frozen_writers_transaction(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        builder = open_sync_calls(n=1)
+        seed(repo, builder.events)
+        n = len(builder.events)
+        ours = tool_progress(TURN_ID, "call_0", progress={"who": "us"})
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        frozen = subprocess.Popen(
+            [sys.executable, "-c", FROZEN, url],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert frozen.stdin is not None and frozen.stdout is not None
+            assert frozen.stdout.readline() == "ready\n"
+            with admin(postgres_server, url) as blocker, admin(postgres_server, url) as watcher:
+                # Hold the other writer inside its transaction (it has the turn's
+                # row lock), stop its process there, then let its INSERT finish:
+                # its session now sits idle in a transaction nobody will end.
+                blocker.execute("BEGIN")
+                blocker.execute(
+                    "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, 0, 'x')",
+                    (TURN_ID, n + 1),
+                )
+                frozen.stdin.write("go\n")
+                frozen.stdin.flush()
+                _wait_for(lambda: _backend_waiting(watcher, "INSERT INTO turn_events"))
+                frozen.send_signal(signal.SIGSTOP)
+                blocker.execute("ROLLBACK")
+            done: list[int] = []
+            appender = threading.Thread(target=lambda: done.append(repo.append(TURN_ID, [ours])))
+            appender.start()
+            appender.join(30)
+            assert done == [n + 1], "an append waited on a frozen writer's lock"
+            frozen.send_signal(signal.SIGCONT)
+            out = frozen.stdout.read()
+            frozen.wait(60)
+            # The frozen writer's batch was rolled back, and it was told so.
+            assert out.startswith("failed PostgreSQL"), out
+            assert repo.read(TURN_ID) == [*builder.events, ours]
+        finally:
+            if frozen.poll() is None:
+                frozen.kill()  # lets a blocked appender through, so the test can end
+                frozen.wait()
 
 
 # ================================================================ rows

@@ -21,7 +21,10 @@ re-reduces what the first one wrote before applying its own batch, so its
 batch either applies after the other or is rejected exactly as a stale
 input would be; lines are never interleaved or lost. The in-process lock
 (``with_lock``) still excludes this process's threads first, so they queue
-in Python rather than holding pool connections while they wait.
+in Python rather than holding pool connections while they wait. A writer
+that stops inside its transaction (a frozen process, a host cut off) would
+hold the row lock until TCP gave up on it; the server ends such a session
+after ``IDLE_IN_TRANSACTION_SECONDS``, so the others wait that long at most.
 
 A read is one statement, hence one snapshot: it sees whole batches only.
 A connection that dies in the middle of an append rolls its transaction
@@ -58,6 +61,7 @@ everything else a row can hold is validated on every read like a file line.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import weakref
 from collections.abc import Hashable, Iterator
@@ -307,6 +311,25 @@ def _connect(url: str, variable: str, timeout: float = 10.0) -> Iterator[psycopg
 # ---------------------------------------------------------------- the repository
 
 
+IDLE_IN_TRANSACTION_SECONDS = 60.0
+"""How long the server lets a session of the repository sit idle inside a
+transaction before it ends the session and rolls back. An append holds the
+turn's row lock for the length of its transaction, which takes milliseconds
+and at most seconds (decoding a long log between two statements); a writer
+whose process froze or whose host lost the network in the middle would
+otherwise hold the lock, and so every other writer of the turn, until TCP
+gave up on it (hours). The frozen writer's batch is rolled back; its commit
+fails, and its retry with ``known_offset`` finds what is stored."""
+
+
+def _configure_session(conn: psycopg.Connection[Any], *, idle_ms: int) -> None:
+    """Settings of every pooled session (``IDLE_IN_TRANSACTION_SECONDS``)."""
+    conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (str(idle_ms),)
+    )
+    conn.commit()  # the pool takes only idle connections
+
+
 def _close_quietly(ref: weakref.ref[ConnectionPool[Any]]) -> None:
     pool = ref()
     if pool is not None and not pool.closed:
@@ -358,15 +381,13 @@ class _PgWriter(_Writer):
         return "".join(line + "\n" for _, line in rows).encode()
 
     def write(self, data: bytes) -> None:
-        rows = _rows(self._turn_id, data, first_seq=self._lines + 1, first_pos=self._size)
-        with self._conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, %s, %s)", rows
-            )
+        rows = _insert_lines(
+            self._conn, self._turn_id, data, first_seq=self._lines + 1, first_pos=self._size
+        )
         # Commit here, inside the append: the caller caches the reducer only
         # after ``write`` returns, so it never caches a batch that was not stored.
         self._conn.commit()
-        self._lines += len(rows)
+        self._lines += rows
         self._size += len(data)
 
     def move_last_to_broken(self) -> None:
@@ -393,18 +414,34 @@ def _check_sequence(where: str, first: int, seqs: list[int]) -> None:
             )
 
 
-def _rows(
-    turn_id: str, data: bytes, *, first_seq: int, first_pos: int
-) -> list[tuple[str, int, int, str]]:
-    """``data`` (whole lines, each ending in a newline) as ``turn_events`` rows."""
+def _insert_lines(
+    conn: psycopg.Connection[Any], turn_id: str, data: bytes, *, first_seq: int, first_pos: int
+) -> int:
+    """Store ``data`` (whole lines, each ending in a newline) as ``turn_events`` rows;
+    return how many.
+
+    One statement, not ``executemany``: that pipelines its inserts, and a
+    session waiting inside a pipeline is not "idle in transaction" to the
+    server, so ``IDLE_IN_TRANSACTION_SECONDS`` would not end a writer that
+    froze there.
+    """
     if data and not data.endswith(b"\n"):
         raise AssertionError("only whole lines are stored")
-    rows: list[tuple[str, int, int, str]] = []
+    seqs: list[int] = []
+    positions: list[int] = []
+    lines: list[str] = []
     pos = first_pos
     for i, raw in enumerate(data.split(b"\n")[:-1]):
-        rows.append((turn_id, first_seq + i, pos, raw.decode("utf-8")))
+        seqs.append(first_seq + i)
+        positions.append(pos)
+        lines.append(raw.decode("utf-8"))
         pos += len(raw) + 1
-    return rows
+    conn.execute(
+        """INSERT INTO turn_events (turn_id, seq, pos, line)
+           SELECT %s, * FROM unnest(%s::bigint[], %s::bigint[], %s::text[])""",
+        (turn_id, seqs, positions, lines),
+    )
+    return len(lines)
 
 
 class PostgresTurnRepository(_JsonlRepository):
@@ -437,12 +474,14 @@ class PostgresTurnRepository(_JsonlRepository):
         pool_size: int = 16,
         migrate_schema: bool = False,
         timeout: float = 15.0,
+        idle_in_transaction_timeout: float = IDLE_IN_TRANSACTION_SECONDS,
     ) -> PostgresTurnRepository:
         """Open the database at ``url``; a clear one-line error if it cannot be used.
 
         Connects once directly first, so an unreachable server, a refused
         login or a missing schema is reported at once, naming ``variable``
         and the server, instead of surfacing later from a pool thread.
+        ``idle_in_transaction_timeout``: see ``IDLE_IN_TRANSACTION_SECONDS``.
         """
         label = database_label(url)
         if migrate_schema:
@@ -461,6 +500,9 @@ class PostgresTurnRepository(_JsonlRepository):
             min_size=1,
             max_size=max(1, pool_size),
             kwargs={"client_encoding": _CLIENT_ENCODING},
+            configure=functools.partial(
+                _configure_session, idle_ms=max(1, round(idle_in_transaction_timeout * 1000))
+            ),
             open=False,
             check=ConnectionPool.check_connection,
             name="turncore",
@@ -504,11 +546,7 @@ class PostgresTurnRepository(_JsonlRepository):
             ).fetchone()
             if row is None:
                 raise TurnExistsError(f"turn {turn_id} already exists (in PostgreSQL {self.label})")
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, %s, %s)",
-                    _rows(turn_id, data, first_seq=1, first_pos=0),
-                )
+            _insert_lines(conn, turn_id, data, first_seq=1, first_pos=0)
 
     def _load(self, turn_id: str) -> tuple[Hashable, bytes]:
         return self._load_from(turn_id, 0)
