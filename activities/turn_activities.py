@@ -38,6 +38,7 @@ from turncore.errors import (
     DependencyError,
     InfrastructureError,
     RejectedInputError,
+    TurnExistsError,
 )
 from turncore.events import (
     SCHEMA_VERSION,
@@ -279,6 +280,10 @@ class TurnActivities(TurnActivityContract):
         """Create the child turn of a ``spawn_agent`` call and link it durably.
 
         Idempotent: a call that already links a child gets that child back.
+        The link is appended to the parent before the child's first line is
+        written, so an attempt that fails between the two leaves a link whose
+        child the next attempt creates, never a child turn that nothing links
+        (and that nothing would ever run).
         """
         d = self._d
         try:
@@ -291,8 +296,14 @@ class TurnActivities(TurnActivityContract):
                 CorruptTurnError(f"tool call {input.tool_call_id} is not awaiting a sub-agent")
             )
         linked = linked_child(call.progress)
-        if linked is not None:
-            return CreateChildResult(child_turn_id=linked)
+        # The link as on file: an earlier attempt may have appended it and
+        # failed before the workflow heard (it skips a link it already has).
+        on_file = [p for p in call.progress if linked_child([p]) is not None][:1]
+        try:
+            if linked is not None and await asyncio.to_thread(d.repository.exists, linked):
+                return CreateChildResult(child_turn_id=linked, events=_elided(on_file))
+        except InfrastructureError as exc:
+            raise to_application_error(exc) from exc
         request = spawn_request(call.input)
         if isinstance(request, str):
             return CreateChildResult(error=request)
@@ -304,7 +315,7 @@ class TurnActivities(TurnActivityContract):
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
         parent = state.definition
-        child_id = d.ids.next_id()
+        child_id = linked if linked is not None else d.ids.next_id()
         created = TurnCreated(
             turn_id=child_id,
             ts=input.ts,
@@ -326,19 +337,22 @@ class TurnActivities(TurnActivityContract):
                 reasoning_effort=parent.config.reasoning_effort,
             ),
         )
-        link = ToolProgress(
-            turn_id=parent.turn_id,
-            ts=input.ts,
-            tool_call_id=input.tool_call_id,
-            source="sync",
-            progress=child_link(child_id),
-        )
         try:
-            await asyncio.to_thread(d.repository.create, created)
-            await self._append(parent.turn_id, [link])
+            if linked is None:
+                link = ToolProgress(
+                    turn_id=parent.turn_id,
+                    ts=input.ts,
+                    tool_call_id=input.tool_call_id,
+                    source="sync",
+                    progress=child_link(child_id),
+                )
+                await self._append(parent.turn_id, [link])
+                on_file = [link]
+            with contextlib.suppress(TurnExistsError):  # a concurrent attempt made it
+                await asyncio.to_thread(d.repository.create, created)
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
-        return CreateChildResult(child_turn_id=child_id, events=_elided([link]))
+        return CreateChildResult(child_turn_id=child_id, events=_elided(on_file))
 
     @activity.defn
     async def await_child_turn(self, input: AwaitChildInput) -> AwaitChildResult:

@@ -9,14 +9,17 @@ import contextlib
 from pathlib import Path
 from typing import Any
 
+import psycopg
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
 from tests.test_large_values import _payloads
+from turncore.advance import INTERRUPTED_TOOL_RESULT
 from turncore.elision import elide_event
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
+from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import TurnReducer
 from turncore.subagents import spawn_agent_descriptor
 from turncore.tools import ToolContext
@@ -192,3 +195,107 @@ async def _linked_child_holding(h: Harness, turn_id: str) -> str:
                 return str(links[0]["childTurnId"])
         await asyncio.sleep(0.05)
     raise AssertionError("the child never ran its tool")
+
+
+def child_script(request: ModelCallRequest) -> Any:
+    prompt = [m for m in request.messages if m.role == "user"][-1].content
+    if prompt == "child: count":
+        return {"text": "counted"}
+    if call_index(request.messages) == 0:
+        return {
+            "toolCalls": [
+                {"toolName": "spawn_agent", "input": {"agent": "test", "prompt": "child: count"}}
+            ]
+        }
+    return {"text": f"child said {request.messages[-1].content[-1].output.value}"}  # type: ignore[union-attr]
+
+
+FAULT = """CREATE FUNCTION fail_statement() RETURNS trigger AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM faults WHERE NEW.line LIKE '%%' || needle || '%%') THEN
+        PERFORM nextval('failures');
+        IF (SELECT once FROM faults LIMIT 1) THEN DELETE FROM faults; END IF;
+        RAISE EXCEPTION 'the database failed this statement';
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql"""
+
+
+@pytest.mark.parametrize(
+    ("needle", "once"),
+    [
+        ('"kind":"subagent"', True),  # the link, once
+        ('"content":"child: count"', False),  # the child's first line, until lifted
+    ],
+    ids=["link-fails-once", "child-fails-until-lifted"],
+)
+async def test_a_failed_spawn_leaves_no_turn_unlinked(
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    postgres_url: str,
+    needle: str,
+    once: bool,
+) -> None:
+    """The database fails the spawn's writes: every child turn created is the one
+    the parent links, and it runs to its end."""
+    migrate(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE failures")
+        conn.execute("CREATE TABLE faults (needle text, once boolean)")
+        conn.execute("INSERT INTO faults VALUES (%s, %s)", (needle, once))
+        conn.execute(FAULT)
+        conn.execute(
+            "CREATE TRIGGER fault BEFORE INSERT ON turn_events "
+            "FOR EACH ROW EXECUTE FUNCTION fail_statement()"
+        )
+    repo = PostgresTurnRepository.connect(postgres_url)
+    try:
+        async with Harness(
+            temporal_env.client,
+            tmp_path,
+            child_script,
+            tools=[spawn_agent_descriptor()],
+            permissions={"workflow:spawn_agent": "none"},
+            repository=repo,
+        ) as h:
+            turn_id = await h.create("delegate")
+            running = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+
+                def failures() -> int:
+                    row = conn.execute("SELECT last_value, is_called FROM failures").fetchone()
+                    assert row is not None
+                    return int(row[0]) if row[1] else 0
+
+                deadline = asyncio.get_running_loop().time() + 60
+                # Until lifted, the child's first line fails again and again: on
+                # the first attempt, and again on each recovery of the call.
+                while failures() < (1 if once else 3):
+                    assert asyncio.get_running_loop().time() < deadline, "no write failed"
+                    await asyncio.sleep(0.05)
+                conn.execute("DELETE FROM faults")
+            outcome = await asyncio.wait_for(running, 120)
+            assert outcome.status == "completed"
+            [call] = h.file_state(turn_id).tool_calls
+            assert call.result is not None
+            if once:
+                # The link never landed, so no child was created: the call is
+                # closed like any sync call whose activity failed (§23).
+                assert call.progress == [] and repo.turn_ids() == [turn_id]
+                assert call.result.result.output == INTERRUPTED_TOOL_RESULT
+            else:
+                # The link landed first; recovering the call created its child.
+                [link] = call.progress
+                child_id = link.progress["childTurnId"]  # type: ignore[index]
+                assert sorted(repo.turn_ids()) == sorted([turn_id, child_id])
+                child = h.file_state(child_id)
+                assert child.terminal is not None and child.terminal.type == "turn_completed"
+                assert call.result.result.output == {
+                    "childTurnId": child_id,
+                    "status": "completed",
+                    "text": "counted",
+                }
+                await h.assert_file_matches_query(child_id)
+            await h.assert_file_matches_query(turn_id)
+    finally:
+        repo.close()

@@ -113,6 +113,12 @@ _CANCEL_CLOSES_INTERRUPTED = "cancel-closes-interrupted-calls"
 """Runs from here on leave calls a lost worker interrupted to a waiting cancel to close."""
 _REJECT_QUEUED = "reject-inputs-queued-at-end"
 """Runs from here on reject inputs a cancel overtook, instead of leaving their updates open."""
+_CREATE_LINKED_CHILD = "create-linked-child-on-reattach"
+"""Runs from here on create a linked child whose first line a lost attempt never wrote,
+before re-attaching to it (``create_child_turn`` links first, then creates)."""
+_SPAWN_FAILURE_RELOADS = "spawn-failure-reloads"
+"""Runs from here on reload when a ``spawn_agent`` call's local activity fails, as
+when any activity fails, instead of losing the call's task and starting it anew."""
 _SUBAGENT_RESULT_FROM_FILE = "subagent-result-from-file"
 """Runs from here on have the append activity build a ``spawn_agent`` result from the
 child's file: the child's outcome reaches the workflow elided."""
@@ -594,6 +600,23 @@ class TurnWorkflow:
         if not await self._child_slot(call):
             return
         try:
+            if workflow.patched(_CREATE_LINKED_CHILD):
+                # The link is written before the child's first line: an attempt
+                # that failed between the two left a child to create.
+                created: CreateChildResult = await self._local(
+                    Activities.create_child_turn,
+                    CreateChildInput(
+                        parent_turn_id=self._turn_id, tool_call_id=call.tool_call_id, ts=_ts()
+                    ),
+                )
+                self._absorb(created.events)
+                if created.child_turn_id is None:
+                    if self._state.terminal is None and self._cancel is None:
+                        error = created.error or "the sub-agent could not start"
+                        await self._append(
+                            [self._sync_result(call, ToolResultData(output=error, is_error=True))]
+                        )
+                    return
             child_input = dataclasses.replace(
                 self._input, turn_id=child_id, cancel=None, rejected_inputs=[]
             )
@@ -615,7 +638,9 @@ class TurnWorkflow:
                     await self._append(
                         [self._sync_result(call, child_result(child_id, done.outcome))]
                     )
-        except (ActivityError, asyncio.CancelledError) as exc:
+        except (ActivityError, ApplicationError, asyncio.CancelledError) as exc:
+            if isinstance(exc, ApplicationError) and not workflow.patched(_SPAWN_FAILURE_RELOADS):
+                raise
             workflow.logger.warning("sub-agent %s was not re-attached: %s", child_id, exc)
             self._flags.reload = True
         finally:
@@ -696,7 +721,12 @@ class TurnWorkflow:
                 else:
                     assert child_id is not None
                     await self._append_child_result(call, child_id)
-        except (ActivityError, asyncio.CancelledError) as exc:
+        except (ActivityError, ApplicationError, asyncio.CancelledError) as exc:
+            # A local activity's failure arrives as ApplicationError. Uncaught, it
+            # ended this task silently and the loop started the call again at
+            # once, without a reload: a hot loop, and a new child turn each time.
+            if isinstance(exc, ApplicationError) and not workflow.patched(_SPAWN_FAILURE_RELOADS):
+                raise
             workflow.logger.warning(
                 "sub-agent of %s ended without a result: %s", call.tool_call_id, exc
             )
