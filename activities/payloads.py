@@ -26,6 +26,16 @@ Derived = Literal["completion"]
 
 
 @dataclass(frozen=True)
+class SubagentResultInput:
+    """A ``spawn_agent`` call whose result the append activity builds from the
+    child turn's file: the child's answer may be past the value budget, and
+    the workflow holds it only elided (DESIGN §5)."""
+
+    tool_call_id: str
+    child_turn_id: str
+
+
+@dataclass(frozen=True)
 class AppendInput:
     turn_id: str
     events: list[TurnEvent]
@@ -39,6 +49,9 @@ class AppendInput:
     staged: StagedInput | None = None
     """Instead of ``events``, the events of this input, whose value the activity
     fetches from the turn's storage and validates (the claim check)."""
+    subagent: SubagentResultInput | None = None
+    """Instead of ``events``, the result of this ``spawn_agent`` call, from its
+    child turn's outcome as the child's file records it."""
 
 
 @dataclass(frozen=True)

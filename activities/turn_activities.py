@@ -38,6 +38,7 @@ from turncore.errors import (
     DependencyError,
     InfrastructureError,
     RejectedInputError,
+    TurnExistsError,
 )
 from turncore.events import (
     SCHEMA_VERSION,
@@ -90,7 +91,13 @@ from turncore.permissions import (
 )
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
-from turncore.subagents import child_link, is_workflow_tool, linked_child, spawn_request
+from turncore.subagents import (
+    child_link,
+    child_result,
+    is_workflow_tool,
+    linked_child,
+    spawn_request,
+)
 from turncore.tools import ToolContext, ToolRegistry
 
 from . import telemetry
@@ -114,6 +121,7 @@ from .payloads import (
     MaterializeAgentResult,
     ModelCallInput,
     ModelCallResult,
+    SubagentResultInput,
     ToolCallInput,
     ToolCallResult,
     ValidateDependenciesInput,
@@ -177,6 +185,8 @@ class TurnActivities(TurnActivityContract):
         try:
             if input.staged is not None:
                 derived = await self._staged_events(input, input.staged)
+            elif input.subagent is not None:
+                derived = await self._subagent_result(input, input.subagent)
             elif input.derive == "completion":
                 on_file = await self._read(input.turn_id)
                 state = TurnReducer.of(on_file).state
@@ -217,6 +227,33 @@ class TurnActivities(TurnActivityContract):
         check_input(state, resolved)
         return input_events(state, resolved, input.ts or self._d.clock())
 
+    async def _subagent_result(
+        self, input: AppendInput, ref: SubagentResultInput
+    ) -> list[TurnEvent]:
+        """The result of a ``spawn_agent`` call: its child's outcome as the child's file
+        records it. The workflow holds the child's answer only elided (DESIGN §5), so
+        the parent's file gets the answer from here, whatever its size."""
+        parent = await self._state(input.turn_id)
+        call = parent.tool_call(ref.tool_call_id)
+        if call is None or call.invocation is None:
+            raise CorruptTurnError(f"tool call {ref.tool_call_id} is not awaiting a sub-agent")
+        child = await self._state(ref.child_turn_id)
+        outcome = outcome_of(child)
+        if child.terminal is None or outcome is None:
+            raise InfrastructureError(
+                f"sub-agent {ref.child_turn_id} of {ref.tool_call_id} has not ended"
+            )
+        return [
+            ToolResult(
+                turn_id=input.turn_id,
+                ts=input.ts or self._d.clock(),
+                tool_call_id=ref.tool_call_id,
+                tool_name=call.tool_name,
+                source="sync",
+                result=child_result(ref.child_turn_id, outcome),
+            )
+        ]
+
     @activity.defn
     async def load_turn(self, input: LoadInput) -> LoadResult:
         """The file's events from ``start``, elided, in pages that fit a payload."""
@@ -243,6 +280,10 @@ class TurnActivities(TurnActivityContract):
         """Create the child turn of a ``spawn_agent`` call and link it durably.
 
         Idempotent: a call that already links a child gets that child back.
+        The link is appended to the parent before the child's first line is
+        written, so an attempt that fails between the two leaves a link whose
+        child the next attempt creates, never a child turn that nothing links
+        (and that nothing would ever run).
         """
         d = self._d
         try:
@@ -255,8 +296,14 @@ class TurnActivities(TurnActivityContract):
                 CorruptTurnError(f"tool call {input.tool_call_id} is not awaiting a sub-agent")
             )
         linked = linked_child(call.progress)
-        if linked is not None:
-            return CreateChildResult(child_turn_id=linked)
+        # The link as on file: an earlier attempt may have appended it and
+        # failed before the workflow heard (it skips a link it already has).
+        on_file = [p for p in call.progress if linked_child([p]) is not None][:1]
+        try:
+            if linked is not None and await asyncio.to_thread(d.repository.exists, linked):
+                return CreateChildResult(child_turn_id=linked, events=_elided(on_file))
+        except InfrastructureError as exc:
+            raise to_application_error(exc) from exc
         request = spawn_request(call.input)
         if isinstance(request, str):
             return CreateChildResult(error=request)
@@ -268,7 +315,7 @@ class TurnActivities(TurnActivityContract):
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
         parent = state.definition
-        child_id = d.ids.next_id()
+        child_id = linked if linked is not None else d.ids.next_id()
         created = TurnCreated(
             turn_id=child_id,
             ts=input.ts,
@@ -290,19 +337,22 @@ class TurnActivities(TurnActivityContract):
                 reasoning_effort=parent.config.reasoning_effort,
             ),
         )
-        link = ToolProgress(
-            turn_id=parent.turn_id,
-            ts=input.ts,
-            tool_call_id=input.tool_call_id,
-            source="sync",
-            progress=child_link(child_id),
-        )
         try:
-            await asyncio.to_thread(d.repository.create, created)
-            await self._append(parent.turn_id, [link])
+            if linked is None:
+                link = ToolProgress(
+                    turn_id=parent.turn_id,
+                    ts=input.ts,
+                    tool_call_id=input.tool_call_id,
+                    source="sync",
+                    progress=child_link(child_id),
+                )
+                await self._append(parent.turn_id, [link])
+                on_file = [link]
+            with contextlib.suppress(TurnExistsError):  # a concurrent attempt made it
+                await asyncio.to_thread(d.repository.create, created)
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
-        return CreateChildResult(child_turn_id=child_id, events=_elided([link]))
+        return CreateChildResult(child_turn_id=child_id, events=_elided(on_file))
 
     @activity.defn
     async def await_child_turn(self, input: AwaitChildInput) -> AwaitChildResult:
@@ -320,11 +370,15 @@ class TurnActivities(TurnActivityContract):
         try:
             while True:
                 try:
-                    state = await self._state(child_id)
+                    events = await self._read(child_id)
                 except (CorruptTurnError, InfrastructureError) as exc:
                     raise to_application_error(exc) from exc
-                outcome = outcome_of(state) if state.terminal is not None else None
-                if outcome is not None:
+                state = TurnReducer.of(events).state
+                if state.terminal is not None:
+                    # Elided, like every value that crosses into the workflow: the
+                    # parent's result is built from the child's file (``subagent``).
+                    outcome = outcome_of(TurnReducer.of(_elided(events)).state)
+                    assert outcome is not None
                     return AwaitChildResult(outcome=outcome)
                 if not started:
                     # USE_EXISTING: a child still running keeps its run; a lost one

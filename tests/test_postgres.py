@@ -8,6 +8,10 @@ unreachable server, and credentials kept out of every message.
 
 from __future__ import annotations
 
+import os
+import signal
+import subprocess
+import sys
 import threading
 import time
 from collections.abc import Iterator
@@ -258,6 +262,77 @@ class TestConnectionKilledMidAppend:
         assert repo.line_count(TURN_ID) == n + 1
 
 
+FROZEN = """
+import sys
+from tests.builders import TURN_ID, tool_progress
+from turncore.errors import InfrastructureError
+from turncore.postgres import PostgresTurnRepository
+
+repo = PostgresTurnRepository.connect(sys.argv[1], idle_in_transaction_timeout=1.0)
+print("ready", flush=True)
+sys.stdin.readline()  # go
+try:
+    repo.append(TURN_ID, [tool_progress(TURN_ID, "call_0", progress={"who": "frozen"})])
+    print("appended", flush=True)
+except InfrastructureError as exc:
+    print("failed", exc, flush=True)
+repo.close()
+"""
+
+
+class TestFrozenWriter:
+    """A writer that stops in the middle of its transaction (its host froze, or lost
+    the network) must not hold the turn's row lock, and so every other writer, forever."""
+
+    def test_the_server_ends_a_frozen_writers_transaction(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        builder = open_sync_calls(n=1)
+        seed(repo, builder.events)
+        n = len(builder.events)
+        ours = tool_progress(TURN_ID, "call_0", progress={"who": "us"})
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        frozen = subprocess.Popen(
+            [sys.executable, "-c", FROZEN, url],
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            text=True,
+        )
+        try:
+            assert frozen.stdin is not None and frozen.stdout is not None
+            assert frozen.stdout.readline() == "ready\n"
+            with admin(postgres_server, url) as blocker, admin(postgres_server, url) as watcher:
+                # Hold the other writer inside its transaction (it has the turn's
+                # row lock), stop its process there, then let its INSERT finish:
+                # its session now sits idle in a transaction nobody will end.
+                blocker.execute("BEGIN")
+                blocker.execute(
+                    "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, 0, 'x')",
+                    (TURN_ID, n + 1),
+                )
+                frozen.stdin.write("go\n")
+                frozen.stdin.flush()
+                _wait_for(lambda: _backend_waiting(watcher, "INSERT INTO turn_events"))
+                frozen.send_signal(signal.SIGSTOP)
+                blocker.execute("ROLLBACK")
+            done: list[int] = []
+            appender = threading.Thread(target=lambda: done.append(repo.append(TURN_ID, [ours])))
+            appender.start()
+            appender.join(30)
+            assert done == [n + 1], "an append waited on a frozen writer's lock"
+            frozen.send_signal(signal.SIGCONT)
+            out = frozen.stdout.read()
+            frozen.wait(60)
+            # The frozen writer's batch was rolled back, and it was told so.
+            assert out.startswith("failed PostgreSQL"), out
+            assert repo.read(TURN_ID) == [*builder.events, ours]
+        finally:
+            if frozen.poll() is None:
+                frozen.kill()  # lets a blocked appender through, so the test can end
+                frozen.wait()
+
+
 # ================================================================ rows
 
 
@@ -297,6 +372,34 @@ class TestRows:
         assert info.value.line == 3
         assert info.value.path == f"postgres:{TURN_ID}"
         assert "missing" in info.value.rule
+
+    def test_an_append_after_a_missing_row_is_refused_and_writes_nothing(
+        self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
+    ) -> None:
+        # The contract: an append to a log that reads as corrupt is refused, as
+        # for a file with a bad line. A gap must not be appended past.
+        builder = open_sync_calls(n=1)
+        progress = [tool_progress(TURN_ID, "call_0", progress={"step": i}) for i in (1, 2)]
+        seed(repo, [*builder.events, *progress])
+        n = len(builder.events) + 2
+        with admin(postgres_server, url) as conn:
+            conn.execute(
+                "DELETE FROM turn_events WHERE turn_id = %s AND seq = %s", (TURN_ID, n - 1)
+            )
+        # (A repository that has the prefix cached trusts it, as it trusts a
+        # file's prefix: storage is append-only. One that reads it checks it.)
+        fresh = PostgresTurnRepository.connect(url)
+        try:
+            with pytest.raises(CorruptTurnError, match="missing") as info:
+                fresh.append(TURN_ID, [tool_result(TURN_ID, "call_0", "read_file")])
+        finally:
+            fresh.close()
+        assert (info.value.path, info.value.line) == (f"postgres:{TURN_ID}", n - 1)
+        with admin(postgres_server, url) as conn:
+            seqs = conn.execute(
+                "SELECT seq FROM turn_events WHERE turn_id = %s ORDER BY seq", (TURN_ID,)
+            ).fetchall()
+        assert [s for (s,) in seqs] == [*range(1, n - 1), n]
 
     def test_an_edited_row_is_reported_at_its_line(
         self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer
@@ -365,6 +468,22 @@ class TestRepair:
         assert repo.line_count(TURN_ID) == len(completed_turn())
 
 
+def test_staging_again_needs_one_connection(url: str) -> None:
+    """Restaging the same bytes (a resent large input) works with a pool of one."""
+    small = PostgresTurnRepository.connect(url, pool_size=1, timeout=3.0)
+    try:
+        seed(small, open_sync_calls(n=1).events)
+        ref = small.stage(TURN_ID, b"x" * 1000)
+        assert small.stage(TURN_ID, b"x" * 1000) == ref
+        assert small.fetch_staged(TURN_ID, ref) == b"x" * 1000
+        from turncore.errors import TurnNotFoundError
+
+        with pytest.raises(TurnNotFoundError):
+            small.stage(OTHER_TURN_ID, b"x" * 1000)
+    finally:
+        small.close()
+
+
 # ================================================================ moving turns
 
 
@@ -428,6 +547,47 @@ class TestSchema:
             PostgresTurnRepository.connect(url)
 
 
+class TestEncoding:
+    """Rows hold the lines' exact text, so the database and every session speak UTF-8."""
+
+    @pytest.mark.parametrize("encoding", ["LATIN1", "SQL_ASCII"])
+    def test_a_database_that_is_not_utf8_is_refused_by_name(
+        self, postgres_server: PostgresServer, encoding: str
+    ) -> None:
+        name = f"enc_{encoding.lower()}"
+        with psycopg.connect(postgres_server.psql_url(), autocommit=True) as conn:
+            conn.execute(
+                f"CREATE DATABASE {name} ENCODING '{encoding}' TEMPLATE template0 "
+                "LC_COLLATE 'C' LC_CTYPE 'C'"
+            )
+        url = postgres_server.url(name)
+        with pytest.raises(InfrastructureError, match=f"encoding {encoding}.*UTF8") as info:
+            migrate(url, variable="TURNS_DATABASE_URL")
+        assert "TURNS_DATABASE_URL" in str(info.value) and PASSWORD not in str(info.value)
+        with psycopg.connect(url, autocommit=True) as conn:
+            assert conn.execute("SELECT to_regclass('turns')").fetchone() == (None,)
+        with pytest.raises(InfrastructureError, match=f"encoding {encoding}.*UTF8"):
+            PostgresTurnRepository.connect(url, variable="TURNS_DATABASE_URL")
+
+    def test_a_client_encoding_from_the_environment_does_not_change_the_lines(
+        self, url: str, monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+    ) -> None:
+        monkeypatch.setenv("PGCLIENTENCODING", "LATIN1")
+        builder = open_sync_calls(n=1)
+        note = {"note": "café ☕ \u2028 \U0001f600 日本語"}
+        events = [*builder.events, tool_progress(TURN_ID, "call_0", progress=note)]
+        repo = PostgresTurnRepository.connect(url)
+        try:
+            seed(repo, events)
+            assert repo.read(TURN_ID) == events
+            files = FileTurnRepository(tmp_path)
+            files.create(events[0])  # type: ignore[arg-type]
+            files.append(TURN_ID, events[1:])
+            assert repo.raw(TURN_ID) == files.raw(TURN_ID) == lines(events)
+        finally:
+            repo.close()
+
+
 class TestUnreachable:
     def test_no_server_is_a_one_line_error_naming_variable_and_host(self) -> None:
         port = free_port()
@@ -444,6 +604,25 @@ class TestUnreachable:
             PostgresTurnRepository.connect(url, variable="TURNS_DATABASE_URL")
         assert "password authentication failed" in str(info.value)
         assert PASSWORD not in str(info.value)
+
+    @pytest.mark.parametrize(
+        "password", ["50%off-Secret", "with a space-Secret", "at@Secret-host", "a/Secret-path"]
+    )
+    def test_a_password_the_url_does_not_percent_encode_is_not_repeated(
+        self, postgres_server: PostgresServer, password: str
+    ) -> None:
+        # libpq cannot parse these URLs, or reads part of the password as the
+        # host, port or database; its messages quote what it read.
+        url = f"postgresql://postgres:{password}@127.0.0.1:{postgres_server.port}/turns"
+        for attempt in (
+            lambda: migrate(url, variable="TURNS_DATABASE_URL"),
+            lambda: PostgresTurnRepository.connect(url, variable="TURNS_DATABASE_URL"),
+        ):
+            with pytest.raises(DatabaseUnavailableError) as info:
+                attempt()
+            message = str(info.value)
+            assert "Secret" not in message, message
+            assert "TURNS_DATABASE_URL" in message and "percent-encode" in message
 
     def test_a_server_that_goes_away_is_an_infrastructure_error_and_comes_back(
         self, repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer

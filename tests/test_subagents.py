@@ -5,14 +5,21 @@ the children."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from pathlib import Path
 from typing import Any
 
+import psycopg
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
+from tests.test_large_values import _payloads
+from turncore.advance import INTERRUPTED_TOOL_RESULT
+from turncore.elision import elide_event
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
+from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import TurnReducer
 from turncore.subagents import spawn_agent_descriptor
 from turncore.tools import ToolContext
@@ -99,3 +106,196 @@ async def test_cancelling_the_parent_cancels_its_children(
         first = TurnReducer.of(h.repo.read(children[0])).state
         assert first.terminal is not None and first.terminal.type == "turn_cancelled"
         await h.assert_file_matches_query(turn_id)
+
+
+LONG_ANSWER = "".join(f"finding {i}: all is well. " for i in range(2000))  # ~50 KB, > the budget
+release_long = asyncio.Event()
+
+
+def long_script(request: ModelCallRequest) -> Any:
+    """The child holds in a tool, then answers at length; the parent repeats what it got."""
+    prompt = [m for m in request.messages if m.role == "user"][-1].content
+    assert isinstance(prompt, str)
+    if prompt == "child: report":
+        if call_index(request.messages) == 0:
+            return {"toolCalls": [{"toolName": "hold", "input": {}}]}
+        return {"text": LONG_ANSWER}
+    if call_index(request.messages) == 0:
+        return {
+            "toolCalls": [
+                {"toolName": "spawn_agent", "input": {"agent": "test", "prompt": "child: report"}}
+            ]
+        }
+    output = request.messages[-1].content[-1].output.value  # type: ignore[union-attr]
+    return {"text": "whole" if output["text"] == LONG_ANSWER else f"got: {output['text'][:80]}"}
+
+
+async def hold(value: Any, ctx: ToolContext) -> Any:
+    await asyncio.wait_for(release_long.wait(), 120)
+    return "held"
+
+
+@pytest.mark.parametrize("reattached", [False, True])
+async def test_a_long_child_answer_reaches_the_parent_whole(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, reattached: bool
+) -> None:
+    """A child's answer past the value budget is recorded in the parent's file as the
+    child's file has it (not as the workflow's elided copy), and stays out of history."""
+    release_long.clear()
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        long_script,
+        tools=[spawn_agent_descriptor(), sync_tool("hold")],
+        implementations={"hold": hold},
+        permissions={"workflow:spawn_agent": "none", "builtin:hold": "none"},
+    ) as h:
+        turn_id = await h.create("delegate")
+        first = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)
+        child_id = await _linked_child_holding(h, turn_id)
+        if reattached:
+            # The parent's workflow is lost while its child runs; recovery re-attaches.
+            await temporal_env.client.get_workflow_handle(turn_id).terminate("lost for the test")
+            with contextlib.suppress(Exception):
+                await first
+            release_long.set()
+            outcome = await asyncio.wait_for(h.turns.recover(turn_id), 120)
+        else:
+            release_long.set()
+            outcome = await asyncio.wait_for(first, 120)
+        assert outcome.status == "completed"
+        assert outcome.output.text() == "whole"  # type: ignore[union-attr]
+        [call] = h.file_state(turn_id).tool_calls
+        assert call.result is not None
+        assert call.result.result.output == {
+            "childTurnId": child_id,
+            "status": "completed",
+            "text": LONG_ANSWER,
+        }
+        # The state query holds the elided copy; the file holds the value.
+        queried = await h.query_state(turn_id)
+        queried.pop("rejectedInputs", None)
+        elided = TurnReducer.of([elide_event(e) for e in h.repo.read(turn_id)]).state
+        assert elided.to_wire() == queried
+        # Neither the parent's history nor the child's carries the answer.
+        for workflow_id in (turn_id, child_id):
+            history = await temporal_env.client.get_workflow_handle(workflow_id).fetch_history()
+            payloads = [p.data for e in history.events for p in _payloads(e)]
+            assert payloads and not any(LONG_ANSWER[:1000].encode() in data for data in payloads)
+
+
+async def _linked_child_holding(h: Harness, turn_id: str) -> str:
+    """The child turn of the parent's one call, once the child runs its tool."""
+    deadline = asyncio.get_running_loop().time() + 60
+    while asyncio.get_running_loop().time() < deadline:
+        links = [p.progress for t in h.file_state(turn_id).tool_calls for p in t.progress]
+        if links and h.repo.exists(links[0]["childTurnId"]):
+            child = TurnReducer.of(h.repo.read(links[0]["childTurnId"])).state
+            if any(t.invocation is not None for t in child.tool_calls):
+                return str(links[0]["childTurnId"])
+        await asyncio.sleep(0.05)
+    raise AssertionError("the child never ran its tool")
+
+
+def child_script(request: ModelCallRequest) -> Any:
+    prompt = [m for m in request.messages if m.role == "user"][-1].content
+    if prompt == "child: count":
+        return {"text": "counted"}
+    if call_index(request.messages) == 0:
+        return {
+            "toolCalls": [
+                {"toolName": "spawn_agent", "input": {"agent": "test", "prompt": "child: count"}}
+            ]
+        }
+    return {"text": f"child said {request.messages[-1].content[-1].output.value}"}  # type: ignore[union-attr]
+
+
+FAULT = """CREATE FUNCTION fail_statement() RETURNS trigger AS $$
+BEGIN
+    IF EXISTS (SELECT 1 FROM faults WHERE NEW.line LIKE '%%' || needle || '%%') THEN
+        PERFORM nextval('failures');
+        IF (SELECT once FROM faults LIMIT 1) THEN DELETE FROM faults; END IF;
+        RAISE EXCEPTION 'the database failed this statement';
+    END IF;
+    RETURN NEW;
+END $$ LANGUAGE plpgsql"""
+
+
+@pytest.mark.parametrize(
+    ("needle", "once"),
+    [
+        ('"kind":"subagent"', True),  # the link, once
+        ('"content":"child: count"', False),  # the child's first line, until lifted
+    ],
+    ids=["link-fails-once", "child-fails-until-lifted"],
+)
+async def test_a_failed_spawn_leaves_no_turn_unlinked(
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    postgres_url: str,
+    needle: str,
+    once: bool,
+) -> None:
+    """The database fails the spawn's writes: every child turn created is the one
+    the parent links, and it runs to its end."""
+    migrate(postgres_url)
+    with psycopg.connect(postgres_url, autocommit=True) as conn:
+        conn.execute("CREATE SEQUENCE failures")
+        conn.execute("CREATE TABLE faults (needle text, once boolean)")
+        conn.execute("INSERT INTO faults VALUES (%s, %s)", (needle, once))
+        conn.execute(FAULT)
+        conn.execute(
+            "CREATE TRIGGER fault BEFORE INSERT ON turn_events "
+            "FOR EACH ROW EXECUTE FUNCTION fail_statement()"
+        )
+    repo = PostgresTurnRepository.connect(postgres_url)
+    try:
+        async with Harness(
+            temporal_env.client,
+            tmp_path,
+            child_script,
+            tools=[spawn_agent_descriptor()],
+            permissions={"workflow:spawn_agent": "none"},
+            repository=repo,
+        ) as h:
+            turn_id = await h.create("delegate")
+            running = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)
+            with psycopg.connect(postgres_url, autocommit=True) as conn:
+
+                def failures() -> int:
+                    row = conn.execute("SELECT last_value, is_called FROM failures").fetchone()
+                    assert row is not None
+                    return int(row[0]) if row[1] else 0
+
+                deadline = asyncio.get_running_loop().time() + 60
+                # Until lifted, the child's first line fails again and again: on
+                # the first attempt, and again on each recovery of the call.
+                while failures() < (1 if once else 3):
+                    assert asyncio.get_running_loop().time() < deadline, "no write failed"
+                    await asyncio.sleep(0.05)
+                conn.execute("DELETE FROM faults")
+            outcome = await asyncio.wait_for(running, 120)
+            assert outcome.status == "completed"
+            [call] = h.file_state(turn_id).tool_calls
+            assert call.result is not None
+            if once:
+                # The link never landed, so no child was created: the call is
+                # closed like any sync call whose activity failed (§23).
+                assert call.progress == [] and repo.turn_ids() == [turn_id]
+                assert call.result.result.output == INTERRUPTED_TOOL_RESULT
+            else:
+                # The link landed first; recovering the call created its child.
+                [link] = call.progress
+                child_id = link.progress["childTurnId"]  # type: ignore[index]
+                assert sorted(repo.turn_ids()) == sorted([turn_id, child_id])
+                child = h.file_state(child_id)
+                assert child.terminal is not None and child.terminal.type == "turn_completed"
+                assert call.result.result.output == {
+                    "childTurnId": child_id,
+                    "status": "completed",
+                    "text": "counted",
+                }
+                await h.assert_file_matches_query(child_id)
+            await h.assert_file_matches_query(turn_id)
+    finally:
+        repo.close()

@@ -21,7 +21,10 @@ re-reduces what the first one wrote before applying its own batch, so its
 batch either applies after the other or is rejected exactly as a stale
 input would be; lines are never interleaved or lost. The in-process lock
 (``with_lock``) still excludes this process's threads first, so they queue
-in Python rather than holding pool connections while they wait.
+in Python rather than holding pool connections while they wait. A writer
+that stops inside its transaction (a frozen process, a host cut off) would
+hold the row lock until TCP gave up on it; the server ends such a session
+after ``IDLE_IN_TRANSACTION_SECONDS``, so the others wait that long at most.
 
 A read is one statement, hence one snapshot: it sees whole batches only.
 A connection that dies in the middle of an append rolls its transaction
@@ -43,6 +46,11 @@ in one statement, so a reader sees the old bytes or the new, never a mix.
 They belong to their turn (deleting the turn deletes them) and are kept after
 use, like staged files.
 
+Text: the database must be UTF8 (``migrate`` and ``connect`` refuse another
+encoding, which could not hold every line or would not check it), and every
+session sets ``client_encoding`` to UTF8, so a line crosses unchanged and
+``pos`` counts its UTF-8 bytes whatever the environment says.
+
 Failures: any database error becomes ``InfrastructureError`` naming the
 server as ``host:port/database``. The URL, and with it any password, never
 appears in a message. Rows PostgreSQL cannot hold (invalid UTF-8, a NUL,
@@ -53,6 +61,7 @@ everything else a row can hold is validated on every read like a file line.
 from __future__ import annotations
 
 import atexit
+import functools
 import logging
 import weakref
 from collections.abc import Hashable, Iterator
@@ -129,6 +138,10 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
 # Serializes concurrent migrations (two workers starting with migrate on).
 _MIGRATION_LOCK = 0x7475726E73  # "turns"
 
+# Every session speaks UTF-8 whatever PGCLIENTENCODING or the server's default
+# says: a line's text must cross unchanged, and ``pos`` counts its UTF-8 bytes.
+_CLIENT_ENCODING = "UTF8"
+
 
 class DatabaseUnavailableError(InfrastructureError):
     """The database cannot be reached (at start, or in the middle of a call)."""
@@ -154,6 +167,23 @@ def database_label(url: str) -> str:
     return f"{host}:{port}/{db}"
 
 
+def _misread(url: str) -> str | None:
+    """Why libpq's reading of ``url`` may hold pieces of its password, or None.
+
+    A user name or password that is not percent-encoded makes a URL libpq
+    cannot parse (a ``%`` or a space), or one it reads differently (an ``@``
+    or ``/`` moves the rest into the host, port or database). Its messages
+    then quote what it read, so they are not repeated.
+    """
+    try:
+        params = conninfo_to_dict(url)
+    except psycopg.ProgrammingError:
+        return "libpq cannot parse it"
+    if any("@" in str(params.get(key) or "") for key in ("host", "hostaddr", "port", "dbname")):
+        return "its host, port or database name holds an '@'"
+    return None
+
+
 def _secrets_of(url: str) -> list[str]:
     try:
         params = conninfo_to_dict(url)
@@ -173,6 +203,22 @@ def _scrub(text: str, secrets: list[str]) -> str:
 # ---------------------------------------------------------------- migration
 
 
+def _check_encoding(conn: psycopg.Connection[Any], label: str, variable: str) -> None:
+    """Refuse a database that cannot hold every line as the file would (not UTF8).
+
+    A LATIN1 database cannot store most characters a line may hold, and an
+    SQL_ASCII one stores bytes without checking them, so neither keeps lines
+    byte for byte.
+    """
+    row = conn.execute("SHOW server_encoding").fetchone()
+    encoding = str(row[0]) if row is not None else "unknown"
+    if encoding.upper() not in ("UTF8", "UTF-8"):
+        raise InfrastructureError(
+            f"PostgreSQL {label} (from {variable}) has the encoding {encoding}; turn logs "
+            "need a UTF8 database: CREATE DATABASE … ENCODING 'UTF8' TEMPLATE template0"
+        )
+
+
 def _current_version(conn: psycopg.Connection[Any]) -> int | None:
     """The schema version, or None when turncore's tables are not there at all."""
     row = conn.execute("SELECT to_regclass('turncore_schema') IS NOT NULL").fetchone()
@@ -190,6 +236,7 @@ def migrate(url: str, *, variable: str = "the database URL") -> tuple[int, int]:
     """
     label = database_label(url)
     with _connect(url, variable) as conn, _translated(label, _secrets_of(url)):
+        _check_encoding(conn, label, variable)
         with conn.transaction():
             conn.execute("SELECT pg_advisory_xact_lock(%s)", (_MIGRATION_LOCK,))
             conn.execute(
@@ -242,8 +289,17 @@ def _connect(url: str, variable: str, timeout: float = 10.0) -> Iterator[psycopg
     label = database_label(url)
     secrets = _secrets_of(url)
     try:
-        conn = psycopg.connect(url, connect_timeout=max(1, int(timeout)))
+        conn = psycopg.connect(
+            url, connect_timeout=max(1, int(timeout)), client_encoding=_CLIENT_ENCODING
+        )
     except psycopg.Error as exc:
+        misread = _misread(url)
+        if misread is not None:
+            raise DatabaseUnavailableError(
+                f"cannot connect to PostgreSQL (from {variable}): the URL is malformed "
+                f"({misread}); percent-encode its user name and password (@ as %40, % as "
+                "%25, / as %2F, : as %3A, a space as %20)"
+            ) from None
         raise DatabaseUnavailableError(
             f"cannot connect to PostgreSQL at {label} (from {variable}): "
             f"{_scrub(str(exc), secrets) or type(exc).__name__}"
@@ -253,6 +309,25 @@ def _connect(url: str, variable: str, timeout: float = 10.0) -> Iterator[psycopg
 
 
 # ---------------------------------------------------------------- the repository
+
+
+IDLE_IN_TRANSACTION_SECONDS = 60.0
+"""How long the server lets a session of the repository sit idle inside a
+transaction before it ends the session and rolls back. An append holds the
+turn's row lock for the length of its transaction, which takes milliseconds
+and at most seconds (decoding a long log between two statements); a writer
+whose process froze or whose host lost the network in the middle would
+otherwise hold the lock, and so every other writer of the turn, until TCP
+gave up on it (hours). The frozen writer's batch is rolled back; its commit
+fails, and its retry with ``known_offset`` finds what is stored."""
+
+
+def _configure_session(conn: psycopg.Connection[Any], *, idle_ms: int) -> None:
+    """Settings of every pooled session (``IDLE_IN_TRANSACTION_SECONDS``)."""
+    conn.execute(
+        "SELECT set_config('idle_in_transaction_session_timeout', %s, false)", (str(idle_ms),)
+    )
+    conn.commit()  # the pool takes only idle connections
 
 
 def _close_quietly(ref: weakref.ref[ConnectionPool[Any]]) -> None:
@@ -279,9 +354,11 @@ class _PgWriter(_Writer):
         generation: int,
         lines: int,
         size: int,
+        where: str,
     ) -> None:
         self._conn = conn
         self._turn_id = turn_id
+        self._where = where
         self.identity = generation
         self._lines = lines
         self._size = size
@@ -293,21 +370,24 @@ class _PgWriter(_Writer):
 
     def read_from(self, start: int) -> bytes:
         rows = self._conn.execute(
-            "SELECT line FROM turn_events WHERE turn_id = %s AND pos >= %s ORDER BY seq",
+            "SELECT seq, line FROM turn_events WHERE turn_id = %s AND pos >= %s ORDER BY seq",
             (self._turn_id, start),
         ).fetchall()
-        return "".join(line + "\n" for (line,) in rows).encode()
+        # The rows must end at the last line and, from the start, be numbered
+        # 1, 2, 3…: appending past a missing row would write after a log that
+        # reads as corrupt (a cached prefix was checked when it was read).
+        first = 1 if start == 0 else self._lines - len(rows) + 1
+        _check_sequence(self._where, first, [seq for seq, _ in rows])
+        return "".join(line + "\n" for _, line in rows).encode()
 
     def write(self, data: bytes) -> None:
-        rows = _rows(self._turn_id, data, first_seq=self._lines + 1, first_pos=self._size)
-        with self._conn.cursor() as cur:
-            cur.executemany(
-                "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, %s, %s)", rows
-            )
+        rows = _insert_lines(
+            self._conn, self._turn_id, data, first_seq=self._lines + 1, first_pos=self._size
+        )
         # Commit here, inside the append: the caller caches the reducer only
         # after ``write`` returns, so it never caches a batch that was not stored.
         self._conn.commit()
-        self._lines += len(rows)
+        self._lines += rows
         self._size += len(data)
 
     def move_last_to_broken(self) -> None:
@@ -323,18 +403,45 @@ class _PgWriter(_Writer):
         self._conn.commit()
 
 
-def _rows(
-    turn_id: str, data: bytes, *, first_seq: int, first_pos: int
-) -> list[tuple[str, int, int, str]]:
-    """``data`` (whole lines, each ending in a newline) as ``turn_events`` rows."""
+def _check_sequence(where: str, first: int, seqs: list[int]) -> None:
+    """Rows numbered ``first``, ``first + 1``…: a gap is a missing line, reported at its number."""
+    for expected, seq in enumerate(seqs, start=first):
+        if seq != expected:
+            raise CorruptTurnError(
+                f"line {expected} is missing (the next stored line is number {seq})",
+                path=where,
+                line=expected,
+            )
+
+
+def _insert_lines(
+    conn: psycopg.Connection[Any], turn_id: str, data: bytes, *, first_seq: int, first_pos: int
+) -> int:
+    """Store ``data`` (whole lines, each ending in a newline) as ``turn_events`` rows;
+    return how many.
+
+    One statement, not ``executemany``: that pipelines its inserts, and a
+    session waiting inside a pipeline is not "idle in transaction" to the
+    server, so ``IDLE_IN_TRANSACTION_SECONDS`` would not end a writer that
+    froze there.
+    """
     if data and not data.endswith(b"\n"):
         raise AssertionError("only whole lines are stored")
-    rows: list[tuple[str, int, int, str]] = []
+    seqs: list[int] = []
+    positions: list[int] = []
+    lines: list[str] = []
     pos = first_pos
     for i, raw in enumerate(data.split(b"\n")[:-1]):
-        rows.append((turn_id, first_seq + i, pos, raw.decode("utf-8")))
+        seqs.append(first_seq + i)
+        positions.append(pos)
+        lines.append(raw.decode("utf-8"))
         pos += len(raw) + 1
-    return rows
+    conn.execute(
+        """INSERT INTO turn_events (turn_id, seq, pos, line)
+           SELECT %s, * FROM unnest(%s::bigint[], %s::bigint[], %s::text[])""",
+        (turn_id, seqs, positions, lines),
+    )
+    return len(lines)
 
 
 class PostgresTurnRepository(_JsonlRepository):
@@ -367,17 +474,20 @@ class PostgresTurnRepository(_JsonlRepository):
         pool_size: int = 16,
         migrate_schema: bool = False,
         timeout: float = 15.0,
+        idle_in_transaction_timeout: float = IDLE_IN_TRANSACTION_SECONDS,
     ) -> PostgresTurnRepository:
         """Open the database at ``url``; a clear one-line error if it cannot be used.
 
         Connects once directly first, so an unreachable server, a refused
         login or a missing schema is reported at once, naming ``variable``
         and the server, instead of surfacing later from a pool thread.
+        ``idle_in_transaction_timeout``: see ``IDLE_IN_TRANSACTION_SECONDS``.
         """
         label = database_label(url)
         if migrate_schema:
             migrate(url, variable=variable)
         with _connect(url, variable) as conn, _translated(label, _secrets_of(url)):
+            _check_encoding(conn, label, variable)
             version = _current_version(conn)
         if version != PG_SCHEMA_VERSION:
             found = "no turn schema" if version is None else f"turn schema version {version}"
@@ -389,6 +499,10 @@ class PostgresTurnRepository(_JsonlRepository):
             url,
             min_size=1,
             max_size=max(1, pool_size),
+            kwargs={"client_encoding": _CLIENT_ENCODING},
+            configure=functools.partial(
+                _configure_session, idle_ms=max(1, round(idle_in_transaction_timeout * 1000))
+            ),
             open=False,
             check=ConnectionPool.check_connection,
             name="turncore",
@@ -432,11 +546,7 @@ class PostgresTurnRepository(_JsonlRepository):
             ).fetchone()
             if row is None:
                 raise TurnExistsError(f"turn {turn_id} already exists (in PostgreSQL {self.label})")
-            with conn.cursor() as cur:
-                cur.executemany(
-                    "INSERT INTO turn_events (turn_id, seq, pos, line) VALUES (%s, %s, %s, %s)",
-                    _rows(turn_id, data, first_seq=1, first_pos=0),
-                )
+            _insert_lines(conn, turn_id, data, first_seq=1, first_pos=0)
 
     def _load(self, turn_id: str) -> tuple[Hashable, bytes]:
         return self._load_from(turn_id, 0)
@@ -458,18 +568,8 @@ class PostgresTurnRepository(_JsonlRepository):
         if rows[0][1] is None:
             return generation, b""
         if start == 0:
-            self._check_sequence(turn_id, [seq for _, seq, _ in rows])
+            _check_sequence(self._where(turn_id), 1, [seq for _, seq, _ in rows])
         return generation, "".join(line + "\n" for _, _, line in rows).encode()
-
-    def _check_sequence(self, turn_id: str, seqs: list[int]) -> None:
-        """Rows numbered 1, 2, 3…: a gap is a missing line, reported at its number."""
-        for expected, seq in enumerate(seqs, start=1):
-            if seq != expected:
-                raise CorruptTurnError(
-                    f"line {expected} is missing (the next stored line is number {seq})",
-                    path=self._where(turn_id),
-                    line=expected,
-                )
 
     @contextmanager
     def _writer(self, turn_id: str) -> Iterator[_Writer]:
@@ -489,7 +589,7 @@ class PostgresTurnRepository(_JsonlRepository):
                 (turn_id,),
             ).fetchone()
             lines, size = last if last is not None else (0, 0)
-            yield _PgWriter(conn, turn_id, row[0], lines, size)
+            yield _PgWriter(conn, turn_id, row[0], lines, size, self._where(turn_id))
 
     def _has(self, turn_id: str) -> bool:
         with self._connection(reading=True) as conn:
@@ -513,8 +613,12 @@ class PostgresTurnRepository(_JsonlRepository):
                    RETURNING 1""",
                 (digest, len(data), data, turn_id),
             ).fetchone()
-            if row is None and not self._has(turn_id):
-                raise self._missing(turn_id)
+            # Nothing written: staged before, or no such turn. Asked on this
+            # connection: a second checkout could wait for a pool that is all in use.
+            if row is None:
+                found = conn.execute("SELECT 1 FROM turns WHERE turn_id = %s", (turn_id,))
+                if found.fetchone() is None:
+                    raise self._missing(turn_id)
 
     def _get_staged(self, turn_id: str, digest: str) -> bytes | None:
         with self._connection(reading=True) as conn:

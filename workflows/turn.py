@@ -84,6 +84,7 @@ from turncore_temporal.activities.payloads import (
     MaterializeAgentInput,
     ModelCallInput,
     ModelCallResult,
+    SubagentResultInput,
     ToolCallInput,
     ValidateDependenciesInput,
 )
@@ -112,6 +113,15 @@ _CANCEL_CLOSES_INTERRUPTED = "cancel-closes-interrupted-calls"
 """Runs from here on leave calls a lost worker interrupted to a waiting cancel to close."""
 _REJECT_QUEUED = "reject-inputs-queued-at-end"
 """Runs from here on reject inputs a cancel overtook, instead of leaving their updates open."""
+_CREATE_LINKED_CHILD = "create-linked-child-on-reattach"
+"""Runs from here on create a linked child whose first line a lost attempt never wrote,
+before re-attaching to it (``create_child_turn`` links first, then creates)."""
+_SPAWN_FAILURE_RELOADS = "spawn-failure-reloads"
+"""Runs from here on reload when a ``spawn_agent`` call's local activity fails, as
+when any activity fails, instead of losing the call's task and starting it anew."""
+_SUBAGENT_RESULT_FROM_FILE = "subagent-result-from-file"
+"""Runs from here on have the append activity build a ``spawn_agent`` result from the
+child's file: the child's outcome reaches the workflow elided."""
 
 _I = TypeVar("_I")
 _R = TypeVar("_R")
@@ -423,6 +433,7 @@ class TurnWorkflow:
         *,
         derive: Derived | None = None,
         staged: StagedAsyncToolProgressInput | StagedAsyncToolResultInput | None = None,
+        subagent: SubagentResultInput | None = None,
     ) -> bool:
         """Have the append activity build one event (``derive`` or ``staged``), append
         it and return its elided copy, which is folded here; False if it found the
@@ -439,6 +450,7 @@ class TurnWorkflow:
                 ts=_ts(),
                 derive=derive,
                 staged=staged,
+                subagent=subagent,
             ),
             reject=staged is not None,
         )
@@ -588,6 +600,23 @@ class TurnWorkflow:
         if not await self._child_slot(call):
             return
         try:
+            if workflow.patched(_CREATE_LINKED_CHILD):
+                # The link is written before the child's first line: an attempt
+                # that failed between the two left a child to create.
+                created: CreateChildResult = await self._local(
+                    Activities.create_child_turn,
+                    CreateChildInput(
+                        parent_turn_id=self._turn_id, tool_call_id=call.tool_call_id, ts=_ts()
+                    ),
+                )
+                self._absorb(created.events)
+                if created.child_turn_id is None:
+                    if self._state.terminal is None and self._cancel is None:
+                        error = created.error or "the sub-agent could not start"
+                        await self._append(
+                            [self._sync_result(call, ToolResultData(output=error, is_error=True))]
+                        )
+                    return
             child_input = dataclasses.replace(
                 self._input, turn_id=child_id, cancel=None, rejected_inputs=[]
             )
@@ -602,16 +631,30 @@ class TurnWorkflow:
                 cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
                 summary=f"sub-agent {child_id} of {call.tool_call_id} (re-attached)",
             )
-            data = child_result(child_id, done.outcome)
             if self._state.terminal is None and self._cancel is None:
-                await self._append([self._sync_result(call, data)])
-        except (ActivityError, asyncio.CancelledError) as exc:
+                if workflow.patched(_SUBAGENT_RESULT_FROM_FILE):
+                    await self._append_child_result(call, child_id)
+                else:
+                    await self._append(
+                        [self._sync_result(call, child_result(child_id, done.outcome))]
+                    )
+        except (ActivityError, ApplicationError, asyncio.CancelledError) as exc:
+            if isinstance(exc, ApplicationError) and not workflow.patched(_SPAWN_FAILURE_RELOADS):
+                raise
             workflow.logger.warning("sub-agent %s was not re-attached: %s", child_id, exc)
             self._flags.reload = True
         finally:
             self._child_slots.release()
             self._running.pop(call.tool_call_id, None)
             self._wake()
+
+    async def _append_child_result(self, call: ToolCallState, child_id: str) -> None:
+        """Record the ended child's outcome as the call's result, built from its file."""
+        folded = await self._append_built(
+            subagent=SubagentResultInput(tool_call_id=call.tool_call_id, child_turn_id=child_id)
+        )
+        if not folded:
+            self._flags.reload = True  # nothing appended: trust the file
 
     def _sync_result(self, call: ToolCallState, data: ToolResultData) -> ToolResult:
         return ToolResult(
@@ -633,6 +676,7 @@ class TurnWorkflow:
             )
             self._absorb(created.events)
             child_id = created.child_turn_id
+            data: ToolResultData | None = None
             if child_id is None:
                 data = ToolResultData(
                     output=created.error or "the sub-agent could not start", is_error=True
@@ -656,12 +700,15 @@ class TurnWorkflow:
                         cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
                         static_summary=f"sub-agent of {self._turn_id} · {call.tool_call_id}",
                     )
-                    data = child_result(
-                        child_id,
-                        outcome_adapter.validate_python(
-                            {k: v for k, v in outcome.items() if k != "turnId"}
-                        ),
-                    )
+                    # The child's answer reached us elided (DESIGN §5): the
+                    # append activity builds the result from the child's file.
+                    if not workflow.patched(_SUBAGENT_RESULT_FROM_FILE):
+                        data = child_result(
+                            child_id,
+                            outcome_adapter.validate_python(
+                                {k: v for k, v in outcome.items() if k != "turnId"}
+                            ),
+                        )
                 except ChildWorkflowError as exc:
                     reason = cause(exc)
                     data = ToolResultData(
@@ -669,8 +716,17 @@ class TurnWorkflow:
                         is_error=True,
                     )
             if self._state.terminal is None and self._cancel is None:
-                await self._append([self._sync_result(call, data)])
-        except (ActivityError, asyncio.CancelledError) as exc:
+                if data is not None:
+                    await self._append([self._sync_result(call, data)])
+                else:
+                    assert child_id is not None
+                    await self._append_child_result(call, child_id)
+        except (ActivityError, ApplicationError, asyncio.CancelledError) as exc:
+            # A local activity's failure arrives as ApplicationError. Uncaught, it
+            # ended this task silently and the loop started the call again at
+            # once, without a reload: a hot loop, and a new child turn each time.
+            if isinstance(exc, ApplicationError) and not workflow.patched(_SPAWN_FAILURE_RELOADS):
+                raise
             workflow.logger.warning(
                 "sub-agent of %s ended without a result: %s", call.tool_call_id, exc
             )
