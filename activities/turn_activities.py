@@ -60,7 +60,7 @@ from turncore.events import (
     TurnCreated,
     TurnEvent,
 )
-from turncore.ids import TurnIdGenerator
+from turncore.ids import MINT_ATTEMPTS, TurnIdGenerator
 from turncore.inputs import resolve_staged
 from turncore.jsonvalue import JsonValue
 from turncore.live import LiveHub
@@ -315,7 +315,10 @@ class TurnActivities(TurnActivityContract):
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
         parent = state.definition
-        child_id = linked if linked is not None else d.ids.next_id()
+        try:
+            child_id = linked if linked is not None else await self._free_id(d.ids)
+        except InfrastructureError as exc:
+            raise to_application_error(exc) from exc
         created = TurnCreated(
             turn_id=child_id,
             ts=input.ts,
@@ -348,11 +351,29 @@ class TurnActivities(TurnActivityContract):
                 )
                 await self._append(parent.turn_id, [link])
                 on_file = [link]
-            with contextlib.suppress(TurnExistsError):  # a concurrent attempt made it
+            try:
                 await asyncio.to_thread(d.repository.create, created)
+            except TurnExistsError:
+                # A concurrent attempt of this spawn made it: the same first line.
+                # Anything else holds the id (another process minted it in the
+                # same instant): never link a turn this spawn did not write.
+                on_disk = await asyncio.to_thread(d.repository.read, child_id)
+                if on_disk[:1] != [created]:
+                    raise InfrastructureError(
+                        f"sub-agent id {child_id} was taken by another turn as it was "
+                        "created; the call is recovered like any failed spawn"
+                    ) from None
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
         return CreateChildResult(child_turn_id=child_id, events=_elided(on_file))
+
+    async def _free_id(self, ids: TurnIdGenerator) -> str:
+        """A new child id no turn has yet (another process may mint the same one)."""
+        for _ in range(MINT_ATTEMPTS):
+            child_id = ids.next_id()
+            if not await asyncio.to_thread(self._d.repository.exists, child_id):
+                return child_id
+        raise InfrastructureError(f"{MINT_ATTEMPTS} fresh sub-agent ids were all taken")
 
     @activity.defn
     async def await_child_turn(self, input: AwaitChildInput) -> AwaitChildResult:

@@ -137,7 +137,7 @@ def test_turn_path_validates_before_building_a_path(tmp_path: Path, value: str) 
 
 
 def test_the_counter_is_the_sub_second_position_in_100ns_ticks() -> None:
-    generator = TurnIdGenerator(lambda: EXAMPLE_SECOND * 1_000_000_000 + 123_400)
+    generator = TurnIdGenerator(lambda: EXAMPLE_SECOND * 1_000_000_000 + 123_400, instance=0)
     assert generator.next_id() == EXAMPLE
 
 
@@ -151,7 +151,7 @@ def test_format_turn_id_and_its_bounds() -> None:
 
 
 def test_ids_from_a_stopped_clock_still_strictly_increase() -> None:
-    generator = TurnIdGenerator(lambda: ns(EXAMPLE_SECOND, 5))
+    generator = TurnIdGenerator(lambda: ns(EXAMPLE_SECOND, 5), instance=0)
     ids = [generator.next_id() for _ in range(1000)]
     assert ids == sorted(ids)
     assert len(set(ids)) == len(ids)
@@ -162,14 +162,14 @@ def test_ids_from_a_stopped_clock_still_strictly_increase() -> None:
 
 def test_a_clock_that_goes_backwards_does_not_go_back_in_ids() -> None:
     readings = iter([ns(EXAMPLE_SECOND, 500), ns(EXAMPLE_SECOND - 3600), ns(EXAMPLE_SECOND, 400)])
-    generator = TurnIdGenerator(lambda: next(readings))
+    generator = TurnIdGenerator(lambda: next(readings), instance=0)
     a, b, c = (generator.next_id() for _ in range(3))
     assert a < b < c
     assert c.endswith("-0000502-000")
 
 
 def test_the_counter_carries_into_the_next_second() -> None:
-    generator = TurnIdGenerator(lambda: ns(EXAMPLE_SECOND, TICKS_PER_SECOND - 1))
+    generator = TurnIdGenerator(lambda: ns(EXAMPLE_SECOND, TICKS_PER_SECOND - 1), instance=0)
     first, second = generator.next_id(), generator.next_id()
     assert first == "2025-11-11T04-36-29Z-9999999-000"
     assert second == "2025-11-11T04-36-30Z-0000000-000"
@@ -212,10 +212,18 @@ def test_ids_are_unique_and_ordered_across_threads() -> None:
 @given(st.lists(st.integers(min_value=0, max_value=4_000_000_000 * 1_000_000_000), min_size=1))
 def test_any_clock_readings_give_strictly_increasing_valid_ids(readings: list[int]) -> None:
     clock = iter(readings)
-    generator = TurnIdGenerator(lambda: next(clock))
+    generator = TurnIdGenerator(lambda: next(clock), instance=0)
     ids = [generator.next_id() for _ in readings]
     assert all(a < b for a, b in zip(ids, ids[1:], strict=False))
     for turn_id, reading in zip(ids, readings, strict=True):
         validate_turn_id(turn_id)
         # Never earlier than the clock said (only ever pushed forward).
         assert turn_id_timestamp(turn_id).timestamp() >= reading // 1_000_000_000
+
+
+def test_generators_draw_their_instance_number_unless_given() -> None:
+    # Processes on many hosts mint at once; a shared "000" left only the 100 ns
+    # tick between them. Unless a number is given, each generator draws one.
+    suffixes = {TurnIdGenerator().next_id()[-3:] for _ in range(50)}
+    assert len(suffixes) > 1 and all(s.isdigit() for s in suffixes)
+    assert TurnIdGenerator(instance=0).next_id().endswith("-000")

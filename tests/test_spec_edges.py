@@ -419,3 +419,41 @@ async def test_a_session_or_model_too_long_for_temporal_web_is_refused_at_creati
         )
         turn_id = await h.turns.create_turn(request)
         assert (await h.turns.advance_turn(turn_id).outcome).status == "completed"
+
+
+async def test_an_id_another_process_minted_first_is_minted_again_never_shared(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Two generators that mint in the same tick with the same instance number give
+    the same id; the second create must not fail the caller's request (nor, for a
+    child, link a turn it did not write): it mints again."""
+    from turnclient.api import CreateTurnInput, TurnClient
+    from turncore.events import RequestedAgent
+    from turncore.ids import TurnIdGenerator
+    from turncore.messages import UserMessage
+
+    def same_tick() -> int:
+        return 1_762_835_789_000_000_000
+
+    async with Harness(temporal_env.client, tmp_path, [{"text": "ok"}]) as h:
+        request = CreateTurnInput(
+            agent=RequestedAgent(agent_id="test"),
+            input=UserMessage(content="x"),
+            human_available=True,
+        )
+        first, second = (
+            TurnClient(
+                h.client,
+                h.repo,
+                h.resolver,
+                task_queue=h.task_queue,
+                ids=TurnIdGenerator(same_tick, instance=7),
+            )
+            for _ in range(2)
+        )
+        one = await first.create_turn(request)
+        before = h.repo.path_for(one).read_bytes()
+        two = await second.create_turn(request)
+        assert two != one and two > one
+        assert h.repo.path_for(one).read_bytes() == before
+        assert (await h.turns.advance_turn(two).outcome).status == "completed"

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from pathlib import Path
 from typing import Any
 
@@ -17,6 +18,7 @@ from tests.harness import Harness, sync_tool
 from tests.test_large_values import _payloads
 from turncore.advance import INTERRUPTED_TOOL_RESULT
 from turncore.elision import elide_event
+from turncore.ids import TurnIdGenerator
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
 from turncore.postgres import PostgresTurnRepository, migrate
@@ -299,3 +301,45 @@ async def test_a_failed_spawn_leaves_no_turn_unlinked(
             await h.assert_file_matches_query(turn_id)
     finally:
         repo.close()
+
+
+class _Colliding:
+    """Mints ``taken`` first (another process's turn), then fresh ids."""
+
+    def __init__(self, taken: str) -> None:
+        self.taken: str | None = taken
+        self.fresh = TurnIdGenerator()
+
+    def next_id(self) -> str:
+        taken, self.taken = self.taken, None
+        return taken or self.fresh.next_id()
+
+
+async def test_a_child_id_that_is_already_taken_is_minted_again(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The spawn must link a child it wrote, never a turn that already had the id."""
+    h = Harness(
+        temporal_env.client,
+        tmp_path,
+        child_script,
+        tools=[spawn_agent_descriptor()],
+        permissions={"workflow:spawn_agent": "none"},
+    )
+    other = await h.create("someone else's turn")
+    before = h.repo.path_for(other).read_bytes()
+    h.deps = dataclasses.replace(h.deps, ids=_Colliding(other))  # type: ignore[arg-type]
+    async with h:
+        turn_id = await h.create("delegate")
+        outcome = await asyncio.wait_for(h.turns.advance_turn(turn_id).outcome, 120)
+        assert outcome.status == "completed"
+        [call] = h.file_state(turn_id).tool_calls
+        [link] = call.progress
+        child_id = link.progress["childTurnId"]  # type: ignore[index]
+        assert child_id != other
+        assert h.repo.path_for(other).read_bytes() == before
+        assert call.result is not None and call.result.result.output == {
+            "childTurnId": child_id,
+            "status": "completed",
+            "text": "counted",
+        }

@@ -41,6 +41,7 @@ from turncore.errors import (
     InfrastructureError,
     InvalidInputError,
     RejectedInputError,
+    TurnExistsError,
     TurnNotFoundError,
     invalid_input,
 )
@@ -67,7 +68,7 @@ from turncore.events import (
     TurnStreamEvent,
     outcome_adapter,
 )
-from turncore.ids import TurnIdGenerator, validate_turn_id
+from turncore.ids import MINT_ATTEMPTS, TurnIdGenerator, validate_turn_id
 from turncore.inputs import staged_form
 from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
@@ -292,7 +293,6 @@ class TurnClient:
         snapshot = await asyncio.to_thread(
             self._contexts.snapshot_for, resolved, context, request.session_id
         )
-        turn_id = self._ids.next_id()
         try:
             config = TurnConfig(
                 auto_permission=request.auto_permission,
@@ -302,18 +302,27 @@ class TurnClient:
             )
         except ValidationError as exc:  # max_model_calls below 1, an unknown effort
             raise invalid_input("the turn cannot be created", exc) from None
-        created = TurnCreated(
-            turn_id=turn_id,
-            ts=self._clock(),
-            schema_version=SCHEMA_VERSION,
-            session_id=request.session_id,
-            agent=AgentSnapshot(requested=request.agent, resolved=snapshot),
-            context=context,
-            input=request.input,
-            config=config,
-        )
-        await asyncio.to_thread(self._repo.create, created)
-        return turn_id
+        attempts = MINT_ATTEMPTS
+        while True:
+            created = TurnCreated(
+                turn_id=self._ids.next_id(),
+                ts=self._clock(),
+                schema_version=SCHEMA_VERSION,
+                session_id=request.session_id,
+                agent=AgentSnapshot(requested=request.agent, resolved=snapshot),
+                context=context,
+                input=request.input,
+                config=config,
+            )
+            try:
+                await asyncio.to_thread(self._repo.create, created)
+                return created.turn_id
+            except TurnExistsError:
+                # Another process minted the same id first (same tick, same
+                # instance number): its file stays as it is; mint again.
+                attempts -= 1
+                if attempts == 0:
+                    raise
 
     async def _closed_predecessor(self, turn_id: str) -> None:
         """Refuse continuing a turn that does not exist or has not ended (§6.6).

@@ -16,7 +16,7 @@ the printed time runs ahead of the wall clock by at most the size of the burst
 (in 100 ns units). The instance number keeps two generators that run at once
 (two processes sharing a work dir) from ever minting the same id. ``create``
 refuses an existing file (O_EXCL), so a collision between two generators with
-the same number is reported and never silently shared.
+the same number is never silently shared: the creator mints another id.
 
 ``validate_turn_id`` is strict because ids become file names. It rejects
 path-like values (``..``, ``/``, ``\\``, NUL, whitespace) with a message that
@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import os
 import re
+import secrets
 import threading
 import time
 from collections.abc import Callable
@@ -41,6 +42,9 @@ TICKS_PER_SECOND = 10_000_000
 """Sub-second resolution of the counter field: one tick is 100 ns."""
 
 MAX_INSTANCE = 999
+
+MINT_ATTEMPTS = 5
+"""Ids a creator mints for one new turn before an id collision is its error."""
 
 TURN_ID_SHAPE = "YYYY-MM-DDTHH-MM-SSZ-NNNNNNN-NNN"
 
@@ -138,11 +142,15 @@ class TurnIdGenerator:
 
     ``clock`` returns integer nanoseconds since the Unix epoch (default
     ``time.time_ns``); tests inject a fixed or stepping clock. ``instance``
-    (0..999) becomes the id's last field; give generators that run at the
-    same time in different processes different numbers.
+    (0..999) becomes the id's last field; unset, the generator draws one at
+    random, so processes minting at once on many hosts rarely share it. Two
+    generators can still mint one id (same tick, same number): ``create``
+    refuses the second file, and its caller mints again.
     """
 
-    def __init__(self, clock: Clock = time.time_ns, *, instance: int = 0) -> None:
+    def __init__(self, clock: Clock = time.time_ns, *, instance: int | None = None) -> None:
+        if instance is None:
+            instance = secrets.randbelow(MAX_INSTANCE + 1)
         if not 0 <= instance <= MAX_INSTANCE:
             raise ValueError(f"instance {instance} is outside 0..{MAX_INSTANCE}")
         self._clock = clock
