@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -47,6 +48,14 @@ _ON_VARS = (
 _configured = False
 _provider: Any = None
 """The tracer provider ``configure_tracing`` installed, so the process can flush it."""
+_exporter_in_use: Any = None
+"""Its span exporter, so a flush at exit can stop the exporter's retries."""
+
+EXIT_FLUSH_SECONDS = 2.0
+"""How long a process leaving waits for its last spans to reach the collector. A
+collector that answers takes milliseconds; one that is down or silent would hold the
+process for the exporter's whole timeout (10 s, ``OTEL_EXPORTER_OTLP_TIMEOUT``) of
+retries with backoff, after the turn itself was done and in its file."""
 
 
 class TelemetryError(ValueError):
@@ -81,19 +90,38 @@ def configure_tracing(env: Mapping[str, str] | None = None) -> bool:
             "OTEL_* variables ask for traces, but OpenTelemetry is not installed: "
             "pip install 'turncore[otel]'"
         ) from None
-    provider = TracerProvider(resource=Resource.create({"service.name": _service_name(env)}))
-    provider.add_span_processor(BatchSpanProcessor(_exporter(env)))
+    global _exporter_in_use
+    exporter = _exporter(env)
+    try:
+        provider = TracerProvider(resource=Resource.create({"service.name": _service_name(env)}))
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    except ValueError as exc:  # an OTEL_BSP_* setting out of range
+        raise TelemetryError(f"OpenTelemetry settings: {exc}") from None
     trace.set_tracer_provider(provider)
     _provider = provider
+    _exporter_in_use = exporter
     _configured = True
     return True
 
 
-def shutdown_tracing() -> None:
+def shutdown_tracing(timeout: float = EXIT_FLUSH_SECONDS) -> None:
     """Export the spans still batched and stop the exporter (a process leaving with
-    ``os._exit`` skips the provider's own exit hook; see ``turnclient.process``)."""
-    if _provider is not None:
-        _provider.shutdown()
+    ``os._exit`` skips the provider's own exit hook; see ``turnclient.process``).
+
+    Waits at most ``timeout`` seconds: past it the exporter is told to stop, which ends
+    its retries, and the spans still unsent are dropped (the turn is in its file; a
+    trace is not worth holding a command or a worker's exit for a collector that is
+    down).
+    """
+    provider, exporter = _provider, _exporter_in_use
+    if provider is None:
+        return
+    flush = threading.Thread(target=provider.shutdown, name="turncore-span-flush", daemon=True)
+    flush.start()
+    flush.join(timeout)
+    if flush.is_alive() and exporter is not None:
+        exporter.shutdown()  # wakes the exporter from its backoff; it gives the batch up
+        flush.join(0.5)
 
 
 def _service_name(env: Mapping[str, str]) -> str:
