@@ -12,6 +12,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -299,3 +300,76 @@ async def test_the_worker_keeps_the_codec_when_it_swaps_in_the_turn_converter(
     assert typed.data_converter.payload_converter_class is DATA_CONVERTER.payload_converter_class
     assert typed.data_converter.payload_codec is codec
     assert typed_client(typed) is typed
+
+
+# ---------------------------------------------------------------- the codec server's door
+
+
+def _exchange(server: CodecServer, request: bytes) -> bytes:
+    """Send raw bytes and read the whole answer (the server closes after it)."""
+    host, port = server.address
+    with socket.create_connection((host, port), timeout=30) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def _post_raw(host: str, headers: str = "", body: bytes = b"", path: str = "/decode") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}\r\n".encode()
+        + body
+    )
+
+
+_PLAIN = json.dumps(
+    {"payloads": [{"metadata": {"encoding": "anNvbi9wbGFpbg=="}, "data": "eyJhIjoxfQ=="}]}
+).encode()
+
+
+def test_without_a_token_only_loopback_host_names_are_answered() -> None:
+    """``--no-token`` trusts whoever reaches loopback; a page elsewhere whose name
+    rebinds to 127.0.0.1 reaches it too, under its own host name (DNS rebinding)."""
+    server = CodecServer(codec_of(new_key_spec("k1")), token=None).start()
+    try:
+        port = server.address[1]
+        length = f"Content-Length: {len(_PLAIN)}\r\n"
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
+            answer = _exchange(server, _post_raw(host, length, _PLAIN, "/encode"))
+            assert answer.startswith(b"HTTP/1.1 200"), (host, answer)
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", ""):
+            answer = _exchange(server, _post_raw(host, length, _PLAIN, "/encode"))
+            assert answer.startswith(b"HTTP/1.1 403"), (host, answer)
+            assert b"encryption-key-id" not in answer
+    finally:
+        server.stop()
+
+
+def test_bodies_are_bounded_and_read_only_for_an_authorised_caller() -> None:
+    server = CodecServer(codec_of(new_key_spec("k1")), token="t0k", body_timeout=1.0).start()
+    try:
+        auth = "Authorization: Bearer t0k\r\n"
+        host = "127.0.0.1"
+        # No token: refused at once, the announced 8 MiB never read.
+        answer = _exchange(server, _post_raw(host, f"Content-Length: {8 * 1024 * 1024}\r\n"))
+        assert answer.startswith(b"HTTP/1.1 401"), answer
+        # A length that is not one, or none: refused, not read to the end of the stream.
+        for length in ("-1", "abc", "1e3", "١٢"):
+            answer = _exchange(server, _post_raw(host, f"{auth}Content-Length: {length}\r\n"))
+            assert answer.startswith(b"HTTP/1.1 400"), (length, answer)
+        answer = _exchange(server, _post_raw(host, f"{auth}Transfer-Encoding: chunked\r\n"))
+        assert answer.startswith(b"HTTP/1.1 411"), answer
+        answer = _exchange(
+            server, _post_raw(host, f"{auth}Content-Length: {8 * 1024 * 1024 + 1}\r\n")
+        )
+        assert answer.startswith(b"HTTP/1.1 413"), answer
+        # A body that never arrives: 408 once the body timeout passes, not a thread held forever.
+        answer = _exchange(server, _post_raw(host, f"{auth}Content-Length: 100\r\n", b"{"))
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        # And a proper request still works.
+        length = f"Content-Length: {len(_PLAIN)}\r\n"
+        answer = _exchange(server, _post_raw(host, auth + length, _PLAIN, "/encode"))
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    finally:
+        server.stop()
