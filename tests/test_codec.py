@@ -12,6 +12,7 @@ import asyncio
 import base64
 import dataclasses
 import json
+import os
 import socket
 import subprocess
 import urllib.error
@@ -130,6 +131,19 @@ def test_key_variable_is_checked_without_echoing_key_material() -> None:
         assert needle in str(exc.value)
     with pytest.raises(PayloadKeyError, match=r"\$NOPE"):
         PayloadKeys.from_env("NOPE", {})
+
+
+@pytest.mark.parametrize("padded", [True, False])
+def test_an_entry_written_key_first_is_refused_without_echoing_the_key(padded: bool) -> None:
+    """A URL-safe (or unpadded) key is also a valid key id, so ``KEY:ID`` parses as an
+    id and a key; the error must not repeat the "id", which is the key."""
+    key = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    key = key if padded else key.rstrip("=")
+    for spec in (f"{key}:prod-2026-01", f"{new_key_spec('ok')},{key}:prod"):
+        with pytest.raises(PayloadKeyError) as exc:
+            PayloadKeys.parse(spec, "TURNS_PAYLOAD_KEY")
+        assert key not in str(exc.value) and key.rstrip("=") not in str(exc.value)
+        assert "ID:BASE64KEY" in str(exc.value)
 
 
 def test_turns_toml_names_the_variable_never_the_key(tmp_path: Path) -> None:
