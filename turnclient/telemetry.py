@@ -22,6 +22,7 @@ scraped from the one endpoint.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
 import threading
@@ -169,13 +170,36 @@ OTLP = "otlp"
 
 
 def metrics_address(text: str) -> str:
-    """``:9464`` → ``0.0.0.0:9464``; ``HOST:PORT`` as given; ``otlp`` as it is."""
+    """``:9464`` → ``0.0.0.0:9464``; ``localhost:PORT`` → ``127.0.0.1:PORT``; an IP
+    literal (IPv6 in brackets) as given; ``otlp`` as it is.
+
+    The Temporal runtime binds a socket address and resolves no names, so anything it
+    could not parse is refused here, naming the flag, rather than inside the runtime.
+    """
     if text == OTLP:
         return text
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"--metrics {text!r}: expected [HOST]:PORT (e.g. :9464) or otlp")
-    return f"{host or '0.0.0.0'}:{port}"
+    if host == "":
+        host = "0.0.0.0"
+    elif host == "localhost":
+        host = "127.0.0.1"
+    elif not _ip_literal(host):
+        raise ValueError(
+            f"--metrics {text!r}: HOST must be an IP address (127.0.0.1, [::1], 0.0.0.0) "
+            "or localhost"
+        )
+    return f"{host}:{port}"
+
+
+def _ip_literal(host: str) -> bool:
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        address = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        return False
+    return bracketed == (address.version == 6)
 
 
 def core_logging() -> LoggingConfig:
@@ -198,15 +222,16 @@ def metrics_runtime(address: str, env: Mapping[str, str] | None = None) -> Runti
     """A Temporal runtime exporting metrics: Prometheus at ``address`` (HOST:PORT),
     or, for ``otlp``, pushed over OTLP where the ``OTEL_*`` variables say."""
     if address == OTLP:
-        return Runtime(
-            telemetry=TelemetryConfig(logging=core_logging(), metrics=_otlp_metrics(env))
-        )
-    return Runtime(
-        telemetry=TelemetryConfig(
+        telemetry = TelemetryConfig(logging=core_logging(), metrics=_otlp_metrics(env))
+    else:
+        telemetry = TelemetryConfig(
             logging=core_logging(),
             metrics=PrometheusConfig(bind_address=address, durations_as_seconds=True),
         )
-    )
+    try:
+        return Runtime(telemetry=telemetry)
+    except ValueError as exc:  # the port is taken, the collector URL unusable, ...
+        raise TelemetryError(f"--metrics {address}: cannot export metrics: {exc}") from None
 
 
 def _otlp_metrics(env: Mapping[str, str] | None) -> OpenTelemetryConfig:
