@@ -42,6 +42,7 @@ from turnclient.config import ConfigError, load_config
 from turnclient.devserver import find_temporal_cli
 from turnclient.runtime import ConnectOptions, data_converter
 from turncore.errors import InfrastructureError
+from turncore.events import external_input_adapter
 from turncore.tools import ToolContext
 from turncore_temporal.activities import DATA_CONVERTER
 from turncore_temporal.worker import typed_client
@@ -167,7 +168,7 @@ def _secret_tool(value: Any, ctx: ToolContext) -> Any:
     return TOOL_OUTPUT
 
 
-def _harness(client: Client, tmp_path: Path) -> Harness:
+def _harness(client: Client, tmp_path: Path, permission: str = "none") -> Harness:
     script = [
         {"toolCalls": [{"toolName": "lookup", "input": {"account": TOOL_INPUT}}]},
         {"text": "The memo balances."},
@@ -178,7 +179,7 @@ def _harness(client: Client, tmp_path: Path) -> Harness:
         script,
         tools=[sync_tool("lookup")],
         implementations={"lookup": _secret_tool},
-        permissions={"builtin:lookup": "none"},
+        permissions={"builtin:lookup": permission},
     )
 
 
@@ -274,6 +275,32 @@ async def test_client_and_worker_with_different_keys_fail_naming_the_key_id(
             await asyncio.wait_for(turns.advance_turn(turn_id).outcome, 60)
         assert "'client-key'" in str(exc.value)
         assert h.types(turn_id) == ["turn_created"]  # nothing appended
+
+
+async def test_rotation_in_two_steps_never_meets_a_process_without_the_new_key(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The documented rotation: first every process learns the new key as a second
+    (decrypt-only) one, then it moves first. In the second step a caller that already
+    encrypts under the new key reaches a worker that still encrypts under the old one,
+    and a suspended turn whose history holds both kinds goes on."""
+    old, new = new_key_spec("old"), new_key_spec("new")
+    learnt = client_with(temporal_env, codec_of(old, new))  # step 1 done; step 2 not yet here
+    async with _harness(learnt, tmp_path, permission="ask") as h:
+        turn_id = await h.create(PROMPT)
+        suspended = await h.turns.advance_turn(turn_id).outcome
+        assert suspended.status == "suspended"
+        rotated = client_with(temporal_env, codec_of(new, old))  # step 2, this caller first
+        caller = TurnClient(rotated, h.repo, h.resolver, task_queue=h.task_queue, hub=h.hub)
+        call_id = h.file_state(turn_id).pending_permissions()[0].tool_call_id
+        decision = external_input_adapter.validate_python(
+            {"type": "permission_decision", "toolCallId": call_id, "decision": "allow"}
+        )
+        done = await asyncio.wait_for(caller.advance_turn(turn_id, decision).outcome, 60)
+        assert done.status == "completed"
+    history = show_history(temporal_env, turn_id)
+    for key_id in (b"old", b"new"):
+        assert base64.b64encode(key_id).decode() in history
 
 
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
