@@ -449,6 +449,7 @@ class Turns:
             for approval in turn["permissions"]
         ]
 
+
 def _input(what: str, build: Callable[[], _I]) -> _I:
     """An input made from a caller's arguments; a value its model refuses (a set as an
     output, an empty call id) is the caller's ``InvalidInputError``, before anything is sent."""
