@@ -306,10 +306,14 @@ async def run_worker_from_env() -> None:
 
 def _metrics_from_env() -> str | None:
     """``TURNS_METRICS=[HOST]:PORT`` serves Prometheus metrics (as ``turns worker --metrics``)."""
+    from turnclient.config import ConfigError
     from turnclient.telemetry import metrics_address
 
     given = os.environ.get("TURNS_METRICS")
-    return metrics_address(given) if given else None
+    try:
+        return metrics_address(given) if given else None
+    except ValueError as exc:
+        raise ConfigError(f"TURNS_METRICS: {exc}") from None
 
 
 def main() -> int:

@@ -12,6 +12,8 @@ import asyncio
 import base64
 import dataclasses
 import json
+import os
+import socket
 import subprocess
 import urllib.error
 import urllib.request
@@ -40,6 +42,7 @@ from turnclient.config import ConfigError, load_config
 from turnclient.devserver import find_temporal_cli
 from turnclient.runtime import ConnectOptions, data_converter
 from turncore.errors import InfrastructureError
+from turncore.events import external_input_adapter
 from turncore.tools import ToolContext
 from turncore_temporal.activities import DATA_CONVERTER
 from turncore_temporal.worker import typed_client
@@ -131,6 +134,19 @@ def test_key_variable_is_checked_without_echoing_key_material() -> None:
         PayloadKeys.from_env("NOPE", {})
 
 
+@pytest.mark.parametrize("padded", [True, False])
+def test_an_entry_written_key_first_is_refused_without_echoing_the_key(padded: bool) -> None:
+    """A URL-safe (or unpadded) key is also a valid key id, so ``KEY:ID`` parses as an
+    id and a key; the error must not repeat the "id", which is the key."""
+    key = base64.urlsafe_b64encode(os.urandom(32)).decode()
+    key = key if padded else key.rstrip("=")
+    for spec in (f"{key}:prod-2026-01", f"{new_key_spec('ok')},{key}:prod"):
+        with pytest.raises(PayloadKeyError) as exc:
+            PayloadKeys.parse(spec, "TURNS_PAYLOAD_KEY")
+        assert key not in str(exc.value) and key.rstrip("=") not in str(exc.value)
+        assert "ID:BASE64KEY" in str(exc.value)
+
+
 def test_turns_toml_names_the_variable_never_the_key(tmp_path: Path) -> None:
     (tmp_path / "turns.toml").write_text('[temporal]\npayload_key_env = "TURNS_PAYLOAD_KEY"\n')
     cfg = load_config(tmp_path, {})
@@ -152,7 +168,7 @@ def _secret_tool(value: Any, ctx: ToolContext) -> Any:
     return TOOL_OUTPUT
 
 
-def _harness(client: Client, tmp_path: Path) -> Harness:
+def _harness(client: Client, tmp_path: Path, permission: str = "none") -> Harness:
     script = [
         {"toolCalls": [{"toolName": "lookup", "input": {"account": TOOL_INPUT}}]},
         {"text": "The memo balances."},
@@ -163,7 +179,7 @@ def _harness(client: Client, tmp_path: Path) -> Harness:
         script,
         tools=[sync_tool("lookup")],
         implementations={"lookup": _secret_tool},
-        permissions={"builtin:lookup": "none"},
+        permissions={"builtin:lookup": permission},
     )
 
 
@@ -261,6 +277,32 @@ async def test_client_and_worker_with_different_keys_fail_naming_the_key_id(
         assert h.types(turn_id) == ["turn_created"]  # nothing appended
 
 
+async def test_rotation_in_two_steps_never_meets_a_process_without_the_new_key(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The documented rotation: first every process learns the new key as a second
+    (decrypt-only) one, then it moves first. In the second step a caller that already
+    encrypts under the new key reaches a worker that still encrypts under the old one,
+    and a suspended turn whose history holds both kinds goes on."""
+    old, new = new_key_spec("old"), new_key_spec("new")
+    learnt = client_with(temporal_env, codec_of(old, new))  # step 1 done; step 2 not yet here
+    async with _harness(learnt, tmp_path, permission="ask") as h:
+        turn_id = await h.create(PROMPT)
+        suspended = await h.turns.advance_turn(turn_id).outcome
+        assert suspended.status == "suspended"
+        rotated = client_with(temporal_env, codec_of(new, old))  # step 2, this caller first
+        caller = TurnClient(rotated, h.repo, h.resolver, task_queue=h.task_queue, hub=h.hub)
+        call_id = h.file_state(turn_id).pending_permissions()[0].tool_call_id
+        decision = external_input_adapter.validate_python(
+            {"type": "permission_decision", "toolCallId": call_id, "decision": "allow"}
+        )
+        done = await asyncio.wait_for(caller.advance_turn(turn_id, decision).outcome, 60)
+        assert done.status == "completed"
+    history = show_history(temporal_env, turn_id)
+    for key_id in (b"old", b"new"):
+        assert base64.b64encode(key_id).decode() in history
+
+
 def _post(url: str, body: bytes, headers: dict[str, str]) -> tuple[int, dict[str, str], bytes]:
     request = urllib.request.Request(
         url, data=body, headers={"Content-Type": "application/json", **headers}, method="POST"
@@ -299,3 +341,76 @@ async def test_the_worker_keeps_the_codec_when_it_swaps_in_the_turn_converter(
     assert typed.data_converter.payload_converter_class is DATA_CONVERTER.payload_converter_class
     assert typed.data_converter.payload_codec is codec
     assert typed_client(typed) is typed
+
+
+# ---------------------------------------------------------------- the codec server's door
+
+
+def _exchange(server: CodecServer, request: bytes) -> bytes:
+    """Send raw bytes and read the whole answer (the server closes after it)."""
+    host, port = server.address
+    with socket.create_connection((host, port), timeout=30) as s:
+        s.sendall(request)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    return answer
+
+
+def _post_raw(host: str, headers: str = "", body: bytes = b"", path: str = "/decode") -> bytes:
+    return (
+        f"POST {path} HTTP/1.1\r\nHost: {host}\r\nConnection: close\r\n{headers}\r\n".encode()
+        + body
+    )
+
+
+_PLAIN = json.dumps(
+    {"payloads": [{"metadata": {"encoding": "anNvbi9wbGFpbg=="}, "data": "eyJhIjoxfQ=="}]}
+).encode()
+
+
+def test_without_a_token_only_loopback_host_names_are_answered() -> None:
+    """``--no-token`` trusts whoever reaches loopback; a page elsewhere whose name
+    rebinds to 127.0.0.1 reaches it too, under its own host name (DNS rebinding)."""
+    server = CodecServer(codec_of(new_key_spec("k1")), token=None).start()
+    try:
+        port = server.address[1]
+        length = f"Content-Length: {len(_PLAIN)}\r\n"
+        for host in (f"127.0.0.1:{port}", f"localhost:{port}", "localhost", f"[::1]:{port}"):
+            answer = _exchange(server, _post_raw(host, length, _PLAIN, "/encode"))
+            assert answer.startswith(b"HTTP/1.1 200"), (host, answer)
+        for host in (f"evil.example:{port}", "evil.example", f"127.0.0.1.evil.example:{port}", ""):
+            answer = _exchange(server, _post_raw(host, length, _PLAIN, "/encode"))
+            assert answer.startswith(b"HTTP/1.1 403"), (host, answer)
+            assert b"encryption-key-id" not in answer
+    finally:
+        server.stop()
+
+
+def test_bodies_are_bounded_and_read_only_for_an_authorised_caller() -> None:
+    server = CodecServer(codec_of(new_key_spec("k1")), token="t0k", body_timeout=1.0).start()
+    try:
+        auth = "Authorization: Bearer t0k\r\n"
+        host = "127.0.0.1"
+        # No token: refused at once, the announced 8 MiB never read.
+        answer = _exchange(server, _post_raw(host, f"Content-Length: {8 * 1024 * 1024}\r\n"))
+        assert answer.startswith(b"HTTP/1.1 401"), answer
+        # A length that is not one, or none: refused, not read to the end of the stream.
+        for length in ("-1", "abc", "1e3", "١٢"):
+            answer = _exchange(server, _post_raw(host, f"{auth}Content-Length: {length}\r\n"))
+            assert answer.startswith(b"HTTP/1.1 400"), (length, answer)
+        answer = _exchange(server, _post_raw(host, f"{auth}Transfer-Encoding: chunked\r\n"))
+        assert answer.startswith(b"HTTP/1.1 411"), answer
+        answer = _exchange(
+            server, _post_raw(host, f"{auth}Content-Length: {8 * 1024 * 1024 + 1}\r\n")
+        )
+        assert answer.startswith(b"HTTP/1.1 413"), answer
+        # A body that never arrives: 408 once the body timeout passes, not a thread held forever.
+        answer = _exchange(server, _post_raw(host, f"{auth}Content-Length: 100\r\n", b"{"))
+        assert answer.startswith(b"HTTP/1.1 408"), answer
+        # And a proper request still works.
+        length = f"Content-Length: {len(_PLAIN)}\r\n"
+        answer = _exchange(server, _post_raw(host, auth + length, _PLAIN, "/encode"))
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    finally:
+        server.stop()

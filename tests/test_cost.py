@@ -8,9 +8,11 @@ from pathlib import Path
 
 import pytest
 from genai_prices import Usage, calc_price
+from temporalio.testing import WorkflowEnvironment
 
 from tests.histories import TURN_ID, to_line, tool_turn
 from tests.test_cli_turns import home, turns  # noqa: F401 (home is a fixture)
+from tests.test_postgres_cli import POSTGRES, as_json, base_env, make_home, run
 from turnclient.cli import main
 from turnclient.config import ConfigError, load_config
 from turnclient.cost import Pricer
@@ -185,3 +187,36 @@ def test_json_outcome_of_a_run_carries_the_cost(home: Path) -> None:  # noqa: F8
     assert again["session"]["cost"]["amount"] == pytest.approx(
         doc["cost"]["turn"]["amount"] + again["turn"]["amount"]
     )
+
+
+def test_cost_on_postgres_storage_reads_the_turns_from_the_database(
+    temporal_env: WorkflowEnvironment, postgres_url: str, tmp_path: Path
+) -> None:
+    """The outcome's cost and the session's total come from the configured storage,
+    not from files the work dir does not have."""
+    env = {**base_env(temporal_env), "TURNS_DATABASE_URL": postgres_url}
+    prices = "[prices.scripted]\ninput_per_mtok = 1\noutput_per_mtok = 2\n"
+    work = make_home(tmp_path, "pg", POSTGRES + prices)
+    assert run(work, env, "db", "migrate").returncode == 0
+    ran = []
+    for _ in range(2):
+        r = run(work, env, "run", "What time is it in Chicago?", "--session", "s-pg", "--json")
+        assert r.returncode == 0, r.stderr
+        ran.append(as_json(r))
+    first, second = ran
+    for doc in ran:
+        usage = doc["usage"]
+        expected = (usage["inputTokens"] * 1 + usage["outputTokens"] * 2) / 1_000_000
+        assert doc["cost"]["turn"]["amount"] == pytest.approx(expected), doc["cost"]
+    assert first["cost"]["session"]["turns"] == 1
+    assert second["cost"]["session"]["turns"] == 2
+    total = first["cost"]["turn"]["amount"] + second["cost"]["turn"]["amount"]
+    assert second["cost"]["session"]["cost"]["amount"] == pytest.approx(total)
+
+    shown = as_json(run(work, env, "show", first["turnId"], "--json"))["cost"]
+    assert shown == second["cost"] | {
+        "turn": first["cost"]["turn"],
+        "calls": first["cost"]["calls"],
+    }
+    text = run(work, env, "show", first["turnId"]).stdout
+    assert "session s-pg: ~$" in text and "over 2 turn(s)" in text, text

@@ -10,6 +10,8 @@ from __future__ import annotations
 import asyncio
 import re
 import socket
+import subprocess
+import sys
 import urllib.request
 from collections.abc import Callable
 from pathlib import Path
@@ -19,7 +21,7 @@ from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
-from tests.test_cli_turns import turns
+from tests.test_cli_turns import environment, turns
 from turnclient.runtime import ConnectOptions, data_converter
 from turnclient.telemetry import metrics_address, metrics_runtime
 from turncore.tools import ToolContext
@@ -125,7 +127,24 @@ async def test_worker_endpoint_after_a_turn(
 def test_metrics_address_and_the_worker_flag(tmp_path: Path) -> None:
     assert metrics_address(":9464") == "0.0.0.0:9464"
     assert metrics_address("127.0.0.1:9464") == "127.0.0.1:9464"
-    for bad in ("9464", ":0", ":99999", "host:port"):
+    assert metrics_address("localhost:9464") == "127.0.0.1:9464"
+    assert metrics_address("[::1]:9464") == "[::1]:9464"
+    assert metrics_address("[::]:9464") == "[::]:9464"
+    # The runtime binds a socket address: a name it cannot parse, an IPv6 address
+    # without brackets or a port in other digits would only fail later, inside it.
+    for bad in (
+        "9464",
+        ":0",
+        ":99999",
+        "host:port",
+        "metrics.internal:9464",
+        "a b:9464",
+        "::1:9464",
+        "[::1:9464",
+        "127.0.0.1:\u0669\u0664\u0666\u0664",
+        ":\u00b2",
+        " :9464",
+    ):
         try:
             metrics_address(bad)
         except ValueError as exc:
@@ -134,3 +153,30 @@ def test_metrics_address_and_the_worker_flag(tmp_path: Path) -> None:
             raise AssertionError(f"{bad!r} was accepted")
     r = turns(tmp_path / "home", "worker", "--metrics", "nonsense")
     assert r.returncode == 2 and "--metrics 'nonsense'" in r.stderr
+
+
+def test_a_metrics_address_the_worker_cannot_serve_is_one_line(tmp_path: Path) -> None:
+    home = tmp_path / "home"
+    r = turns(home, "worker", "--metrics", "metrics.internal:9464")
+    assert r.returncode == 2 and "--metrics 'metrics.internal:9464'" in r.stderr, r.stderr
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        address = f"127.0.0.1:{taken.getsockname()[1]}"
+        r = turns(home, "worker", "--metrics", address)
+        assert r.returncode == 1, r.stderr
+        assert f"--metrics {address}" in r.stderr and "in use" in r.stderr, r.stderr
+        assert "unexpected" not in r.stderr and "Traceback" not in r.stderr
+        # python worker.py, configured by TURNS_METRICS: the same, one line.
+        for given in (address, "nonsense"):
+            r = subprocess.run(
+                [sys.executable, "-m", "turncore_temporal.worker"],
+                cwd=tmp_path,
+                env={**environment(home), "TURNS_METRICS": given},
+                capture_output=True,
+                text=True,
+                timeout=60,
+            )
+            assert r.returncode == 1, r.stderr
+            assert "Traceback" not in r.stderr and "turncore worker: " in r.stderr, r.stderr
+            assert len(r.stderr.strip().splitlines()) == 1, r.stderr

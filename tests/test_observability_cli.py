@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import signal
+import socket
 import subprocess
 import sys
 import threading
@@ -92,6 +93,15 @@ def collector() -> Iterator[Collector]:
     c = Collector()
     yield c
     c.close()
+
+
+@pytest.fixture
+def silent_collector() -> Iterator[str]:
+    """A collector that takes connections and never answers (down behind a firewall, or hung)."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        s.listen(64)
+        yield f"http://127.0.0.1:{s.getsockname()[1]}"
 
 
 def run(work: Path, env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
@@ -213,3 +223,26 @@ def test_worker_pushes_metrics_over_otlp(held: Path, collector: Collector) -> No
     finally:
         worker.send_signal(signal.SIGTERM)
         assert worker.wait(timeout=60) == 0
+
+
+@pytest.mark.parametrize("protocol", ["http/protobuf", "grpc"])
+def test_a_collector_that_never_answers_does_not_hold_the_command(
+    held: Path,  # noqa: F811
+    silent_collector: str,
+    protocol: str,
+) -> None:
+    """The exporter retries a silent collector for its whole timeout (10 s) before giving
+    up; a command leaving must not wait for that: its turn is done and in the file."""
+    work = held
+    started = time.monotonic()
+    r = run(work, {}, "run", "What time is it in Chicago?", "--json")
+    plain = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+
+    env = {"OTEL_EXPORTER_OTLP_ENDPOINT": silent_collector, "OTEL_EXPORTER_OTLP_PROTOCOL": protocol}
+    started = time.monotonic()
+    r = run(work, env, "run", "What time is it in Chicago?", "--json")
+    traced = time.monotonic() - started
+    assert r.returncode == 0, r.stderr
+    assert json.loads(r.stdout)["status"] == "completed"
+    assert traced < plain + 5, f"{traced:.1f} s traced, {plain:.1f} s without tracing"

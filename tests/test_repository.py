@@ -203,6 +203,18 @@ class TestCreate:
         store.repo.create(turn_created(OTHER_TURN_ID))
         assert [e.turn_id for e in store.repo.read(OTHER_TURN_ID)] == [OTHER_TURN_ID]
 
+    def test_a_sessions_turns_are_listed_from_their_first_lines(self, store: Store) -> None:
+        third = "2025-11-11T04-36-31Z-0001234-000"
+        broken = "2025-11-11T04-36-32Z-0001234-000"
+        store.repo.create(turn_created(OTHER_TURN_ID, session_id="s-1"))
+        store.repo.create(turn_created(TURN_ID, session_id="s-1"))
+        store.repo.create(turn_created(third, session_id="s-2"))
+        store.put_raw(broken, b'{"not json "s-1"\n')  # unreadable: never in any session
+        assert store.repo.session_turn_ids("s-1") == sorted([TURN_ID, OTHER_TURN_ID])
+        assert store.repo.session_turn_ids("s-2") == [third]
+        assert store.repo.session_turn_ids("s-3") == []
+        assert store.repo.session_turn_ids('s-1"') == []
+
 
 _fresh = itertools.count(1)
 

@@ -2194,31 +2194,22 @@ def _pricer() -> Any:
 
 
 def _settled_state(turn_id: str) -> TurnState | None:
+    """The turn as the configured storage holds it (files or PostgreSQL)."""
     from turncore.reducer import reduce_turn
-    from turncore.repository import read_path
 
     try:
-        return reduce_turn(read_path(str(turn_path(_work_dir(), turn_id))))
+        with _stored_repository() as repo:
+            return reduce_turn(repo.read(turn_id))
     except TurnError:
-        return None  # not in this work dir (workers elsewhere): no cost to show
+        return None  # not in this work dir's storage (workers elsewhere): no cost to show
 
 
 def _session_states(session_id: str) -> list[TurnState]:
-    """Every turn of the session in the work dir (the first line names the session)."""
+    """Every turn of the session in the configured storage (the first line names it)."""
     from turncore.reducer import reduce_turn
-    from turncore.repository import read_path
 
-    found: list[TurnState] = []
-    for path in sorted((_work_dir() / "storage").rglob("*.jsonl")):
-        with path.open("rb") as f:
-            first = f.readline()
-        try:
-            head = orjson.loads(first)
-        except orjson.JSONDecodeError:
-            continue  # not a turn file (turns validate reports broken ones)
-        if isinstance(head, dict) and head.get("sessionId") == session_id:
-            found.append(reduce_turn(read_path(str(path))))
-    return found
+    with _stored_repository() as repo:
+        return [reduce_turn(repo.read(t)) for t in repo.session_turn_ids(session_id)]
 
 
 def _session_cost(pricer: Any, session_id: str) -> dict[str, Any]:

@@ -83,11 +83,16 @@ class PayloadKeys:
                     f"${source}: entry {n} is not ID:BASE64KEY (an id of 1-64 letters, digits, "
                     "'.', '_' or '-')"
                 )
-            try:
-                standard = encoded.replace("-", "+").replace("_", "/")  # urlsafe too
-                raw = base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
-            except (binascii.Error, ValueError):
-                raise PayloadKeyError(f"${source}: key {kid!r} is not base64") from None
+            raw = _decode_key(encoded)
+            if (raw is None or len(raw) != KEY_BYTES) and len(_decode_key(kid) or b"") == KEY_BYTES:
+                # A URL-safe or unpadded key is a valid id too: this entry is the
+                # key first, and its "id" must not be repeated.
+                raise PayloadKeyError(
+                    f"${source}: entry {n} looks like BASE64KEY:ID, the key first; "
+                    "write ID:BASE64KEY"
+                )
+            if raw is None:
+                raise PayloadKeyError(f"${source}: key {kid!r} is not base64")
             if len(raw) != KEY_BYTES:
                 raise PayloadKeyError(
                     f"${source}: key {kid!r} is {len(raw)} bytes; AES-256 needs {KEY_BYTES}"
@@ -107,6 +112,15 @@ class PayloadKeys:
                 "(expected ID:BASE64KEY with a 32-byte key; see docs/operations.md)"
             )
         return cls.parse(text, name)
+
+
+def _decode_key(encoded: str) -> bytes | None:
+    """Standard or URL-safe base64, padded or not; None if it is neither."""
+    try:
+        standard = encoded.replace("-", "+").replace("_", "/")
+        return base64.b64decode(standard + "=" * (-len(standard) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        return None
 
 
 def new_key_spec(key_id: str) -> str:

@@ -8,7 +8,13 @@ so whoever can reach it and holds its token reads the turn's payloads in
 clear — which is why it needs a token (``Authorization: Bearer …``) and
 answers browsers only from the origins it is told (Temporal Web's;
 ``http://localhost:8233`` by default), and binds to loopback unless told
-otherwise.
+otherwise. Without a token (``--no-token``, loopback only) it answers only
+requests addressed to a loopback host name, so a web page elsewhere cannot
+reach it by rebinding its own name to 127.0.0.1 (DNS rebinding).
+
+A request is authorised before its body is read, and a body must announce its
+length (at most ``MAX_BODY``) and arrive within ``BODY_TIMEOUT`` seconds, so
+a caller without the token cannot make the server hold memory or a thread.
 
 It is the standard library's threading HTTP server, not an ASGI app: two
 JSON endpoints with a synchronous codec need no framework, and the command
@@ -18,6 +24,7 @@ then works in any turncore install, without the web extra.
 from __future__ import annotations
 
 import hmac
+import ipaddress
 import json
 import threading
 from collections.abc import Sequence
@@ -32,6 +39,9 @@ from temporalio.exceptions import ApplicationError
 from .codec import EncryptionCodec
 
 MAX_BODY = 8 * 1024 * 1024
+BODY_TIMEOUT = 30.0
+"""Seconds a request (its headers, then its body) may take to arrive."""
+LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT_ORIGINS = ("http://localhost:8233", "http://127.0.0.1:8233")
 ALLOWED_HEADERS = "Content-Type, X-Namespace, Authorization"
 
@@ -47,10 +57,12 @@ class CodecServer:
         port: int = 0,
         token: str | None,
         origins: Sequence[str] = DEFAULT_ORIGINS,
+        body_timeout: float = BODY_TIMEOUT,
     ) -> None:
         self.codec = codec
         self.token = token
         self.origins = frozenset(o.rstrip("/") for o in origins)
+        self.body_timeout = body_timeout
         self._httpd = ThreadingHTTPServer((host, port), _handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
@@ -85,6 +97,10 @@ class CodecServer:
         expected = f"Bearer {self.token}"
         return header is not None and hmac.compare_digest(header.encode(), expected.encode())
 
+    def host_allowed(self, header: str | None) -> bool:
+        """With a token, any ``Host``; without one, only a loopback name (no DNS rebinding)."""
+        return self.token is not None or _loopback_host(header or "")
+
     def transform(self, path: str, body: bytes) -> bytes:
         """The answer to ``/encode`` or ``/decode``; raises ValueError on a bad request."""
         try:
@@ -98,10 +114,26 @@ class CodecServer:
         return json_format.MessageToJson(Payloads(payloads=out), indent=None).encode()
 
 
+def _loopback_host(header: str) -> bool:
+    """Whether a ``Host`` header names loopback: ``localhost``, ``[::1]``, 127.0.0.0/8."""
+    host = header.strip().lower()
+    if host.startswith("["):
+        host = host[1 : host.find("]")] if "]" in host else ""
+    elif host.count(":") == 1:
+        host = host.partition(":")[0]
+    if host in LOOPBACK_NAMES:
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         protocol_version = "HTTP/1.1"
         server_version = "turns-codec-server"
+        timeout = server.body_timeout  # the socket's: headers and body alike
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # never log request lines; payloads stay out of logs
@@ -132,19 +164,43 @@ def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
+        def _refuse(self, status: HTTPStatus, message: str) -> None:
+            # The body (if any) is left unread, so the connection cannot be reused.
+            self.close_connection = True
+            self._error(status, message)
+
         def do_POST(self) -> None:  # noqa: N802
             path = self.path.split("?", 1)[0].rstrip("/")
-            length = int(self.headers.get("Content-Length") or 0)
-            if length > MAX_BODY:
-                self.close_connection = True
-                self._error(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
+            if not server.host_allowed(self.headers.get("Host")):
+                self._refuse(HTTPStatus.FORBIDDEN, "without a token, only a loopback Host")
                 return
-            body = self.rfile.read(length)
             if not server.authorised(self.headers.get("Authorization")):
-                self._error(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
+                self._refuse(HTTPStatus.UNAUTHORIZED, "missing or wrong bearer token")
                 return
             if path not in ("/encode", "/decode"):
-                self._error(HTTPStatus.NOT_FOUND, "POST /encode or /decode")
+                self._refuse(HTTPStatus.NOT_FOUND, "POST /encode or /decode")
+                return
+            announced = self.headers.get("Content-Length")
+            if announced is None:
+                self._refuse(HTTPStatus.LENGTH_REQUIRED, "a body with a Content-Length")
+                return
+            announced = announced.strip()
+            if not (announced.isascii() and announced.isdigit()):
+                self._refuse(HTTPStatus.BAD_REQUEST, "Content-Length is not a byte count")
+                return
+            length = int(announced)
+            if length > MAX_BODY:
+                self._refuse(HTTPStatus.REQUEST_ENTITY_TOO_LARGE, f"body over {MAX_BODY} bytes")
+                return
+            try:
+                body = self.rfile.read(length)
+            except TimeoutError:
+                self._refuse(
+                    HTTPStatus.REQUEST_TIMEOUT, f"the body took over {server.body_timeout:g} s"
+                )
+                return
+            if len(body) < length:
+                self.close_connection = True  # the caller hung up mid-body
                 return
             try:
                 answer = server.transform(path, body)

@@ -22,8 +22,10 @@ scraped from the one endpoint.
 
 from __future__ import annotations
 
+import ipaddress
 import logging
 import os
+import threading
 from collections.abc import Mapping
 from datetime import timedelta
 from typing import Any
@@ -47,6 +49,14 @@ _ON_VARS = (
 _configured = False
 _provider: Any = None
 """The tracer provider ``configure_tracing`` installed, so the process can flush it."""
+_exporter_in_use: Any = None
+"""Its span exporter, so a flush at exit can stop the exporter's retries."""
+
+EXIT_FLUSH_SECONDS = 2.0
+"""How long a process leaving waits for its last spans to reach the collector. A
+collector that answers takes milliseconds; one that is down or silent would hold the
+process for the exporter's whole timeout (10 s, ``OTEL_EXPORTER_OTLP_TIMEOUT``) of
+retries with backoff, after the turn itself was done and in its file."""
 
 
 class TelemetryError(ValueError):
@@ -81,19 +91,38 @@ def configure_tracing(env: Mapping[str, str] | None = None) -> bool:
             "OTEL_* variables ask for traces, but OpenTelemetry is not installed: "
             "pip install 'turncore[otel]'"
         ) from None
-    provider = TracerProvider(resource=Resource.create({"service.name": _service_name(env)}))
-    provider.add_span_processor(BatchSpanProcessor(_exporter(env)))
+    global _exporter_in_use
+    exporter = _exporter(env)
+    try:
+        provider = TracerProvider(resource=Resource.create({"service.name": _service_name(env)}))
+        provider.add_span_processor(BatchSpanProcessor(exporter))
+    except ValueError as exc:  # an OTEL_BSP_* setting out of range
+        raise TelemetryError(f"OpenTelemetry settings: {exc}") from None
     trace.set_tracer_provider(provider)
     _provider = provider
+    _exporter_in_use = exporter
     _configured = True
     return True
 
 
-def shutdown_tracing() -> None:
+def shutdown_tracing(timeout: float = EXIT_FLUSH_SECONDS) -> None:
     """Export the spans still batched and stop the exporter (a process leaving with
-    ``os._exit`` skips the provider's own exit hook; see ``turnclient.process``)."""
-    if _provider is not None:
-        _provider.shutdown()
+    ``os._exit`` skips the provider's own exit hook; see ``turnclient.process``).
+
+    Waits at most ``timeout`` seconds: past it the exporter is told to stop, which ends
+    its retries, and the spans still unsent are dropped (the turn is in its file; a
+    trace is not worth holding a command or a worker's exit for a collector that is
+    down).
+    """
+    provider, exporter = _provider, _exporter_in_use
+    if provider is None:
+        return
+    flush = threading.Thread(target=provider.shutdown, name="turncore-span-flush", daemon=True)
+    flush.start()
+    flush.join(timeout)
+    if flush.is_alive() and exporter is not None:
+        exporter.shutdown()  # wakes the exporter from its backoff; it gives the batch up
+        flush.join(0.5)
 
 
 def _service_name(env: Mapping[str, str]) -> str:
@@ -141,13 +170,36 @@ OTLP = "otlp"
 
 
 def metrics_address(text: str) -> str:
-    """``:9464`` → ``0.0.0.0:9464``; ``HOST:PORT`` as given; ``otlp`` as it is."""
+    """``:9464`` → ``0.0.0.0:9464``; ``localhost:PORT`` → ``127.0.0.1:PORT``; an IP
+    literal (IPv6 in brackets) as given; ``otlp`` as it is.
+
+    The Temporal runtime binds a socket address and resolves no names, so anything it
+    could not parse is refused here, naming the flag, rather than inside the runtime.
+    """
     if text == OTLP:
         return text
     host, sep, port = text.rpartition(":")
-    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+    if not sep or not (port.isascii() and port.isdigit()) or not 0 < int(port) < 65536:
         raise ValueError(f"--metrics {text!r}: expected [HOST]:PORT (e.g. :9464) or otlp")
-    return f"{host or '0.0.0.0'}:{port}"
+    if host == "":
+        host = "0.0.0.0"
+    elif host == "localhost":
+        host = "127.0.0.1"
+    elif not _ip_literal(host):
+        raise ValueError(
+            f"--metrics {text!r}: HOST must be an IP address (127.0.0.1, [::1], 0.0.0.0) "
+            "or localhost"
+        )
+    return f"{host}:{port}"
+
+
+def _ip_literal(host: str) -> bool:
+    bracketed = host.startswith("[") and host.endswith("]")
+    try:
+        address = ipaddress.ip_address(host[1:-1] if bracketed else host)
+    except ValueError:
+        return False
+    return bracketed == (address.version == 6)
 
 
 def core_logging() -> LoggingConfig:
@@ -170,15 +222,16 @@ def metrics_runtime(address: str, env: Mapping[str, str] | None = None) -> Runti
     """A Temporal runtime exporting metrics: Prometheus at ``address`` (HOST:PORT),
     or, for ``otlp``, pushed over OTLP where the ``OTEL_*`` variables say."""
     if address == OTLP:
-        return Runtime(
-            telemetry=TelemetryConfig(logging=core_logging(), metrics=_otlp_metrics(env))
-        )
-    return Runtime(
-        telemetry=TelemetryConfig(
+        telemetry = TelemetryConfig(logging=core_logging(), metrics=_otlp_metrics(env))
+    else:
+        telemetry = TelemetryConfig(
             logging=core_logging(),
             metrics=PrometheusConfig(bind_address=address, durations_as_seconds=True),
         )
-    )
+    try:
+        return Runtime(telemetry=telemetry)
+    except ValueError as exc:  # the port is taken, the collector URL unusable, ...
+        raise TelemetryError(f"--metrics {address}: cannot export metrics: {exc}") from None
 
 
 def _otlp_metrics(env: Mapping[str, str] | None) -> OpenTelemetryConfig:

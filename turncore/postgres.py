@@ -602,6 +602,20 @@ class PostgresTurnRepository(_JsonlRepository):
         with self._connection(reading=True) as conn:
             return [r[0] for r in conn.execute("SELECT turn_id FROM turns").fetchall()]
 
+    def _first_lines(self, session_id: str) -> Iterator[tuple[str, bytes]]:
+        # A JSON string holds these characters as they are, so a first line that
+        # names the session contains them; the caller parses what is found.
+        verbatim = (
+            session_id.isascii() and session_id.isprintable() and not set('"\\') & set(session_id)
+        )
+        with self._connection(reading=True) as conn:
+            rows = conn.execute(
+                "SELECT turn_id, line FROM turn_events WHERE seq = 1 AND strpos(line, %s) > 0",
+                (session_id if verbatim else "",),
+            ).fetchall()
+        for turn_id, line in rows:
+            yield turn_id, line.encode()
+
     def _put_staged(self, turn_id: str, digest: str, data: bytes) -> None:
         with self._connection() as conn:
             row = conn.execute(

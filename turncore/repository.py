@@ -815,6 +815,32 @@ class _JsonlRepository(ABC):
         """Every stored turn's id, sorted (ids sort by creation time)."""
         return sorted(self._ids())
 
+    def session_turn_ids(self, session_id: str) -> list[str]:
+        """The stored turns whose ``turn_created`` names ``session_id``, sorted.
+
+        Only each turn's first line is read; a turn whose first line is not a JSON
+        object is in no session (reading it says what is wrong).
+        """
+        found = []
+        for turn_id, first in self._first_lines(session_id):
+            try:
+                head = orjson.loads(first)
+            except orjson.JSONDecodeError:
+                continue
+            if isinstance(head, dict) and head.get("sessionId") == session_id:
+                found.append(turn_id)
+        return sorted(found)
+
+    def _first_lines(self, session_id: str) -> Iterator[tuple[str, bytes]]:
+        """Each stored turn's id and first line; a subclass may leave out turns that
+        cannot name ``session_id`` and may avoid reading the rest of each log."""
+        for turn_id in self._ids():
+            try:
+                _, data = self._load(turn_id)
+            except TurnNotFoundError:
+                continue  # removed meanwhile
+            yield turn_id, data.split(b"\n", 1)[0]
+
     def import_log(self, data: bytes, where: str) -> str:
         """Store a whole turn log as a new turn, byte for byte; return its turn id.
 
@@ -1143,6 +1169,14 @@ class FileTurnRepository(_JsonlRepository):
         root = self.work_dir / "storage" / "turns"
         found = (p.name.removesuffix(".jsonl") for p in root.glob("*/*/*/*.jsonl"))
         return [turn_id for turn_id in found if is_turn_id(turn_id)]
+
+    def _first_lines(self, session_id: str) -> Iterator[tuple[str, bytes]]:
+        for turn_id in self._ids():
+            try:
+                with _open_regular(self.path_for(turn_id)) as f:
+                    yield turn_id, f.readline().rstrip(b"\n")
+            except OSError:
+                continue  # removed meanwhile, or not a regular file
 
 
 def validate_log(data: bytes, where: str, turn_id: str | None = None) -> list[TurnEvent]:
