@@ -14,6 +14,7 @@ import dataclasses
 import json
 import os
 import socket
+import struct
 import subprocess
 import urllib.error
 import urllib.request
@@ -414,3 +415,28 @@ def test_bodies_are_bounded_and_read_only_for_an_authorised_caller() -> None:
         assert answer.startswith(b"HTTP/1.1 200"), answer
     finally:
         server.stop()
+
+
+def test_a_caller_that_hangs_up_mid_answer_leaves_no_traceback(
+    capfd: pytest.CaptureFixture[str],
+) -> None:
+    """Temporal Web closes tabs; the server's stderr is an operator's, not a crash log."""
+    server = CodecServer(codec_of(new_key_spec("k1")), token=None).start()
+    try:
+        data = base64.b64encode(b"x" * (6 * 1024 * 1024 // 4)).decode()
+        body = json.dumps(
+            {"payloads": [{"metadata": {"encoding": "anNvbi9wbGFpbg=="}, "data": data}] * 2}
+        ).encode()
+        request = _post_raw("127.0.0.1", f"Content-Length: {len(body)}\r\n", body, "/encode")
+        for _ in range(3):
+            with socket.create_connection(server.address, timeout=30) as s:
+                s.sendall(request)
+                s.recv(1)  # the answer has begun: hang up with a reset, unread
+                s.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+        # The server is still answering, and a whole answer still arrives.
+        length = f"Content-Length: {len(_PLAIN)}\r\n"
+        answer = _exchange(server, _post_raw("127.0.0.1", length, _PLAIN, "/encode"))
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    finally:
+        server.stop()
+    assert "Traceback" not in capfd.readouterr().err

@@ -26,6 +26,8 @@ from __future__ import annotations
 import hmac
 import ipaddress
 import json
+import logging
+import sys
 import threading
 from collections.abc import Sequence
 from http import HTTPStatus
@@ -37,6 +39,8 @@ from temporalio.api.common.v1 import Payloads
 from temporalio.exceptions import ApplicationError
 
 from .codec import EncryptionCodec
+
+log = logging.getLogger("turncore.codec_server")
 
 MAX_BODY = 8 * 1024 * 1024
 BODY_TIMEOUT = 30.0
@@ -63,7 +67,7 @@ class CodecServer:
         self.token = token
         self.origins = frozenset(o.rstrip("/") for o in origins)
         self.body_timeout = body_timeout
-        self._httpd = ThreadingHTTPServer((host, port), _handler(self))
+        self._httpd = _Server((host, port), _handler(self))
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -127,6 +131,17 @@ def _loopback_host(header: str) -> bool:
         return ipaddress.ip_address(host).is_loopback
     except ValueError:
         return False
+
+
+class _Server(ThreadingHTTPServer):
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A caller that hangs up mid-answer (Temporal Web closing a tab) is routine:
+        nothing to report. Anything else goes to the ``turncore.codec_server`` log
+        rather than straight to stderr."""
+        exc = sys.exc_info()[1]
+        if isinstance(exc, ConnectionError):
+            return
+        log.error("codec server: a request from %s failed", client_address[0], exc_info=exc)
 
 
 def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:
