@@ -793,12 +793,20 @@ class TurnActivities(TurnActivityContract):
 
 
 def _cancelled_by_the_workflow() -> bool:
-    """Whether this activity's cancellation is the turn's (the workflow asked for it)."""
+    """Whether this activity's cancellation is the turn's (the workflow asked for it).
+
+    Never while this worker shuts down, whatever the cancellation says: a shutdown
+    has reached a running call as a plain cancel request (a detached ``turns run``
+    then recorded a cancellation nobody asked for). Recording nothing is safe
+    either way: the open request is the recovery table's, and a real cancel is
+    closed by the workflow's own cancellation path (§22).
+    """
     details = activity.cancellation_details()
     return (
         details is not None
         and details.cancel_requested
         and not (details.worker_shutdown or details.timed_out or details.not_found)
+        and not activity.is_worker_shutdown()
     )
 
 

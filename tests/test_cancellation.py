@@ -378,3 +378,34 @@ async def test_a_decision_queued_behind_a_cancel_is_rejected_and_the_run_ends(
         ]
         assert "already ended" in rejected[0]["reason"]
         await h.assert_file_matches_query(turn_id)
+
+
+async def test_a_cancel_while_this_worker_shuts_down_records_nothing(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Seen once in a full suite run: `turns run` detached by SIGTERM, and its
+    worker's shutdown reached the model activity as a plain cancel request, not
+    marked as the worker's. The activity recorded the call as cancelled, so the
+    turn left "as it is" held a model_call_failed nobody asked for. While this
+    worker shuts down, a cancel is never taken for the turn's: nothing is
+    recorded, the open request is the recovery table's (and a real cancel is
+    closed by the workflow's own cancellation path, §22)."""
+    from temporalio.activity import ActivityCancellationDetails
+    from temporalio.testing import ActivityEnvironment
+
+    from turncore_temporal.activities.payloads import ModelCallInput
+
+    script = [{"text": "a long answer that streams slowly word by word"}]
+    h = Harness(temporal_env.client, tmp_path, script, delay=2.0)
+    turn_id = await h.create("go")
+    activities = h.activities(h.deps)
+    env = ActivityEnvironment()
+    call = asyncio.ensure_future(
+        env.run(activities.call_model, ModelCallInput(turn_id=turn_id, model_call_index=0))
+    )
+    await wait_for_type(h, turn_id, "model_call_requested")
+    env.worker_shutdown()
+    env.cancel(ActivityCancellationDetails(cancel_requested=True))
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert h.types(turn_id) == ["turn_created", "model_call_requested"]

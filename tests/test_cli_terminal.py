@@ -136,7 +136,7 @@ def test_a_signal_detaches_quickly_and_leaves_the_turn_as_it_is(
         == {signal.SIGINT: 130, signal.SIGTERM: 143, signal.SIGHUP: 129}[signals[-1]]
     )
     written = [e["type"] for e in events(path)]
-    assert written[-1] == "model_call_requested", written  # nothing recorded, nothing cancelled
+    assert written[-1] == "model_call_requested", (written, path.read_text(), err)
     # The watchdog stops the embedded server once nothing uses it.
     wait_for("the idle server to stop", lambda: no_server(home), timeout=30)
 
