@@ -71,9 +71,10 @@ async def until(predicate: object, timeout: float = 30.0) -> None:
     raise AssertionError("condition never became true")
 
 
-async def _scenario(
-    env: WorkflowEnvironment, work: Path, kill_point: str
-) -> tuple[str, FileTurnRepository]:
+async def _created(
+    env: WorkflowEnvironment, work: Path
+) -> tuple[str, str, FileTurnRepository, TurnClient]:
+    """A fresh work dir and task queue, and one created turn of the crash agent."""
     work.mkdir(parents=True)
     task_queue = f"crash-{uuid.uuid4()}"
     repo = FileTurnRepository(work)
@@ -91,6 +92,13 @@ async def _scenario(
             human_available=True,
         )
     )
+    return turn_id, task_queue, repo, client
+
+
+async def _scenario(
+    env: WorkflowEnvironment, work: Path, kill_point: str
+) -> tuple[str, FileTurnRepository]:
+    turn_id, task_queue, repo, client = await _created(env, work)
     executions = work / "executions"
     first_env = (
         {"MODEL_DELTA_DELAY": "1.0"} if kill_point == "model" else {"SLOW_TOOL_SECONDS": "60"}
@@ -161,23 +169,7 @@ async def test_a_cancel_after_a_kill_closes_the_interrupted_call_as_cancelled(
     new worker recovers it: the open call is closed as cancelled (§22), not as
     interrupted with a promise to re-issue it that the cancel then breaks."""
     work = tmp_path / "w"
-    work.mkdir()
-    task_queue = f"crash-{uuid.uuid4()}"
-    repo = FileTurnRepository(work)
-    client = TurnClient(
-        temporal_env.client,
-        repo,
-        resolver(),
-        task_queue=task_queue,
-        workflow_options={"heartbeat_timeout_seconds": 2.0},
-    )
-    turn_id = await client.create_turn(
-        CreateTurnInput(
-            agent=RequestedAgent(agent_id="crash"),
-            input=UserMessage(content="go"),
-            human_available=True,
-        )
-    )
+    turn_id, task_queue, repo, client = await _created(temporal_env, work)
     async with worker_process(temporal_env, task_queue, work, MODEL_DELTA_DELAY="1.0") as first:
         advancing = asyncio.ensure_future(client.recover(turn_id))
         await until(lambda: "model_step_event" in types(work, turn_id))
