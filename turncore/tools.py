@@ -680,9 +680,12 @@ class ToolRegistry:
         self,
         sync_tools: Mapping[str, SyncTool] | None = None,
         async_tools: frozenset[str] | set[str] = frozenset(),
+        fast: Mapping[str, float] | None = None,
     ) -> None:
         self._sync = dict(sync_tools or {})
         self._async = frozenset(async_tools)
+        self._fast = dict(fast or {})
+        """Fast bounds by tool id for implementations that are not ``Tool``s."""
 
     @classmethod
     def of(cls, tools: Iterable[Tool]) -> ToolRegistry:
@@ -695,11 +698,15 @@ class ToolRegistry:
     def fast_tools(self, tool_ids: Iterable[str] | None = None) -> dict[str, float]:
         """The fast tools registered here (of ``tool_ids`` when given), with their bounds."""
         wanted = None if tool_ids is None else set(tool_ids)
-        return {
-            tid: t.fast_timeout
-            for tid, t in self._sync.items()
-            if isinstance(t, Tool) and t.fast and (wanted is None or tid in wanted)
-        }
+        out: dict[str, float] = {}
+        for tid, t in self._sync.items():
+            if wanted is not None and tid not in wanted:
+                continue
+            if isinstance(t, Tool) and t.fast:
+                out[tid] = t.fast_timeout
+            elif tid in self._fast:
+                out[tid] = self._fast[tid]
+        return out
 
     def register(self, tool_id: str, tool: SyncTool) -> None:
         self._sync[tool_id] = tool
