@@ -171,6 +171,11 @@ async def main(address: str, task_queue: str, work: str, crash_at: str) -> None:
     else:
         acts = TurnActivities(deps)
     worker = build_worker(client, deps, task_queue=task_queue, activities=acts)
+    # SIGTERM is a graceful stop (what `turns worker` does on SIGTERM): the
+    # worker shuts down, releasing its sticky queue, and the process exits.
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGTERM, lambda: asyncio.ensure_future(worker.shutdown())
+    )
     Path(work, "worker.ready").write_text(str(os.getpid()))
     await worker.run()
 
