@@ -124,6 +124,8 @@ class CheckOutcome:
     required: bool
     request: JsonValue = None
     checker_error: str | None = None
+    tool_id: str | None = None
+    """The tool id the checker was asked about (set when the model activity checks)."""
     """Why the checker could not answer (the call then fails closed)."""
 
 
@@ -193,6 +195,10 @@ class ModelCallInput:
 class ModelCallResult:
     events: list[TurnEvent]
     offset: int
+    checks: list[CheckOutcome] | None = None
+    """The permission checker's answers for the response's tool calls, asked by
+    the model activity right after it recorded the response: the workflow then
+    needs no ``check_permissions`` round trip (and no marker in history)."""
 
 
 @dataclass(frozen=True)
@@ -227,7 +233,9 @@ class FastToolsInput:
 @dataclass(frozen=True)
 class FastToolsResult:
     events: list[TurnEvent]
-    """What the batch wrote (or a lost attempt had written), elided, in file order."""
+    """What a lost attempt had written for these calls, then what this one wrote
+    except the invocations it was given (the workflow holds them): elided, in
+    file order."""
     offset: int
 
 

@@ -23,6 +23,7 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from turncore.advance import (
     REFUSED_RESPONSE_CODE,
+    calls_needing_check,
     check_input,
     completion_event,
     failure_event,
@@ -111,6 +112,7 @@ from .payloads import (
     AppendResult,
     AwaitChildInput,
     AwaitChildResult,
+    CheckCall,
     CheckOutcome,
     CheckPermissionsInput,
     CheckPermissionsResult,
@@ -463,12 +465,15 @@ class TurnActivities(TurnActivityContract):
 
     @activity.defn
     async def check_permissions(self, input: CheckPermissionsInput) -> CheckPermissionsResult:
+        return CheckPermissionsResult(outcomes=await self._checks(input.turn_id, input.calls))
+
+    async def _checks(self, turn_id: str, calls: Sequence[CheckCall]) -> list[CheckOutcome]:
         outcomes: list[CheckOutcome] = []
-        for call in input.calls:
+        for call in calls:
             try:
                 check = await self._d.checker.check(
                     PermissionCheckInput(
-                        turn_id=input.turn_id,
+                        turn_id=turn_id,
                         tool_call_id=call.tool_call_id,
                         tool_id=call.tool_id,
                         tool_name=call.tool_name,
@@ -481,15 +486,19 @@ class TurnActivities(TurnActivityContract):
                         tool_call_id=call.tool_call_id,
                         required=True,
                         checker_error=f"{type(exc).__name__}: {exc}"[:500],
+                        tool_id=call.tool_id,
                     )
                 )
                 continue
             outcomes.append(
                 CheckOutcome(
-                    tool_call_id=call.tool_call_id, required=check.required, request=check.request
+                    tool_call_id=call.tool_call_id,
+                    required=check.required,
+                    request=check.request,
+                    tool_id=call.tool_id,
                 )
             )
-        return CheckPermissionsResult(outcomes=outcomes)
+        return outcomes
 
     @activity.defn
     async def classify_permissions(self, input: ClassifyInput) -> ClassifyResult:
@@ -717,7 +726,17 @@ class TurnActivities(TurnActivityContract):
             if not outcome.tool_calls():
                 events.append(completion_event(probe.state, d.clock()))
             await commit(*events)
-            return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+            # The checker's answers travel with the response: the workflow needs
+            # no round trip to ask for them (it asks itself if they do not fit).
+            proposed = calls_needing_check(reducer.state, (), agent.tools)
+            checks = (
+                await self._checks(turn_id, CheckPermissionsInput.of(turn_id, proposed).calls)
+                if proposed
+                else None
+            )
+            return ModelCallResult(
+                events=_elided(written), offset=reducer.event_count, checks=checks
+            )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
         finally:
@@ -798,7 +817,7 @@ class TurnActivities(TurnActivityContract):
             first = [*plan.interrupted, *plan.invoke]
             if first:
                 offset = await self._append(turn_id, first)
-                written.extend(first)
+                written.extend(plan.interrupted)  # the invocations are the workflow's own
             if calls:
                 ends = await asyncio.gather(
                     *(

@@ -76,7 +76,9 @@ from turncore_temporal.activities.failures import (
 from turncore_temporal.activities.payloads import (
     AppendInput,
     AwaitChildInput,
+    CheckOutcome,
     CheckPermissionsInput,
+    CheckPermissionsResult,
     ClassifyInput,
     CreateChildInput,
     CreateChildResult,
@@ -125,6 +127,8 @@ _SUBAGENT_RESULT_FROM_FILE = "subagent-result-from-file"
 """Runs from here on have the append activity build a ``spawn_agent`` result from the
 child's file: the child's outcome reaches the workflow elided."""
 
+_CHECKED_WITH_MODEL = "permissions-checked-with-the-model-call"
+"""Runs from here on take the checker's answers from the model activity's result."""
 _FAST_TOOLS = "fast-tools-as-local-activities"
 """Runs from here on run a batch of fast sync tools as one local activity."""
 FAST_MARGIN_SECONDS = 30.0
@@ -197,6 +201,8 @@ class TurnWorkflow:
         """The file was already terminal when this run loaded it (nothing to count)."""
         self._child_slots = asyncio.Semaphore(8)
         self._fast: dict[str, float] = {}
+        self._prechecked: dict[str, CheckOutcome] = {}
+        """The checker's answers the last model call brought, by call id, until used."""
         """Tool ids this turn runs fast, with their bounds (as the last load recorded)."""
 
     # ------------------------------------------------------------------ run
@@ -388,6 +394,7 @@ class TurnWorkflow:
             self._saw(result.offset)
         self._reducer = reducer
         self._flags.reload = False
+        self._prechecked = {}
         self._allowed.clear()  # ask the checker again about anything not yet invoked
         state = reducer.state
         if state.terminal is not None or not recover:
@@ -512,9 +519,19 @@ class TurnWorkflow:
         return self._tools
 
     async def _check_permissions(self, calls: list[ToolCallState]) -> None:
-        checked = await self._local(
-            Activities.check_permissions, CheckPermissionsInput.of(self._turn_id, calls)
-        )
+        pre, self._prechecked = self._prechecked, {}
+        if (
+            pre
+            and all(
+                c.tool_call_id in pre and pre[c.tool_call_id].tool_id == c.tool_id for c in calls
+            )
+            and workflow.patched(_CHECKED_WITH_MODEL)
+        ):
+            checked = CheckPermissionsResult(outcomes=[pre[c.tool_call_id] for c in calls])
+        else:
+            checked = await self._local(
+                Activities.check_permissions, CheckPermissionsInput.of(self._turn_id, calls)
+            )
         required, allowed = advance.permission_required_events(
             self._state, checked.checks(), _ts(), self._allowed, self._tools
         )
@@ -622,14 +639,17 @@ class TurnWorkflow:
             self._flags.reload = True
             raise
         self._saw(result.offset)
-        for event in result.events:
-            if event.type == "tool_invocation_requested":
-                call = self._state.tool_call(event.tool_call_id)
-                if call is not None and call.invocation is not None:
-                    continue
+        # A lost attempt's invocations (as on file) first, else the ones given,
+        # then results and progress.
+        found = [e for e in result.events if isinstance(e, ToolInvocationRequested)]
+        known = {e.tool_call_id for e in found}
+        for event in [*found, *(e for e in invocations if e.tool_call_id not in known)]:
+            call = self._state.tool_call(event.tool_call_id)
+            if call is None or call.invocation is None:
                 self._reducer.apply(event)
-            elif not self._already_have(event):
-                self._reducer.apply(event)
+        for other in result.events:
+            if other.type != "tool_invocation_requested" and not self._already_have(other):
+                self._reducer.apply(other)
         self._allowed.difference_update(advance.invoked_ids(invocations))
 
     async def _run_child(self, call: ToolCallState) -> None:
@@ -836,6 +856,7 @@ class TurnWorkflow:
         assert self._reducer is not None
         for event in result.events:
             self._reducer.apply(event)
+        self._prechecked = {c.tool_call_id: c for c in result.checks or ()}
 
     # ---------------------------------------------------------------- inputs
 
