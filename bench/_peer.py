@@ -1,8 +1,7 @@
 """The peer for ``bench/peer.py``: Pydantic AI's ``TemporalAgent`` doing the same work.
 
 A zero-latency ``FunctionModel`` asks for the ``blob`` tool ``N`` times (the
-prompt is ``tools N``), then answers; ``blob`` returns ``OUTPUT_BYTES[0]``
-bytes. The model request and the tool call each run as an activity, as
+prompt is ``tools N SIZE``), then answers; ``blob`` returns ``SIZE`` bytes. The model request and the tool call each run as an activity, as
 ``TemporalAgent`` does by default. Pydantic AI is installed for the bench
 only (``pip install pydantic-ai-slim``); it is not a project dependency.
 """
@@ -26,8 +25,6 @@ with workflow.unsafe.imports_passed_through():
     )
     from pydantic_ai.models.function import AgentInfo, FunctionModel
 
-OUTPUT_BYTES = [100]
-
 
 def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
     calls = sum(1 for m in messages if isinstance(m, ModelResponse))
@@ -38,9 +35,9 @@ def _model(messages: list[ModelMessage], info: AgentInfo) -> ModelResponse:
         for p in m.parts
         if isinstance(p, UserPromptPart)
     )
-    wanted = int(str(prompt).split()[1])
-    if calls < wanted:
-        return ModelResponse(parts=[ToolCallPart("blob", {"i": calls})])
+    _, wanted, size = str(prompt).split()
+    if calls < int(wanted):
+        return ModelResponse(parts=[ToolCallPart("blob", {"i": calls, "size": int(size)})])
     return ModelResponse(parts=[TextPart(f"Done after {calls} calls.")])
 
 
@@ -48,9 +45,9 @@ agent = Agent(FunctionModel(_model), name="peer")
 
 
 @agent.tool_plain
-def blob(i: int) -> str:
-    """Return a value of the configured size."""
-    return "x" * OUTPUT_BYTES[0]
+def blob(i: int, size: int) -> str:
+    """Return a value of ``size`` bytes."""
+    return "x" * size
 
 
 with warnings.catch_warnings():

@@ -2,10 +2,11 @@
 
 Run from anywhere, after ``pip install pydantic-ai-slim`` (bench only, never a
 project dependency): ``python bench/peer.py [--repeat 5] [--sizes 40,200]``.
-It starts one Temporal dev server and, in this process, a turncore worker (the
-real ``build_worker``, file storage, a scripted model with no delay) and a
-worker for the peer (``bench/_peer.py``: ``TemporalAgent`` over a zero-latency
-``FunctionModel``). Each model call but the last asks for one ``blob`` tool
+It starts one Temporal dev server and one worker process per system (this
+script with ``--worker``): turncore's (the real ``build_worker``, file
+storage, a scripted model with no delay) and the peer's (``bench/_peer.py``:
+``TemporalAgent`` over a zero-latency ``FunctionModel``, on a plain
+``Worker`` with Pydantic AI's plugins). This process only drives them. Each model call but the last asks for one ``blob`` tool
 call. turncore runs the tool two ways: ``fast`` (a fast tool, a local
 activity) and ``plain`` (a sync-tool activity). Systems alternate within
 every measurement, so they share the machine's load alike.
@@ -49,10 +50,12 @@ from temporalio.worker import Worker  # noqa: E402
 
 from bench import _peer  # noqa: E402
 from tests.harness import Harness, sync_tool  # noqa: E402
+from turnclient.api import TurnClient  # noqa: E402
 from turnclient.devserver import find_temporal_cli  # noqa: E402
 from turncore.messages import UserMessage  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402
 from turncore.model.scripted import call_index  # noqa: E402
+from turncore_temporal.worker import build_worker  # noqa: E402
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES  # noqa: E402
 
 ITERATIONS = 4
@@ -72,15 +75,60 @@ Run = Callable[[str], Awaitable[Any]]
 
 def _model(request: ModelCallRequest) -> dict[str, Any]:
     prompt = next(m.content for m in request.messages if isinstance(m, UserMessage))
-    wanted = int(str(prompt).split()[1])
+    _, wanted, size = str(prompt).split()
     index = call_index(request.messages)
-    if index < wanted:
-        return {"toolCalls": [{"toolName": "blob", "input": {"i": index}}]}
+    if index < int(wanted):
+        return {"toolCalls": [{"toolName": "blob", "input": {"i": index, "size": int(size)}}]}
     return {"text": f"Done after {index} calls."}
 
 
 def _blob(value: Any, context: Any) -> Any:
-    return "x" * _peer.OUTPUT_BYTES[0]
+    return "x" * int(value["size"])
+
+
+def _harness(client: Client, work: Path, fast: bool) -> Harness:
+    return Harness(
+        client,
+        work,
+        _model,
+        tools=[sync_tool("blob")],
+        implementations={"blob": _blob},
+        fast={"blob": 10.0} if fast else {},
+        permissions={"builtin:blob": "none"},
+    )
+
+
+async def serve(kind: str, address: str, task_queue: str, work: Path) -> None:
+    """``--worker``: run one system's worker until killed."""
+    if kind == "peer":
+        client = await Client.connect(address, plugins=[PydanticAIPlugin()])
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[_peer.PeerWorkflow],
+            plugins=[AgentPlugin(_peer.peer)],
+        )
+    else:
+        h = _harness(await Client.connect(address), work, fast=kind == "turncore_fast")
+        h.task_queue = task_queue
+        worker = build_worker(h.client, h.deps, task_queue=task_queue)
+    (work / "worker.ready").write_text(str(os.getpid()))
+    await worker.run()
+
+
+async def _start_worker(
+    kind: str, address: str, task_queue: str, work: Path
+) -> asyncio.subprocess.Process:
+    work.mkdir(parents=True, exist_ok=True)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--worker", kind, address, task_queue, str(work), cwd=ROOT
+    )
+    deadline = time.monotonic() + 60
+    while not (work / "worker.ready").exists():
+        if proc.returncode is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the {kind} worker did not start")
+        await asyncio.sleep(0.05)
+    return proc
 
 
 def _turncore(h: Harness) -> Run:
@@ -125,7 +173,7 @@ async def measure_iteration(systems: dict[str, Run], repeat: int) -> dict[str, A
     for _ in range(repeat):
         for n in (0, ITERATIONS):
             for name, run in systems.items():
-                seconds, _ = await _timed(run, f"tools {n}")
+                seconds, _ = await _timed(run, f"tools {n} 100")
                 times[name][n].append(seconds)
     out = {
         name: round(
@@ -146,15 +194,13 @@ async def measure_iteration(systems: dict[str, Run], repeat: int) -> dict[str, A
 async def measure_history(systems: dict[str, Run], clients: dict[str, Client]) -> dict[str, Any]:
     per: dict[str, dict[str, int]] = {s: {} for s in systems}
     for label, size in OUTPUT_SIZES.items():
-        _peer.OUTPUT_BYTES[0] = size
         for name, run in systems.items():
-            _, none = await _timed(run, "tools 0")
-            _, many = await _timed(run, f"tools {ITERATIONS}")
+            _, none = await _timed(run, f"tools 0 {size}")
+            _, many = await _timed(run, f"tools {ITERATIONS} {size}")
             grown = await _history_bytes(clients[name], many) - await _history_bytes(
                 clients[name], none
             )
             per[name][label] = round(grown / ITERATIONS)
-    _peer.OUTPUT_BYTES[0] = 100
     out: dict[str, Any] = {"bytes": per}
     for name in ("turncore_fast", "turncore_plain"):
         values = list(per[name].values())
@@ -170,7 +216,7 @@ async def measure_load(systems: dict[str, Run], n: int) -> dict[str, Any]:
     for name, run in systems.items():
         started = time.perf_counter()
         results = await asyncio.gather(
-            *(_timed(run, f"tools {LOAD_CALLS - 1}") for _ in range(n)), return_exceptions=True
+            *(_timed(run, f"tools {LOAD_CALLS - 1} 100") for _ in range(n)), return_exceptions=True
         )
         wall = time.perf_counter() - started
         latencies = [r[0] for r in results if isinstance(r, tuple)]
@@ -194,42 +240,39 @@ async def run(repeat: int, sizes: list[int]) -> dict[str, Any]:
     )
     address = env.client.service_client.config.target_host
     peer_client = await Client.connect(address, plugins=[PydanticAIPlugin()])
-    peer_queue = f"peer-{uuid.uuid4()}"
+    queues = {
+        name: f"{name}-{uuid.uuid4()}" for name in ("turncore_fast", "turncore_plain", "peer")
+    }
+    workers: list[asyncio.subprocess.Process] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:
-            common: dict[str, Any] = {
-                "tools": [sync_tool("blob")],
-                "implementations": {"blob": _blob},
-                "permissions": {"builtin:blob": "none"},
+            for name, queue in queues.items():
+                workers.append(await _start_worker(name, address, queue, Path(tmp) / name))
+            drivers = {}
+            for name in ("turncore_fast", "turncore_plain"):
+                h = _harness(env.client, Path(tmp) / name, fast=name == "turncore_fast")
+                h.turns = TurnClient(h.client, h.repo, h.resolver, task_queue=queues[name])
+                drivers[name] = h
+            systems = {
+                "turncore_fast": _turncore(drivers["turncore_fast"]),
+                "turncore_plain": _turncore(drivers["turncore_plain"]),
+                "peer": _peer_run(peer_client, queues["peer"]),
             }
-            async with (
-                Harness(
-                    env.client, Path(tmp) / "fast", _model, fast={"blob": 10.0}, **common
-                ) as fast,
-                Harness(env.client, Path(tmp) / "plain", _model, **common) as plain,
-                Worker(
-                    peer_client,
-                    task_queue=peer_queue,
-                    workflows=[_peer.PeerWorkflow],
-                    plugins=[AgentPlugin(_peer.peer)],
-                ),
-            ):
-                systems = {
-                    "turncore_fast": _turncore(fast),
-                    "turncore_plain": _turncore(plain),
-                    "peer": _peer_run(peer_client, peer_queue),
-                }
-                clients = {
-                    "turncore_fast": env.client,
-                    "turncore_plain": env.client,
-                    "peer": peer_client,
-                }
-                for r in systems.values():  # warm up: imports, sandbox, caches
-                    await r("tools 1")
-                iteration = await measure_iteration(systems, repeat)
-                history = await measure_history(systems, clients)
-                load = {str(n): await measure_load(systems, n) for n in sizes}
+            clients = {
+                "turncore_fast": env.client,
+                "turncore_plain": env.client,
+                "peer": peer_client,
+            }
+            for r in systems.values():  # warm up: imports, sandbox, caches
+                await r("tools 1 100")
+            iteration = await measure_iteration(systems, repeat)
+            history = await measure_history(systems, clients)
+            load = {str(n): await measure_load(systems, n) for n in sizes}
     finally:
+        for proc in workers:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
         await env.shutdown()
     met = {
         "iteration": iteration["ratio_fast_to_peer"] <= TARGETS["iteration_ratio_at_most"],
@@ -261,7 +304,12 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per latency measurement")
     parser.add_argument("--sizes", default="40,200", help="concurrent turns, comma-separated")
+    parser.add_argument("--worker", nargs=4, metavar=("KIND", "ADDRESS", "QUEUE", "WORK"))
     args = parser.parse_args()
+    if args.worker:
+        kind, address, queue, work = args.worker
+        asyncio.run(serve(kind, address, queue, Path(work)))
+        return
     sizes = [int(s) for s in args.sizes.split(",")]
     print(json.dumps(asyncio.run(run(args.repeat, sizes)), indent=2), flush=True)
     os._exit(0)  # the SDK's Rust threads outlive the loop: skip finalisation
