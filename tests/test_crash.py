@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.crash_worker import resolver
 from turnclient.api import CreateTurnInput, TurnClient
 from turncore.advance import INTERRUPTED_MODEL_CALL, INTERRUPTED_TOOL_RESULT
-from turncore.events import RequestedAgent
+from turncore.events import PermissionDecisionInput, RequestedAgent
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
 from turncore.repository import FileTurnRepository
@@ -269,3 +269,36 @@ async def test_fast_kill_after_the_result_keeps_the_result(
     assert kinds.count("tool_result") == 1 and kinds.count("tool_invocation_requested") == 1
     result = reducer.state.tool_calls[0].result
     assert result is not None and result.result.output == {"slept": True}
+
+
+async def test_an_input_to_a_turn_whose_worker_was_killed_is_answered_promptly(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The turn's next workflow task is bound to the dead worker's sticky queue;
+    it moves to the shared queue after ``STICKY_QUEUE_TIMEOUT`` (1.5 s), not
+    Temporal's default 10 s (``bench/resume.py`` measures it closely)."""
+    work = tmp_path / "w"
+    work.mkdir(parents=True)
+    task_queue = f"crash-{uuid.uuid4()}"
+    client = TurnClient(
+        temporal_env.client, FileTurnRepository(work), resolver(), task_queue=task_queue
+    )
+    turn_id = await client.create_turn(
+        CreateTurnInput(
+            agent=RequestedAgent(agent_id="guarded"),
+            input=UserMessage(content="go"),
+            human_available=True,
+        )
+    )
+    async with worker_process(temporal_env, task_queue, work) as first:
+        assert (await client.advance_turn(turn_id).outcome).status == "suspended"
+        first.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(first.wait(), 30)
+    async with worker_process(temporal_env, task_queue, work):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        decision = PermissionDecisionInput(tool_call_id="call_0_0", decision="allow")
+        outcome = await asyncio.wait_for(client.advance_turn(turn_id, decision).outcome, 60)
+        elapsed = loop.time() - started
+    assert outcome.status == "completed"
+    assert elapsed < 8.0, f"answered after {elapsed:.1f} s"  # 10 s and more before
