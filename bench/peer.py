@@ -50,8 +50,8 @@ from temporalio.worker import Worker  # noqa: E402
 
 from bench import _peer  # noqa: E402
 from tests.harness import Harness, sync_tool  # noqa: E402
-from turnclient.api import TurnClient  # noqa: E402
-from turnclient.devserver import find_temporal_cli  # noqa: E402
+from turnclient.lib.api import TurnClient  # noqa: E402
+from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
 from turncore.messages import UserMessage  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402
 from turncore.model.scripted import call_index  # noqa: E402

@@ -36,11 +36,11 @@ sys.path.insert(0, str(ROOT))
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from tests.crash_worker import resolver  # noqa: E402
-from turnclient.api import CreateTurnInput, TurnClient  # noqa: E402
-from turnclient.devserver import find_temporal_cli  # noqa: E402
+from turnclient.lib.api import CreateTurnInput, TurnClient  # noqa: E402
+from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
 from turncore.events import PermissionDecisionInput, RequestedAgent  # noqa: E402
 from turncore.messages import UserMessage  # noqa: E402
-from turncore.repository import FileTurnRepository  # noqa: E402
+from turncore.storage.repository import FileTurnRepository  # noqa: E402
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES  # noqa: E402
 
 TARGETS = {"sigkill": 3.0, "graceful": 1.0}

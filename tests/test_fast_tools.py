@@ -21,8 +21,8 @@ from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
 from turnclient import Agent, ToolContext, Turns, tool
-from turnclient.builtin_tools import calculator_tool, clock_tool
-from turnclient.config import ConfigError, load_config
+from turnclient.builtins.tools import calculator_tool, clock_tool
+from turnclient.runtime.config import ConfigError, load_config
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
 from turncore.reducer import TurnReducer
