@@ -97,17 +97,20 @@ def build_worker(
     activities: TurnActivities | None = None,
     max_concurrent_activities: int = 64,
     graceful_shutdown: timedelta = timedelta(0),
+    workflow: type = TurnWorkflow,
 ) -> Worker:
     """A worker for the Turn workflow and its activities.
 
     ``activities`` replaces the activities built from ``deps`` (tests pass a
-    subclass of ``TurnActivities`` that injects faults under the real names).
+    subclass of ``TurnActivities`` that injects faults under the real names);
+    ``workflow`` replaces the workflow class (tests pass a changed copy, as a
+    deploy of new worker code would bring).
     """
     acts = activities if activities is not None else TurnActivities(deps)
     return Worker(
         typed_client(client),
         task_queue=task_queue,
-        workflows=[TurnWorkflow],
+        workflows=[workflow],
         activities=[getattr(acts, name) for name in ACTIVITY_NAMES],
         workflow_runner=workflow_runner(),
         activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),

@@ -126,6 +126,8 @@ class Harness:
     """Builds the activities (a ``TurnActivities`` subclass injects faults under the real names)."""
     repository: TurnRepository | None = None
     """Where turns are kept (default: files under ``work_dir``)."""
+    workflow: type | None = None
+    """The workflow class the worker runs (default: the installed one)."""
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
@@ -182,6 +184,7 @@ class Harness:
             self.deps,
             task_queue=self.task_queue,
             activities=self.activities(self.deps),
+            **({"workflow": self.workflow} if self.workflow is not None else {}),
         )
         self._task = asyncio.create_task(self.worker.run())
 

@@ -1,0 +1,132 @@
+"""Deploying new worker code (issue 29): a worker running changed workflow
+code (one more timer before the model call, tests/changed_workflow.py) fails
+every workflow task that replays an older turn's history. The turn is then
+stuck: commands say so within seconds, inputs are applied or certainly not,
+and ``recover`` rebuilds the run from the file.
+
+Every test runs the real dev server and real workers; only the model's
+decisions are scripted.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from pathlib import Path
+from typing import Any
+
+import pytest
+from temporalio.testing import WorkflowEnvironment
+
+from tests.changed_workflow import changed_workflow
+from tests.harness import Harness, sync_tool
+from turnclient.stuck import NON_DETERMINISM, stuck_run
+from turncore.errors import StuckTurnError
+from turncore.tools import ToolContext
+
+SCRIPT: list[Any] = [
+    {"toolCalls": [{"toolName": "write_file", "input": {"path": "x"}}]},
+    {"text": "written"},
+]
+ALLOW = {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"}
+
+
+def write(value: Any, ctx: ToolContext) -> Any:
+    return "ok"
+
+
+def harness(env: WorkflowEnvironment, work: Path) -> Harness:
+    return Harness(
+        env.client,
+        work,
+        SCRIPT,
+        tools=[sync_tool("write_file", requires_human=True)],
+        implementations={"write_file": write},
+    )
+
+
+async def suspended_then_changed(h: Harness, tmp_path: Path) -> str:
+    """A turn suspended for approval under the installed code, then its worker
+    replaced by one running the changed workflow."""
+    turn_id, outcome = await h.run("write it")
+    assert outcome.status == "suspended"
+    await h.stop_worker()
+    h.workflow = changed_workflow(tmp_path)
+    h.start_worker()
+    return turn_id
+
+
+async def roll_back(h: Harness) -> None:
+    await h.stop_worker()
+    h.workflow = None
+    h.start_worker()
+
+
+async def until(condition: Any, timeout: float = 60.0) -> None:
+    deadline = time.monotonic() + timeout
+    while not await condition():
+        assert time.monotonic() < deadline, "the condition never held"
+        await asyncio.sleep(0.2)
+
+
+async def test_an_input_to_a_stuck_run_is_refused_within_seconds_and_never_applied_later(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with harness(temporal_env, tmp_path) as h:
+        turn_id = await suspended_then_changed(h, tmp_path)
+        before = h.repo.path_for(turn_id).read_bytes()
+        started = time.monotonic()
+        with pytest.raises(StuckTurnError) as caught:
+            await h.send(turn_id, ALLOW)
+        took = time.monotonic() - started
+        message = str(caught.value)
+        assert "\n" not in message
+        assert f"turn {turn_id} is stuck" in message
+        assert "non-determinism after a code change" in message
+        assert "TMPRL1100" in message
+        assert f"turns recover {turn_id}" in message
+        assert "was not applied" in message and "send it again" in message
+        assert caught.value.applied is False
+        assert took < 30, took
+        assert h.repo.path_for(turn_id).read_bytes() == before
+
+        stuck = await stuck_run(temporal_env.client, turn_id)
+        assert stuck is not None and stuck.kind == NON_DETERMINISM
+
+        # A rollback: the old code replays the run, which sees the input only
+        # after its deadline and refuses it. It is never applied.
+        await roll_back(h)
+        await until(lambda: _not_stuck(temporal_env, turn_id))
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        assert (await h.turns.state(turn_id)).pending_permissions()
+        # Sent again, it is applied once.
+        done = await h.send(turn_id, ALLOW)
+        assert done.status == "completed"
+        await h.assert_file_matches_query(turn_id)
+
+
+async def _not_stuck(env: WorkflowEnvironment, turn_id: str) -> bool:
+    desc = await env.client.get_workflow_handle(turn_id).describe()
+    pending = desc.raw_description.pending_workflow_task
+    return not desc.raw_description.HasField("pending_workflow_task") or pending.attempt <= 1
+
+
+async def test_recover_rebuilds_a_stuck_run_from_its_file(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with harness(temporal_env, tmp_path) as h:
+        turn_id = await suspended_then_changed(h, tmp_path)
+        with pytest.raises(StuckTurnError):
+            await h.send(turn_id, ALLOW)
+        before = h.repo.path_for(turn_id).read_bytes()
+        rebuilt = await h.turns.rebuild(turn_id)
+        assert rebuilt is not None and rebuilt.kind == NON_DETERMINISM
+        again = await h.turns.recover(turn_id)
+        assert again.status == "suspended"
+        assert h.repo.path_for(turn_id).read_bytes() == before  # the input was not applied
+        assert await stuck_run(temporal_env.client, turn_id) is None
+        # The new run, on the changed code, takes the input sent again.
+        done = await h.send(turn_id, ALLOW)
+        assert done.status == "completed"
+        assert h.types(turn_id).count("tool_permission_resolved") == 1
+        await h.assert_file_matches_query(turn_id)
