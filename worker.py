@@ -19,17 +19,25 @@ import contextlib
 import dataclasses
 import logging
 import os
+import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
+from temporalio.bridge.proto.workflow_activation import RemoveFromCache, WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.client import Client
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.workflow import Info
 
 from turnclient.embedded import is_server_process
 from turnclient.runtime import ConnectOptions, Runtime, Temporal, temporal
@@ -68,6 +76,113 @@ def workflow_runner() -> SandboxedWorkflowRunner:
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
     )
+
+
+NON_DETERMINISM = "non-determinism after a code change"
+
+
+class FailingTasks:
+    """Says once, at WARNING, that a turn's workflow task fails, and how to fix it.
+
+    Temporal retries a failed workflow task about every ten seconds, forever;
+    the SDK's own lines repeat with each attempt and name the run, not the
+    turn. This names the turn, the cause (non-determinism after a code change,
+    or the failure's own words) and the fix, once per turn and cause. A turn
+    not seen failing for ``QUIET`` seconds is forgotten, so a failure after
+    it was fixed is reported anew. Called from the workflow threads, hence
+    the lock.
+    """
+
+    LIMIT = 10_000
+    """Turns remembered at most (the oldest are forgotten first)."""
+
+    QUIET = 120.0
+    """Seconds without a failure after which a turn's next failure is said again."""
+
+    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._said: OrderedDict[str, tuple[str, float]] = OrderedDict()
+
+    def failed(self, turn_id: str, cause: str) -> None:
+        now = self._clock()
+        with self._lock:
+            said = self._said.get(turn_id)
+            self._said[turn_id] = (cause, now)
+            self._said.move_to_end(turn_id)
+            while len(self._said) > self.LIMIT:
+                self._said.popitem(last=False)
+        if said is not None and said[0] == cause and now - said[1] < self.QUIET:
+            return
+        log.warning(
+            "turn %s: its workflow task fails (%s) and Temporal retries it; commands waiting on "
+            "the turn report it stuck. Fix: turns recover %s (terminates the run and starts a new "
+            "one from the turn's file), or roll the workers back to code that replays it",
+            turn_id,
+            cause,
+            turn_id,
+        )
+
+
+FAILING_TASKS = FailingTasks()
+
+
+class WatchedRunner(WorkflowRunner):
+    """The sandboxed runner, with every activation's fate reported to ``FailingTasks``."""
+
+    def __init__(self, inner: WorkflowRunner, tasks: FailingTasks = FAILING_TASKS) -> None:
+        self._inner = inner
+        self._tasks = tasks
+
+    def prepare_workflow(self, defn: Any) -> None:
+        self._inner.prepare_workflow(defn)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _WatchedInstance(self._inner.create_instance(det), self._tasks)
+
+    def set_worker_level_failure_exception_types(
+        self, types: Sequence[type[BaseException]]
+    ) -> None:
+        self._inner.set_worker_level_failure_exception_types(types)
+
+
+class _WatchedInstance(WorkflowInstance):
+    def __init__(self, inner: WorkflowInstance, tasks: FailingTasks) -> None:
+        self._inner = inner
+        self._tasks = tasks
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        completion = self._inner.activate(act)
+        turn_id = self._inner.get_info().workflow_id
+        for job in act.jobs:
+            if job.HasField("remove_from_cache"):
+                evicted = job.remove_from_cache
+                if evicted.reason == RemoveFromCache.EvictionReason.NONDETERMINISM:
+                    self._tasks.failed(
+                        turn_id, f"{NON_DETERMINISM}: {_first_line(evicted.message)}"
+                    )
+                return completion
+        if completion.HasField("failed"):
+            self._tasks.failed(turn_id, _first_line(completion.failed.failure.message))
+        return completion
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        return self._inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._inner.get_external_store_context(command_info)
+
+    def get_info(self) -> Info:
+        return self._inner.get_info()
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    # Core wraps its own failure in a debug rendering: keep the message inside.
+    inner = re.search(r'message: "((?:[^"\\]|\\.)*)"', text)
+    if inner is not None:
+        text = inner.group(1)
+    line = text.strip().splitlines()[0] if text.strip() else "no message"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def typed_client(client: Client) -> Client:
@@ -112,7 +227,7 @@ def build_worker(
         task_queue=task_queue,
         workflows=[workflow],
         activities=[getattr(acts, name) for name in ACTIVITY_NAMES],
-        workflow_runner=workflow_runner(),
+        workflow_runner=WatchedRunner(workflow_runner()),
         activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
         # Cancellation reaches an activity with the reply to a heartbeat, so

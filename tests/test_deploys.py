@@ -11,6 +11,7 @@ decisions are scripted.
 from __future__ import annotations
 
 import asyncio
+import logging
 import time
 from pathlib import Path
 from typing import Any
@@ -130,3 +131,28 @@ async def test_recover_rebuilds_a_stuck_run_from_its_file(
         assert done.status == "completed"
         assert h.types(turn_id).count("tool_permission_resolved") == 1
         await h.assert_file_matches_query(turn_id)
+
+
+async def test_the_worker_says_once_which_turn_fails_and_how_to_fix_it(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="turncore.worker")
+    async with harness(temporal_env, tmp_path) as h:
+        turn_id = await suspended_then_changed(h, tmp_path)
+        with pytest.raises(StuckTurnError):
+            await h.send(turn_id, ALLOW)  # it waits past the second attempt (deliver window)
+
+        def said() -> list[logging.LogRecord]:
+            return [r for r in caplog.records if turn_id in r.getMessage()]
+
+        async def retried_twice() -> bool:
+            stuck = await stuck_run(temporal_env.client, turn_id)
+            return stuck is not None and stuck.attempts >= 3
+
+        await until(retried_twice)
+        assert len(said()) == 1
+        record = said()[0]
+        assert record.levelno == logging.WARNING
+        message = record.getMessage()
+        assert "non-determinism after a code change" in message and "TMPRL1100" in message
+        assert f"turns recover {turn_id}" in message

@@ -319,8 +319,8 @@ def _emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def _quiet_logging() -> None:
-    level = os.environ.get("TURNS_LOG_LEVEL", "ERROR").upper()
+def _quiet_logging(default: str = "ERROR") -> None:
+    level = os.environ.get("TURNS_LOG_LEVEL", default).upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -422,12 +422,19 @@ def _between_turns(hint: str) -> None:
         _INTERRUPTS.idle_hint = hint
 
 
-def _run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
-    """Run an async command: errors become one line and an exit code; signals detach."""
+def _run_async(
+    args: argparse.Namespace, body: Callable[[], Awaitable[int]], *, log_level: str = "ERROR"
+) -> int:
+    """Run an async command: errors become one line and an exit code; signals detach.
+
+    Commands log at ``log_level`` unless ``TURNS_LOG_LEVEL`` says otherwise:
+    ERROR, except the long-lived workers (INFO, as docs/operations.md says),
+    whose warnings (a turn's workflow task failing) an operator must see.
+    """
     import asyncio
 
     global _INTERRUPTS
-    _quiet_logging()
+    _quiet_logging(log_level)
     from .telemetry import install_default_runtime
 
     install_default_runtime()
@@ -2051,7 +2058,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = Fals
         )
         return EXIT_OK
 
-    return _run_async(args, body)
+    return _run_async(args, body, log_level="INFO" if worker else "ERROR")
 
 
 @command("config", "show the effective configuration: agents, tools, providers, Temporal", JSON)
