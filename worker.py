@@ -33,12 +33,20 @@ from typing import Any
 from temporalio.bridge.proto.workflow_activation import RemoveFromCache, WorkflowActivation
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError
-from temporalio.worker import Worker, WorkflowInstance, WorkflowInstanceDetails, WorkflowRunner
+from temporalio.worker import (
+    Worker,
+    WorkerDeploymentConfig,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.workflow import Info
 
+from turnclient.config import WorkerVersioning
 from turnclient.embedded import is_server_process
 from turnclient.runtime import ConnectOptions, Runtime, Temporal, temporal
 from turnclient.storage import MIGRATE_ENV
@@ -213,13 +221,16 @@ def build_worker(
     max_concurrent_activities: int = 64,
     graceful_shutdown: timedelta = timedelta(0),
     workflow: type = TurnWorkflow,
+    versioning: WorkerVersioning | None = None,
 ) -> Worker:
     """A worker for the Turn workflow and its activities.
 
     ``activities`` replaces the activities built from ``deps`` (tests pass a
     subclass of ``TurnActivities`` that injects faults under the real names);
     ``workflow`` replaces the workflow class (tests pass a changed copy, as a
-    deploy of new worker code would bring).
+    deploy of new worker code would bring). ``versioning`` makes it a worker
+    of one version of a Temporal worker deployment (docs/operations.md,
+    "Deploying new worker code").
     """
     acts = activities if activities is not None else TurnActivities(deps)
     return Worker(
@@ -237,6 +248,25 @@ def build_worker(
         # How long a stopping worker lets running activities finish before
         # cancelling them (a long-lived `turns worker` waits; tests do not).
         graceful_shutdown_timeout=graceful_shutdown,
+        deployment_config=deployment_config(versioning),
+    )
+
+
+def deployment_config(versioning: WorkerVersioning | None) -> WorkerDeploymentConfig | None:
+    """Temporal's worker deployment options for ``versioning`` (None: unversioned)."""
+    if versioning is None:
+        return None
+    behavior = (
+        VersioningBehavior.PINNED
+        if versioning.behavior == "pinned"
+        else VersioningBehavior.AUTO_UPGRADE
+    )
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=versioning.deployment_name, build_id=versioning.build_id
+        ),
+        use_worker_versioning=True,
+        default_versioning_behavior=behavior,
     )
 
 
@@ -244,7 +274,11 @@ def build_turn_worker(
     runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
 ) -> Worker:
     return build_worker(
-        client, runtime.deps, task_queue=runtime.task_queue, graceful_shutdown=graceful_shutdown
+        client,
+        runtime.deps,
+        task_queue=runtime.task_queue,
+        graceful_shutdown=graceful_shutdown,
+        versioning=runtime.config.versioning,
     )
 
 

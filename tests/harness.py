@@ -128,6 +128,8 @@ class Harness:
     """Where turns are kept (default: files under ``work_dir``)."""
     workflow: type | None = None
     """The workflow class the worker runs (default: the installed one)."""
+    versioning: Any = None
+    """The worker's ``WorkerVersioning`` (default: unversioned)."""
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
@@ -185,6 +187,7 @@ class Harness:
             task_queue=self.task_queue,
             activities=self.activities(self.deps),
             **({"workflow": self.workflow} if self.workflow is not None else {}),
+            versioning=self.versioning,
         )
         self._task = asyncio.create_task(self.worker.run())
 

@@ -13,14 +13,20 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.api.enums.v1 import VersioningBehavior
+from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.changed_workflow import changed_workflow
 from tests.harness import Harness, sync_tool
+from turnclient.config import ConfigError, WorkerVersioning, load_config
+from turnclient.replaycheck import open_turn_ids, replay_turns
 from turnclient.stuck import NON_DETERMINISM, stuck_run
 from turncore.errors import StuckTurnError
 from turncore.tools import ToolContext
@@ -156,3 +162,97 @@ async def test_the_worker_says_once_which_turn_fails_and_how_to_fix_it(
         message = record.getMessage()
         assert "non-determinism after a code change" in message and "TMPRL1100" in message
         assert f"turns recover {turn_id}" in message
+
+
+async def test_replay_names_each_open_turn_the_changed_code_cannot_replay(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with harness(temporal_env, tmp_path) as h:
+        suspended, outcome = await h.run("write it")
+        assert outcome.status == "suspended"
+        # A turn that has not reached a model call yet replays under either code.
+        fresh = await h.create("later")
+        changed = changed_workflow(tmp_path)
+        open_ids = await open_turn_ids(temporal_env.client, h.task_queue)
+        assert suspended in open_ids
+        same = await replay_turns(temporal_env.client, [suspended])
+        assert [r.ok for r in same] == [True]
+        results = await replay_turns(temporal_env.client, [suspended, fresh], workflow=changed)
+        by_id = {r.turn_id: r for r in results}
+        assert not by_id[suspended].ok
+        assert "TMPRL1100" in (by_id[suspended].failure or "")
+        assert by_id[fresh].failure == "no workflow on the server"
+
+
+async def make_current(env: WorkflowEnvironment, name: str, build_id: str) -> None:
+    """``temporal worker deployment set-current-version``, once the version's worker polls."""
+    request = SetWorkerDeploymentCurrentVersionRequest(
+        namespace=env.client.namespace, deployment_name=name, build_id=build_id, identity="test"
+    )
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            await env.client.workflow_service.set_worker_deployment_current_version(request)
+            return
+        except RPCError:
+            if time.monotonic() > deadline:
+                raise
+            await asyncio.sleep(0.2)
+
+
+async def versioning_of(env: WorkflowEnvironment, turn_id: str) -> tuple[int, str]:
+    desc = await env.client.get_workflow_handle(turn_id).describe()
+    versioning = desc.raw_description.workflow_execution_info.versioning_info
+    return versioning.behavior, versioning.deployment_version.build_id
+
+
+@pytest.mark.parametrize("behavior", ["auto-upgrade", "pinned"])
+async def test_versioned_workers_move_turns_or_keep_them_as_configured(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, behavior: str
+) -> None:
+    name = f"turns-{uuid.uuid4().hex[:8]}"
+    old = harness(temporal_env, tmp_path)
+    old.versioning = WorkerVersioning(name, "build-1", behavior)
+    async with old:
+        await make_current(temporal_env, name, "build-1")
+        turn_id, outcome = await old.run("write it")
+        assert outcome.status == "suspended"
+        expected = (
+            VersioningBehavior.VERSIONING_BEHAVIOR_PINNED
+            if behavior == "pinned"
+            else VersioningBehavior.VERSIONING_BEHAVIOR_AUTO_UPGRADE
+        )
+        assert await versioning_of(temporal_env, turn_id) == (expected, "build-1")
+        # The rollout: workers of build 2 join the same task queue, then build 2
+        # becomes current.
+        new = harness(temporal_env, tmp_path)
+        new.task_queue = old.task_queue
+        new.turns._task_queue = old.task_queue
+        new.versioning = WorkerVersioning(name, "build-2", behavior)
+        async with new:
+            await make_current(temporal_env, name, "build-2")
+            done = await new.send(turn_id, ALLOW)
+            assert done.status == "completed"
+            kept = "build-1" if behavior == "pinned" else "build-2"
+            assert (await versioning_of(temporal_env, turn_id))[1] == kept
+            fresh, outcome = await new.run("write it")
+            assert outcome.status == "suspended"
+            assert (await versioning_of(temporal_env, fresh))[1] == "build-2"
+
+
+def test_versioning_comes_from_turns_toml_or_the_environment(tmp_path: Path) -> None:
+    assert load_config(tmp_path, env={}).versioning is None
+    (tmp_path / "turns.toml").write_text(
+        '[temporal]\ndeployment_name = "turns"\nbuild_id = "2026-12-02.1"\nversioning = "pinned"\n'
+    )
+    assert load_config(tmp_path, env={}).versioning == WorkerVersioning(
+        "turns", "2026-12-02.1", "pinned"
+    )
+    env = {"TURNS_BUILD_ID": "abc123", "TURNS_VERSIONING": "auto-upgrade"}
+    assert load_config(tmp_path, env=env).versioning == WorkerVersioning(
+        "turns", "abc123", "auto-upgrade"
+    )
+    with pytest.raises(ConfigError, match="build_id \\(TURNS_BUILD_ID\\) is not set"):
+        load_config(tmp_path / "x", env={"TURNS_DEPLOYMENT_NAME": "turns"})
+    with pytest.raises(ConfigError, match="versioning is 'sticky'"):
+        load_config(tmp_path, env={"TURNS_VERSIONING": "sticky"})
