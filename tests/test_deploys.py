@@ -11,15 +11,22 @@ decisions are scripted.
 from __future__ import annotations
 
 import asyncio
+import json
 import logging
+import os
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
 from typing import Any
 
 import pytest
-from temporalio.api.enums.v1 import VersioningBehavior
-from temporalio.api.workflowservice.v1 import SetWorkerDeploymentCurrentVersionRequest
+from temporalio.api.enums.v1 import RoutingConfigUpdateState, VersioningBehavior
+from temporalio.api.workflowservice.v1 import (
+    DescribeWorkerDeploymentRequest,
+    SetWorkerDeploymentCurrentVersionRequest,
+)
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -27,9 +34,13 @@ from tests.changed_workflow import changed_workflow
 from tests.harness import Harness, sync_tool
 from turnclient.config import ConfigError, WorkerVersioning, load_config
 from turnclient.replaycheck import open_turn_ids, replay_turns
+from turnclient.runtime import Runtime
 from turnclient.stuck import NON_DETERMINISM, stuck_run
 from turncore.errors import StuckTurnError
 from turncore.tools import ToolContext
+from turncore_temporal.worker import build_worker
+
+ROOT = Path(__file__).resolve().parents[1]
 
 SCRIPT: list[Any] = [
     {"toolCalls": [{"toolName": "write_file", "input": {"path": "x"}}]},
@@ -193,11 +204,25 @@ async def make_current(env: WorkflowEnvironment, name: str, build_id: str) -> No
     while True:
         try:
             await env.client.workflow_service.set_worker_deployment_current_version(request)
-            return
+            break
         except RPCError:
             if time.monotonic() > deadline:
                 raise
             await asyncio.sleep(0.2)
+
+    async def propagated() -> bool:
+        # The routing change reaches the task queue's partitions asynchronously.
+        desc = await env.client.workflow_service.describe_worker_deployment(
+            DescribeWorkerDeploymentRequest(namespace=env.client.namespace, deployment_name=name)
+        )
+        info = desc.worker_deployment_info
+        return (
+            info.routing_config.current_deployment_version.build_id == build_id
+            and info.routing_config_update_state
+            == RoutingConfigUpdateState.ROUTING_CONFIG_UPDATE_STATE_COMPLETED
+        )
+
+    await until(propagated)
 
 
 async def versioning_of(env: WorkflowEnvironment, turn_id: str) -> tuple[int, str]:
@@ -235,6 +260,9 @@ async def test_versioned_workers_move_turns_or_keep_them_as_configured(
             assert done.status == "completed"
             kept = "build-1" if behavior == "pinned" else "build-2"
             assert (await versioning_of(temporal_env, turn_id))[1] == kept
+            # Build 1 retires once its turns are done. (Stopped first: this process's
+            # eager starts could otherwise hand a new turn's first task to it.)
+            await old.stop_worker()
             fresh, outcome = await new.run("write it")
             assert outcome.status == "suspended"
             assert (await versioning_of(temporal_env, fresh))[1] == "build-2"
@@ -256,3 +284,124 @@ def test_versioning_comes_from_turns_toml_or_the_environment(tmp_path: Path) -> 
         load_config(tmp_path / "x", env={"TURNS_DEPLOYMENT_NAME": "turns"})
     with pytest.raises(ConfigError, match="versioning is 'sticky'"):
         load_config(tmp_path, env={"TURNS_VERSIONING": "sticky"})
+
+
+# ================================================================ the turns CLI
+
+
+def cli_env(temporal_env: WorkflowEnvironment, home: Path) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))}
+    env.update(
+        {
+            "PYTHONPATH": str(ROOT),
+            "NO_COLOR": "1",
+            "TURNS_HOME": str(home),
+            "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+            "TURNS_TASK_QUEUE": f"deploys-{uuid.uuid4()}",
+        }
+    )
+    return env
+
+
+async def turns(env: dict[str, str], *args: str) -> subprocess.CompletedProcess[str]:
+    return await asyncio.to_thread(
+        subprocess.run,
+        [sys.executable, "-m", "turnclient.cli", *args],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+async def test_the_commands_report_mark_and_rebuild_stuck_turns(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = cli_env(temporal_env, home)
+    ids = []
+    for _ in range(2):
+        r = await turns(env, "run", "Ask me for my name", "--json")
+        assert r.returncode == 3, r.stderr
+        ids.append(json.loads(r.stdout)["turnId"])
+    first, second = ids
+    # The deploy: a worker running changed workflow code serves the task queue.
+    runtime = Runtime.from_work_dir(home, env=env)
+    worker = build_worker(
+        temporal_env.client,
+        runtime.deps,
+        task_queue=env["TURNS_TASK_QUEUE"],
+        workflow=changed_workflow(tmp_path),
+    )
+    async with worker:
+        before = (await asyncio.to_thread(runtime.repository.read, first))[:]
+        started = time.monotonic()
+        r = await turns(env, "complete", first, "call_0_0", "--text", "Ada", "--no-worker")
+        took = time.monotonic() - started
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        lines = r.stderr.strip().splitlines()
+        assert len(lines) == 1, r.stderr
+        assert f"turn {first} is stuck: non-determinism after a code change" in lines[0]
+        assert "was not applied" in lines[0] and f"turns recover {first}" in lines[0]
+        assert took < 40, took
+        assert await asyncio.to_thread(runtime.repository.read, first) == before
+        # The second turn gets stuck too once anything reaches its run.
+        await temporal_env.client.get_workflow_handle(second).signal("nudge")
+        await until(lambda: _stuck(temporal_env, second))
+
+        r = await turns(env, "list", "--json")
+        marks = {row["turnId"]: row["stuck"] for row in json.loads(r.stdout)}
+        assert "non-determinism" in (marks[first] or "") and marks[second]
+        r = await turns(env, "list")
+        assert "STUCK (non-determinism after a code change" in r.stdout
+        r = await turns(env, "show", first)
+        assert f"turn {first} is stuck" in r.stdout and f"turns recover {first}" in r.stdout
+        r = await turns(env, "show", first, "--json")
+        assert "non-determinism" in json.loads(r.stdout)["stuck"]["cause"]
+        r = await turns(env, "state", first)
+        assert f"turn {first} is stuck" in r.stdout
+
+        r = await turns(env, "recover", first, "--no-worker")
+        assert r.returncode == 3, (r.stdout, r.stderr)
+        assert (
+            f"turn {first} was stuck (non-determinism after a code change" in r.stdout
+            and "terminated its run and started a new one from the turn's file" in r.stdout
+        )
+        r = await turns(env, "recover", "--all-stuck", "--json")
+        assert r.returncode == 0, r.stderr
+        assert [t["turnId"] for t in json.loads(r.stdout)["rebuilt"]] == [second]
+        r = await turns(env, "recover", "--all-stuck")
+        assert r.stdout.strip() == "no stuck turns"
+        # The new runs take inputs under the changed code.
+        for turn_id in ids:
+            r = await turns(env, "complete", turn_id, "call_0_0", "--text", "Ada", "--no-worker")
+            assert r.returncode == 0, (r.stdout, r.stderr)
+        r = await turns(env, "list", "--json")
+        assert all(row["stuck"] is None for row in json.loads(r.stdout) if row["turnId"] in ids)
+
+
+async def _stuck(env: WorkflowEnvironment, turn_id: str) -> bool:
+    return await stuck_run(env.client, turn_id) is not None
+
+
+async def test_turns_replay_checks_open_turns_against_the_installed_code(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = cli_env(temporal_env, home)
+    r = await turns(env, "run", "Ask me for my name", "--json")
+    assert r.returncode == 3, r.stderr
+    turn_id = json.loads(r.stdout)["turnId"]
+    r = await turns(env, "replay")
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == "all 1 turn replay against this code"
+    r = await turns(env, "replay", turn_id, "2026-01-01T00-00-00Z-0000000-000", "--json")
+    assert r.returncode == 1
+    assert json.loads(r.stdout) == {
+        "replayed": 2,
+        "incompatible": [
+            {"turnId": "2026-01-01T00-00-00Z-0000000-000", "failure": "no workflow on the server"}
+        ],
+    }

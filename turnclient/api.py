@@ -783,9 +783,9 @@ class TurnClient:
         )
 
     async def rebuild(self, turn_id: str) -> StuckRun | None:
-        """Terminate the turn's run if it is stuck; the next advance starts a new run
-        from the file (recovery is a reload). Returns the stuck run, or None if the
-        run was not stuck (then nothing is done).
+        """Terminate the turn's run if it is stuck and start a new run from the file
+        (recovery is a reload). Returns the stuck run, or None if the run was not
+        stuck (then nothing is done).
 
         Terminating drops what only the stuck run knew: inputs it had not
         accepted, which their senders were told were not applied. Everything
@@ -805,7 +805,10 @@ class TurnClient:
         except RPCError as exc:
             if exc.status != RPCStatusCode.NOT_FOUND:
                 raise
-            # Closed meanwhile (another rebuild got there first): nothing to do.
+            # Closed meanwhile (another rebuild got there first): start it all the same.
+        state = await self.state(turn_id)
+        if state.terminal is None:
+            await self._ensure_running(turn_id, state.definition)
         return stuck
 
     async def _events(

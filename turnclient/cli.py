@@ -74,6 +74,7 @@ if TYPE_CHECKING:
     from .conversations import Continuation
     from .render import StreamRenderer
     from .runtime import Runtime, Temporal
+    from .stuck import StuckRun
 
 PROG = "turns"
 
@@ -647,6 +648,51 @@ def _runtime(*, migrate: bool = False) -> Runtime:
 # ---------------------------------------------------------------- file commands
 
 
+def _stuck_of(state: TurnState) -> StuckRun | None:
+    """The open turn's stuck run, asked of a Temporal server that is already up.
+
+    ``show`` and ``state`` read the file; they never start the embedded server
+    for this, and a server that does not answer within seconds leaves the turn
+    unmarked rather than failing the command.
+    """
+    import asyncio
+
+    from temporalio.client import Client
+
+    from .embedded import NAMESPACE, ServerInfo, is_server_process
+    from .runtime import uses_embedded
+    from .stuck import stuck_run
+
+    if state.terminal is not None:
+        return None
+    turn_id = state.definition.turn_id
+
+    async def ask() -> StuckRun | None:
+        if uses_embedded():
+            try:
+                info = ServerInfo.from_json(
+                    orjson.loads((_work_dir() / "temporal" / "server.json").read_bytes())
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+            if not is_server_process(info.pid, info.db):
+                return None
+            client = await Client.connect(info.address, namespace=NAMESPACE)
+        else:
+            from temporalio.envconfig import ClientConfig
+
+            connect = ClientConfig.load_client_connect_config()
+            client = await Client.connect(**connect)
+        return await stuck_run(client, turn_id)
+
+    from temporalio.service import RPCError
+
+    try:
+        return asyncio.run(asyncio.wait_for(ask(), timeout=5.0))
+    except (RuntimeError, TimeoutError, OSError, RPCError):
+        return None  # no server to ask: the file's view stands unmarked
+
+
 @command(
     "validate",
     "check turn files; print PATH:LINE: rule for each invalid one",
@@ -703,6 +749,9 @@ def state(args: argparse.Namespace) -> int:
             _emit_json(reduced.to_wire())
         else:
             print(summarize(reduced))
+            stuck = _stuck_of(reduced)
+            if stuck is not None:
+                print(stuck.describe())
         return EXIT_OK
 
     return _sync(args, body)
@@ -722,11 +771,13 @@ def show(args: argparse.Namespace) -> int:
     def body() -> int:
         _, events = _load(args.turn)
         reduced = reduce_turn(events)
+        stuck = _stuck_of(reduced)
         if args.json:
             _emit_json(
                 {
                     "turnId": reduced.definition.turn_id,
                     "status": status_of(reduced),
+                    "stuck": {"cause": stuck.cause, "fix": stuck.fix} if stuck else None,
                     "state": reduced.to_wire(),
                     "cost": _cost_json(reduced, session=True),
                 }
@@ -734,6 +785,8 @@ def show(args: argparse.Namespace) -> int:
         else:
             print(transcript(reduced))
             print("\n".join(_cost_text(reduced)))
+            if stuck is not None:
+                print(stuck.describe())
         return EXIT_OK
 
     return _sync(args, body)
@@ -1737,8 +1790,14 @@ def cancel(args: argparse.Namespace) -> int:
 
 @command(
     "recover",
-    "serve a turn until it settles; start its workflow from the file if none runs",
-    TURN,
+    "serve a turn until it settles; start its workflow from the file if none runs, "
+    "or rebuild a stuck one",
+    arg("turn", metavar="TURN", nargs="?", help="a turn id, `last`, or a unique prefix of one"),
+    arg(
+        "--all-stuck",
+        action="store_true",
+        help="rebuild every stuck turn from its file (terminate the run, start a new one)",
+    ),
     JSON,
     NO_WORKER,
     WAIT_FOR_WORKER,
@@ -1748,6 +1807,11 @@ def recover(args: argparse.Namespace) -> int:
 
     from turncore.reducer import reduce_turn
 
+    if (args.turn is None) == (not args.all_stuck):
+        return _report(args, EXIT_USAGE, "recover takes a TURN or --all-stuck (not both)")
+    if args.all_stuck:
+        return _run_async(args, lambda: _recover_all_stuck(args))
+
     async def body() -> int:
         from .render import StreamRenderer, wants_color
 
@@ -1756,6 +1820,9 @@ def recover(args: argparse.Namespace) -> int:
         if not runtime.repository.exists(turn_id):
             raise Failure(f"no turn {turn_id} in {runtime.work_dir}", EXIT_USAGE)
         async with _session(args, runtime) as (_, turns):
+            rebuilt = await turns.rebuild(turn_id)
+            if rebuilt is not None and not args.json:
+                print(_rebuilt_line(turn_id, rebuilt.cause), flush=True)
             renderer = None
             if not args.json:
                 renderer = StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
@@ -1766,6 +1833,38 @@ def recover(args: argparse.Namespace) -> int:
             return _finish(args, turn_id, outcome)
 
     return _run_async(args, body)
+
+
+def _rebuilt_line(turn_id: str, cause: str) -> str:
+    return (
+        f"turn {turn_id} was stuck ({cause}): terminated its run and started a new one "
+        "from the turn's file"
+    )
+
+
+async def _recover_all_stuck(args: argparse.Namespace) -> int:
+    """``turns recover --all-stuck``: rebuild each stuck open turn; the new runs go on
+    by themselves (this command does not wait for them to settle)."""
+    from .replaycheck import open_turn_ids
+
+    runtime = _runtime()
+    rebuilt: list[dict[str, str]] = []
+    # No worker here: the new runs are the workers' to serve, not this short-lived process's.
+    async with _session(args, runtime, worker=False) as (conn, turns):
+        for turn_id in await open_turn_ids(conn.client, runtime.task_queue):
+            if not runtime.repository.exists(turn_id):
+                continue  # a turn of another work dir on the same namespace
+            stuck = await turns.rebuild(turn_id)
+            if stuck is None:
+                continue
+            rebuilt.append({"turnId": turn_id, "cause": stuck.cause})
+            if not args.json:
+                print(_rebuilt_line(turn_id, stuck.cause), flush=True)
+    if args.json:
+        _emit_json({"rebuilt": rebuilt})
+    elif not rebuilt:
+        print("no stuck turns")
+    return EXIT_OK
 
 
 @command(
@@ -1917,12 +2016,64 @@ def list_turns(args: argparse.Namespace) -> int:
                 # The run ended without settling the turn (its environment could not
                 # advance it); the file is intact and `turns recover` starts a new run.
                 pending += f" · workflow {r['workflowStatus']}: turns recover {r['turnId']}"
+            if r["stuck"]:
+                pending += f" · STUCK ({r['stuck']}): turns recover {r['turnId']}"
             words = clip(" ".join(str(r["input"] or "").split()), 48)
             print(
                 f"{r['turnId']}  {r['created']}  {r['status'] or '?':<9}  "
                 f"{r['agent'] or '?':<10}  {words}{pending}"
             )
         return EXIT_OK
+
+    return _run_async(args, body)
+
+
+@command(
+    "replay",
+    "pre-deploy check: replay open turns' histories against this code; exit 1 naming each "
+    "turn that does not replay",
+    arg("turns", nargs="*", metavar="TURN", help="these turns (default: every open turn)"),
+    arg("--sample", type=_positive, metavar="N", help="at most N open turns, picked at random"),
+    JSON,
+)
+def replay(args: argparse.Namespace) -> int:
+    async def body() -> int:
+        from .replaycheck import open_turn_ids, replay_turns, sample
+        from .runtime import ConnectOptions, temporal
+
+        runtime = _runtime()
+        options = ConnectOptions.for_config(runtime.config)
+        async with temporal(runtime.work_dir, options=options) as conn:
+            if args.turns:
+                ids = [_turn_id(t) for t in args.turns]
+            else:
+                ids = await open_turn_ids(conn.client, runtime.task_queue)
+            ids = sample(ids, args.sample)
+            results = await replay_turns(conn.client, ids)
+        bad = [r for r in results if not r.ok]
+        if args.json:
+            _emit_json(
+                {
+                    "replayed": len(results),
+                    "incompatible": [{"turnId": r.turn_id, "failure": r.failure} for r in bad],
+                }
+            )
+        else:
+            for r in bad:
+                print(f"{r.turn_id}: does not replay: {r.failure}")
+            if bad:
+                print(
+                    f"{len(bad)} of {len(results)} turn{'s' if len(results) != 1 else ''} do not "
+                    "replay against this code: deploying it makes them stuck (put the change "
+                    "behind workflow.patched, or rebuild them after the deploy with "
+                    "turns recover --all-stuck)"
+                )
+            else:
+                print(
+                    f"all {len(results)} turn{'s' if len(results) != 1 else ''} replay "
+                    "against this code"
+                )
+        return EXIT_PROBLEM if bad else EXIT_OK
 
     return _run_async(args, body)
 

@@ -348,7 +348,16 @@ async def turn_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     events = await _events_of(ctx, turn_id)
     state = TurnReducer.of(events).state
-    return _json(turn_view(state, len(events)))
+    view = turn_view(state, len(events))
+    view["stuck"] = None
+    if state.terminal is None:
+        try:
+            stuck = await ctx.turns.stuck(turn_id)
+        except TurnError:
+            stuck = None  # Temporal away: the file's view still stands
+        if stuck is not None:
+            view["stuck"] = {"cause": stuck.cause, "fix": stuck.fix}
+    return _json(view)
 
 
 async def turn_pending_endpoint(ctx: UiContext, request: Request) -> Response:
