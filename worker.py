@@ -8,7 +8,8 @@ turns.toml, storage/ and workspace/), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
 TURNS_LOG_LEVEL (INFO), TURNS_MIGRATE (1: create or migrate the turn
 database's schema first, with [storage] kind = "postgres"; the URL is in
 the variable [storage] url_env names, TURNS_DATABASE_URL by default),
-TURNS_METRICS ([HOST]:PORT: serve Prometheus metrics there), OTEL_* (traces,
+TURNS_METRICS ([HOST]:PORT: serve Prometheus metrics there), TURNS_DEPLOYMENT_NAME /
+TURNS_BUILD_ID / TURNS_VERSIONING (worker deployment versioning), OTEL_* (traces,
 with turncore[otel]). See docs/operations.md.
 """
 

@@ -32,6 +32,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.changed_workflow import changed_workflow
 from tests.harness import Harness, sync_tool
+from tests.webui import running_ui
 from turnclient.config import ConfigError, WorkerVersioning, load_config
 from turnclient.replaycheck import open_turn_ids, replay_turns
 from turnclient.runtime import Runtime
@@ -405,3 +406,34 @@ async def test_turns_replay_checks_open_turns_against_the_installed_code(
             {"turnId": "2026-01-01T00-00-00Z-0000000-000", "failure": "no workflow on the server"}
         ],
     }
+
+
+async def test_the_web_api_marks_a_stuck_turn_and_refuses_its_decisions(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    queue = f"ui-{uuid.uuid4()}"
+    async with running_ui(temporal_env, tmp_path, worker=False, task_queue=queue) as ui:
+        runtime = ui.runtime
+
+        def worker(workflow: Any = None) -> Any:
+            extra = {"workflow": workflow} if workflow is not None else {}
+            return build_worker(temporal_env.client, runtime.deps, task_queue=queue, **extra)
+
+        async with worker():
+            turn_id, view = await ui.suspended("Ask me for my name")
+            assert view["stuck"] is None
+        before = ui.file(turn_id)
+        async with worker(changed_workflow(tmp_path)):
+            r = await ui.http.post(
+                f"/api/turns/{turn_id}/calls/call_0_0/complete", json={"text": "Ada"}
+            )
+            assert r.status_code == 503, r.text
+            error = r.json()["error"]
+            assert f"turn {turn_id} is stuck" in error and "was not applied" in error
+            view = await ui.view(turn_id)
+            assert "non-determinism" in view["stuck"]["cause"]
+            assert view["stuck"]["fix"] == f"turns recover {turn_id}"
+            r = await ui.http.get("/api/turns")
+            (row,) = [t for t in r.json()["turns"] if t["turnId"] == turn_id]
+            assert "non-determinism" in row["stuck"]
+            assert ui.file(turn_id) == before

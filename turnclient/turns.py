@@ -80,6 +80,7 @@ from .config import Agent, load_config, with_python, work_dir_from_env
 from .conversations import continuation
 from .listing import TurnSummary, latest_turns, pending_across
 from .runtime import Runtime, temporal
+from .stuck import StuckRun
 
 Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
 _I = TypeVar("_I")
@@ -334,8 +335,22 @@ class Turns:
         return await self.advance(turn_id, _input("cancel", lambda: CancelInput(reason=reason)))
 
     async def recover(self, turn_id: str) -> TurnOutcome:
-        """Serve a turn until it settles, starting its workflow from the file if none runs."""
-        return await self._served(turn_id, self.client.recover(turn_id))
+        """Serve a turn until it settles, starting its workflow from the file if none runs.
+
+        A stuck run (its workflow task keeps failing, as after a deploy of
+        workflow code that does not replay it) is terminated first and a new
+        run starts from the file (``TurnClient.rebuild``).
+        """
+
+        async def rebuilt_then_served() -> TurnOutcome:
+            await self.client.rebuild(turn_id)
+            return await self.client.recover(turn_id)
+
+        return await self._served(turn_id, rebuilt_then_served())
+
+    async def stuck(self, turn_id: str) -> StuckRun | None:
+        """The turn's run if its workflow task keeps failing (with the cause), else None."""
+        return await self.client.stuck(turn_id)
 
     async def _served(self, turn_id: str, call: Awaitable[TurnOutcome]) -> TurnOutcome:
         """``call``, or an ``InfrastructureError`` once this ``Turns`` closes under it.

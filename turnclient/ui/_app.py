@@ -591,11 +591,26 @@ async def _decide(
     await _events_of(ctx, turn_id)  # 404 for an unknown turn
     execution = ctx.turns.advance_turn(turn_id, input)
     done, _ = await asyncio.wait({execution.outcome}, timeout=ctx.decision_wait)
+    if not done and await _stuck_quietly(ctx, turn_id):
+        # Never "accepted" for a stuck run: its sender learns within seconds that
+        # the input was not applied (StuckTurnError, 503).
+        done, _ = await asyncio.wait({execution.outcome}, timeout=STUCK_ANSWER)
     if not done:
         ctx.keep(execution.outcome, f"{input.type} for turn {turn_id}")
         return _json({"turnId": turn_id, "status": "accepted", "input": input.type}, 202)
     outcome: TurnOutcome = execution.outcome.result()  # raises: mapped by _guarded
     return _json({"turnId": turn_id, "status": "settled", "outcome": outcome.to_wire()})
+
+
+STUCK_ANSWER = 30.0
+"""How long a decision to a stuck run waits for the client to say it was not applied."""
+
+
+async def _stuck_quietly(ctx: UiContext, turn_id: str) -> bool:
+    try:
+        return await ctx.turns.stuck(turn_id) is not None
+    except TurnError:
+        return False
 
 
 async def approve_endpoint(ctx: UiContext, request: Request) -> Response:
