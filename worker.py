@@ -47,7 +47,9 @@ from temporalio.worker import (
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 from temporalio.workflow import Info
 
+from turnclient.api import TurnClient
 from turnclient.config import WorkerVersioning
+from turnclient.stuck import NON_DETERMINISM as STUCK_NONDETERMINISM
 from turnclient.embedded import is_server_process
 from turnclient.runtime import ConnectOptions, Runtime, Temporal, temporal
 from turnclient.storage import MIGRATE_ENV
@@ -108,12 +110,20 @@ class FailingTasks:
     QUIET = 120.0
     """Seconds without a failure after which a turn's next failure is said again."""
 
-    def __init__(self, clock: Callable[[], float] = time.monotonic) -> None:
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        on_nondeterminism: Callable[[str], None] | None = None,
+    ) -> None:
         self._lock = threading.Lock()
         self._clock = clock
         self._said: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._on_nondeterminism = on_nondeterminism
+        """Called (from a workflow thread) at each non-determinism failure: the self-heal."""
 
     def failed(self, turn_id: str, cause: str) -> None:
+        if self._on_nondeterminism is not None and cause.startswith(NON_DETERMINISM):
+            self._on_nondeterminism(turn_id)
         now = self._clock()
         with self._lock:
             said = self._said.get(turn_id)
@@ -133,15 +143,63 @@ class FailingTasks:
         )
 
 
-FAILING_TASKS = FailingTasks()
+class SelfHeal:
+    """Rebuilds a turn from its file once its run failed ``after`` workflow tasks on
+    non-determinism (``[temporal] rebuild_stuck_after``; off by default).
+
+    The count is the server's (the pending task's attempt), so it holds across
+    every worker of the queue. The rebuild is ``TurnClient.rebuild``: the run is
+    terminated and a new one starts from the file, exactly as ``turns recover``
+    does; inputs the stuck run had not accepted were already refused to their
+    senders. One check per turn at a time; failures are logged, never raised.
+    """
+
+    def __init__(self, turns: TurnClient, after: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._turns = turns
+        self._after = after
+        self._loop = loop
+        self._busy: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, turn_id: str) -> None:
+        """From a workflow thread: check the turn on the worker's loop."""
+        self._loop.call_soon_threadsafe(self._start, turn_id)
+
+    def _start(self, turn_id: str) -> None:
+        if turn_id in self._busy:
+            return
+        self._busy.add(turn_id)
+        task = self._loop.create_task(self._check(turn_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _check(self, turn_id: str) -> None:
+        try:
+            stuck = await self._turns.stuck(turn_id)
+            if stuck is None or stuck.kind != STUCK_NONDETERMINISM:
+                return
+            if stuck.attempts - 1 < self._after:
+                return  # the next failure checks again
+            if await self._turns.rebuild(turn_id) is not None:
+                log.warning(
+                    "turn %s: rebuilt from its file after %d failed workflow tasks (%s): "
+                    "its run was terminated and a new one started",
+                    turn_id,
+                    stuck.attempts - 1,
+                    stuck.cause,
+                )
+        except TurnError as exc:
+            log.warning("turn %s: could not rebuild it from its file: %s", turn_id, exc)
+        finally:
+            self._busy.discard(turn_id)
 
 
 class WatchedRunner(WorkflowRunner):
     """The sandboxed runner, with every activation's fate reported to ``FailingTasks``."""
 
-    def __init__(self, inner: WorkflowRunner, tasks: FailingTasks = FAILING_TASKS) -> None:
+    def __init__(self, inner: WorkflowRunner, tasks: FailingTasks | None = None) -> None:
         self._inner = inner
-        self._tasks = tasks
+        self._tasks = tasks or FailingTasks()
 
     def prepare_workflow(self, defn: Any) -> None:
         self._inner.prepare_workflow(defn)
@@ -223,6 +281,8 @@ def build_worker(
     graceful_shutdown: timedelta = timedelta(0),
     workflow: type = TurnWorkflow,
     versioning: WorkerVersioning | None = None,
+    rebuild_stuck_after: int | None = None,
+    turns: TurnClient | None = None,
 ) -> Worker:
     """A worker for the Turn workflow and its activities.
 
@@ -231,15 +291,19 @@ def build_worker(
     ``workflow`` replaces the workflow class (tests pass a changed copy, as a
     deploy of new worker code would bring). ``versioning`` makes it a worker
     of one version of a Temporal worker deployment (docs/operations.md,
-    "Deploying new worker code").
+    "Deploying new worker code"). ``rebuild_stuck_after`` (with ``turns``, the
+    client to rebuild through) turns on the self-heal (``SelfHeal``).
     """
     acts = activities if activities is not None else TurnActivities(deps)
+    heal = None
+    if rebuild_stuck_after is not None and turns is not None:
+        heal = SelfHeal(turns, rebuild_stuck_after, asyncio.get_running_loop())
     return Worker(
         typed_client(client),
         task_queue=task_queue,
         workflows=[workflow],
         activities=[getattr(acts, name) for name in ACTIVITY_NAMES],
-        workflow_runner=WatchedRunner(workflow_runner()),
+        workflow_runner=WatchedRunner(workflow_runner(), FailingTasks(on_nondeterminism=heal)),
         activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
         # Cancellation reaches an activity with the reply to a heartbeat, so
@@ -280,6 +344,8 @@ def build_turn_worker(
         task_queue=runtime.task_queue,
         graceful_shutdown=graceful_shutdown,
         versioning=runtime.config.versioning,
+        rebuild_stuck_after=runtime.config.rebuild_stuck_after,
+        turns=runtime.turn_client(client),
     )
 
 

@@ -130,6 +130,8 @@ class Harness:
     """The workflow class the worker runs (default: the installed one)."""
     versioning: Any = None
     """The worker's ``WorkerVersioning`` (default: unversioned)."""
+    rebuild_stuck_after: int | None = None
+    """The worker's self-heal (default: off)."""
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
@@ -188,6 +190,8 @@ class Harness:
             activities=self.activities(self.deps),
             **({"workflow": self.workflow} if self.workflow is not None else {}),
             versioning=self.versioning,
+            rebuild_stuck_after=self.rebuild_stuck_after,
+            turns=self.turns,
         )
         self._task = asyncio.create_task(self.worker.run())
 

@@ -27,6 +27,7 @@ from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
     SetWorkerDeploymentCurrentVersionRequest,
 )
+from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
@@ -437,3 +438,43 @@ async def test_the_web_api_marks_a_stuck_turn_and_refuses_its_decisions(
             (row,) = [t for t in r.json()["turns"] if t["turnId"] == turn_id]
             assert "non-determinism" in row["stuck"]
             assert ui.file(turn_id) == before
+
+
+async def test_workers_rebuild_a_turn_after_repeated_nondeterminism_when_told_to(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    async with harness(temporal_env, tmp_path) as h:
+        turn_id, outcome = await h.run("write it")
+        assert outcome.status == "suspended"
+        first_run = (await temporal_env.client.get_workflow_handle(turn_id).describe()).run_id
+        await h.stop_worker()
+        h.workflow = changed_workflow(tmp_path)
+        h.rebuild_stuck_after = 2
+        h.start_worker()
+        before = h.repo.path_for(turn_id).read_bytes()
+        await temporal_env.client.get_workflow_handle(turn_id).signal("nudge")
+
+        async def rebuilt() -> bool:
+            desc = await temporal_env.client.get_workflow_handle(turn_id).describe()
+            return (
+                desc.run_id != first_run and await stuck_run(temporal_env.client, turn_id) is None
+            )
+
+        await until(rebuilt, timeout=90)
+        first = temporal_env.client.get_workflow_handle(turn_id, run_id=first_run)
+        assert (await first.describe()).status == WorkflowExecutionStatus.TERMINATED
+        assert h.repo.path_for(turn_id).read_bytes() == before
+        done = await h.send(turn_id, ALLOW)
+        assert done.status == "completed"
+        await h.assert_file_matches_query(turn_id)
+
+
+def test_the_self_heal_is_off_unless_configured(tmp_path: Path) -> None:
+    assert load_config(tmp_path, env={}).rebuild_stuck_after is None
+    (tmp_path / "turns.toml").write_text("[temporal]\nrebuild_stuck_after = 3\n")
+    assert load_config(tmp_path, env={}).rebuild_stuck_after == 3
+    assert (
+        load_config(tmp_path, env={"TURNS_REBUILD_STUCK_AFTER": "off"}).rebuild_stuck_after is None
+    )
+    with pytest.raises(ConfigError, match="TURNS_REBUILD_STUCK_AFTER is 'soon'"):
+        load_config(tmp_path, env={"TURNS_REBUILD_STUCK_AFTER": "soon"})

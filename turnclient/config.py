@@ -178,6 +178,8 @@ class Config:
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
     versioning: WorkerVersioning | None = None
     """Worker deployment versioning (``[temporal]``); None: unversioned workers."""
+    rebuild_stuck_after: int | None = None
+    """``[temporal] rebuild_stuck_after`` / ``TURNS_REBUILD_STUCK_AFTER``: the self-heal."""
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -324,6 +326,9 @@ class TemporalTable(_Table):
     versioning: Literal["auto-upgrade", "pinned"] = "auto-upgrade"
     """What a versioned turn does when a new version becomes current: move to it at its
     next workflow task (``auto-upgrade``) or stay on the version that started it (``pinned``)."""
+    rebuild_stuck_after: Annotated[int, Field(ge=1)] | None = None
+    """Workers rebuild a turn from its file after this many workflow tasks of its run
+    failed on non-determinism (None: never; operators run ``turns recover``)."""
 
     @field_validator("payload_key_env")
     @classmethod
@@ -627,7 +632,22 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
         versioning=worker_versioning(file.temporal, env),
+        rebuild_stuck_after=_rebuild_after(file.temporal, env),
     )
+
+
+def _rebuild_after(file: TemporalTable, env: Mapping[str, str]) -> int | None:
+    given = env.get("TURNS_REBUILD_STUCK_AFTER")
+    if given is None or given == "":
+        return file.rebuild_stuck_after
+    if given in ("0", "off"):
+        return None
+    if not given.isdigit():
+        raise ConfigError(
+            f"TURNS_REBUILD_STUCK_AFTER is {given!r}; it is a number of failed workflow "
+            "tasks (1 or more), or 0/off"
+        )
+    return int(given)
 
 
 __all__ = [
