@@ -14,6 +14,7 @@ import asyncio
 import json
 import logging
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -478,3 +479,29 @@ def test_the_self_heal_is_off_unless_configured(tmp_path: Path) -> None:
     )
     with pytest.raises(ConfigError, match="TURNS_REBUILD_STUCK_AFTER is 'soon'"):
         load_config(tmp_path, env={"TURNS_REBUILD_STUCK_AFTER": "soon"})
+
+
+async def test_turns_worker_logs_at_info_by_default_as_the_docs_say(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    home = tmp_path / "home"
+    home.mkdir()
+    env = cli_env(temporal_env, home)
+    docs = (ROOT / "docs" / "operations.md").read_text()
+    assert "`TURNS_LOG_LEVEL` | log level (`INFO` for workers" in docs
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-m",
+        "turnclient.cli",
+        "worker",
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    assert process.stdout is not None
+    while b"Ctrl-C to stop." not in await asyncio.wait_for(process.stdout.readline(), 60):
+        pass
+    process.send_signal(signal.SIGTERM)
+    _, err = await asyncio.wait_for(process.communicate(), 60)
+    assert process.returncode == 0, err
+    assert b"INFO temporalio.worker._worker: Beginning worker shutdown" in err
