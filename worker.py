@@ -49,10 +49,10 @@ from temporalio.workflow import Info
 
 from turnclient.api import TurnClient
 from turnclient.config import WorkerVersioning
-from turnclient.stuck import NON_DETERMINISM as STUCK_NONDETERMINISM
 from turnclient.embedded import is_server_process
 from turnclient.runtime import ConnectOptions, Runtime, Temporal, temporal
 from turnclient.storage import MIGRATE_ENV
+from turnclient.stuck import NON_DETERMINISM as STUCK_NONDETERMINISM
 from turncore.errors import TurnError
 from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies

@@ -21,12 +21,15 @@ import turncore_temporal.workflows.turn as turn
 ANCHOR = "    async def _call_model(self, index: int) -> None:\n"
 EXTRA = "        await workflow.sleep(timedelta(milliseconds=1))  # the change\n"
 
+BROKEN = '        raise RuntimeError("the new code is broken")  # the change\n'
+"""Another change: the model call raises (every workflow task replaying one fails)."""
 
-def changed_workflow(directory: Path) -> Any:
+
+def changed_workflow(directory: Path, change: str = EXTRA) -> Any:
     source = Path(turn.__file__).read_text()
     assert source.count(ANCHOR) == 1, "the model call moved: update tests/changed_workflow.py"
     name = f"changed_turn_{uuid.uuid4().hex}"
-    (directory / f"{name}.py").write_text(source.replace(ANCHOR, ANCHOR + EXTRA))
+    (directory / f"{name}.py").write_text(source.replace(ANCHOR, ANCHOR + change))
     if str(directory) not in sys.path:
         sys.path.insert(0, str(directory))
     module = importlib.import_module(name)

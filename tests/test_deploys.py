@@ -32,7 +32,7 @@ from temporalio.client import WorkflowExecutionStatus
 from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
-from tests.changed_workflow import changed_workflow
+from tests.changed_workflow import BROKEN, changed_workflow
 from tests.harness import Harness, sync_tool
 from tests.webui import running_ui
 from turnclient.config import ConfigError, WorkerVersioning, load_config
@@ -163,7 +163,11 @@ async def test_the_worker_says_once_which_turn_fails_and_how_to_fix_it(
             await h.send(turn_id, ALLOW)  # it waits past the second attempt (deliver window)
 
         def said() -> list[logging.LogRecord]:
-            return [r for r in caplog.records if turn_id in r.getMessage()]
+            return [
+                r
+                for r in caplog.records
+                if r.name == "turncore.worker" and turn_id in r.getMessage()
+            ]
 
         async def retried_twice() -> bool:
             stuck = await stuck_run(temporal_env.client, turn_id)
@@ -505,3 +509,27 @@ async def test_turns_worker_logs_at_info_by_default_as_the_docs_say(
     _, err = await asyncio.wait_for(process.communicate(), 60)
     assert process.returncode == 0, err
     assert b"INFO temporalio.worker._worker: Beginning worker shutdown" in err
+
+
+async def test_any_other_failing_workflow_task_is_reported_in_its_own_words(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.WARNING, logger="turncore.worker")
+    async with harness(temporal_env, tmp_path) as h:
+        turn_id, outcome = await h.run("write it")
+        assert outcome.status == "suspended"
+        await h.stop_worker()
+        h.workflow = changed_workflow(tmp_path, BROKEN)
+        h.start_worker()
+        with pytest.raises(StuckTurnError) as caught:
+            await h.send(turn_id, ALLOW)
+        message = str(caught.value)
+        assert f"turn {turn_id} is stuck: its workflow task fails: " in message
+        assert "the new code is broken" in message and "non-determinism" not in message
+        assert caught.value.applied is False
+        said = [
+            r.getMessage()
+            for r in caplog.records
+            if r.name == "turncore.worker" and turn_id in r.getMessage()
+        ]
+        assert len(said) == 1 and "the new code is broken" in said[0]

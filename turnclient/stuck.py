@@ -36,15 +36,14 @@ from temporalio.service import RPCError, RPCStatusCode
 NON_DETERMINISM = "non-determinism"
 """``StuckRun.kind`` of a run whose history the installed workflow code does not replay."""
 
-_CODE_FAILURES = {
-    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR,
-    WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_WORKFLOW_WORKER_UNHANDLED_FAILURE,
-}
-"""Causes a worker reports for its own code: they repeat on every attempt."""
-
 _RETRIED_AGAIN = 3
-"""The attempt from which any other failing cause counts as stuck (a server-side
-cause such as an unhandled command clears on the next attempt)."""
+"""The attempt from which a failure other than non-determinism counts as stuck.
+
+Non-determinism repeats on every attempt of the same code, so one failure
+says it. Anything else may pass: a server-side cause (an unhandled command)
+clears on the next attempt, and so may a worker's own (a sandbox deadlock
+on an overloaded host). The server retries a failed task at once, then about
+every ten seconds, so a second failure in a row is the sign."""
 
 _TAIL = 64
 """History events read from the end to find the last workflow task's fate."""
@@ -124,13 +123,13 @@ async def stuck_run(client: Client, turn_id: str) -> StuckRun | None:
         if event.event_type != EventType.EVENT_TYPE_WORKFLOW_TASK_FAILED:
             return None  # timed out (a worker died: the next one takes it) or completed
         failed = event.workflow_task_failed_event_attributes
-        if failed.cause not in _CODE_FAILURES and attempt < _RETRIED_AGAIN:
-            return None
         nondeterministic = (
             failed.cause
             == WorkflowTaskFailedCause.WORKFLOW_TASK_FAILED_CAUSE_NON_DETERMINISTIC_ERROR
             or "TMPRL1100" in failed.failure.message
         )
+        if not nondeterministic and attempt < _RETRIED_AGAIN:
+            return None
         message = (
             _first_line(failed.failure.message)
             or WorkflowTaskFailedCause.Name(failed.cause)
