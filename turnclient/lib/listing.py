@@ -23,14 +23,13 @@ from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
 from temporalio.service import RPCError
 
+from turnclient.lib.stuck import stuck_run
+from turnclient.lib.summary import message_preview
+from turnclient.lib.turnview import pending_inputs
 from turncore.errors import TurnError, TurnNotFoundError
 from turncore.ids import is_turn_id
 from turncore.reducer import TurnReducer
-from turncore.repository import TurnRepository
-
-from .stuck import stuck_run
-from .summary import message_preview
-from .turnview import pending_inputs
+from turncore.storage.repository import TurnRepository
 
 SCAN_LIMIT = 5000
 """Most executions one page request reads from visibility."""
