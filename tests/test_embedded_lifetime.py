@@ -118,7 +118,7 @@ def test_a_command_killed_with_sigkill_leaves_no_server_without_an_idle_grace(
 
 def test_the_supervisor_needs_only_the_standard_library(home: Path) -> None:
     # It lives as long as the server: it must start fast and stay small.
-    supervisor = Path(__file__).resolve().parent.parent / "turnclient" / "supervisor.py"
+    supervisor = Path(__file__).resolve().parent.parent / "turnclient" / "runtime" / "supervisor.py"
     probe = (
         "import runpy, sys; sys.argv = ['supervisor']; "
         f"runpy.run_path({str(supervisor)!r}, run_name='probe'); "

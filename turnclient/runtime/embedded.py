@@ -78,8 +78,8 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
-from .devserver import find_temporal_cli
-from .supervisor import live_users
+from turnclient.runtime.devserver import find_temporal_cli
+from turnclient.runtime.supervisor import live_users
 
 NAMESPACE = "default"
 HOST = "127.0.0.1"

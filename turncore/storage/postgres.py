@@ -75,14 +75,15 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import ValidationError
 
-from .errors import (
+from turncore.errors import (
     CorruptTurnError,
     InfrastructureError,
     TurnExistsError,
     TurnNotFoundError,
 )
-from .events import parse_event
-from .ids import validate_turn_id
+from turncore.events import parse_event
+from turncore.ids import validate_turn_id
+
 from .repository import RemovedTail, _decode, _JsonlRepository, _LockTable, _Writer
 
 __all__ = [

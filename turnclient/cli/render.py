@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from turnclient.lib.summary import clip, usage_text
 from turncore.events import (
     CancelledOutcome,
     CompletedOutcome,
@@ -54,8 +55,6 @@ from turncore.messages import (
     describe_part,
 )
 from turncore.reducer import ToolCallState, TurnState
-
-from .summary import clip, usage_text
 
 PROG = "turns"
 
