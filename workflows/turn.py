@@ -59,7 +59,13 @@ from turncore.events import (
     TurnEvent,
     outcome_adapter,
 )
-from turncore.inputs import INPUT_NAMES, MAX_REJECTED_INPUTS, accept_input, rejection_record
+from turncore.inputs import (
+    INPUT_NAMES,
+    MAX_REJECTED_INPUTS,
+    accept_input,
+    delivery_terms,
+    rejection_record,
+)
 from turncore.reducer import ToolCallState, TurnReducer, TurnState
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
 from turncore.timestamps import format_ts
@@ -67,6 +73,7 @@ from turncore_temporal.activities import TurnActivityContract as Activities
 from turncore_temporal.activities.failures import (
     cause,
     dependency_failure,
+    expired,
     failure_of,
     infrastructure_failure,
     is_dependency_failure,
@@ -891,6 +898,16 @@ class TurnWorkflow:
         del self._flags.rejected[:-MAX_REJECTED_INPUTS]
 
     def _validate(self, name: str, args: Sequence[Any]) -> None:
+        args, deliver_by = delivery_terms(args)
+        if deliver_by is not None and workflow.now().timestamp() * 1000 > deliver_by:
+            # Its sender stopped waiting (this run was stuck, or no worker took
+            # it in time) and may have told its caller it was not applied: it
+            # never is. Validators do not run on replay, so this adds nothing
+            # to the history and changes no command.
+            raise expired(
+                f"the {name} input reached turn {self._turn_id} after its sender's deadline; "
+                "it was not applied: send it again"
+            )
         parsed = accept_input(name, args)
         if self._reducer is not None:
             # Before the first load the input is checked when it is applied.
@@ -899,7 +916,7 @@ class TurnWorkflow:
     async def _update(self, name: str, args: Sequence[Any]) -> dict[str, Any]:
         try:
             # The validator accepted it; a replay (which skips validators) sees the same.
-            parsed = accept_input(name, args)
+            parsed = accept_input(name, delivery_terms(args)[0])
         except RejectedInputError as exc:
             raise rejection(str(exc)) from None
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()

@@ -124,6 +124,42 @@ BUILTIN_AGENTS: dict[str, Agent] = {
 }
 
 
+VERSIONING_BEHAVIORS = ("auto-upgrade", "pinned")
+
+
+@dataclass(frozen=True)
+class WorkerVersioning:
+    """Temporal worker deployment versioning for the turn workflow's workers."""
+
+    deployment_name: str
+    build_id: str
+    behavior: str = "auto-upgrade"
+    """``auto-upgrade`` or ``pinned`` (``[temporal] versioning``)."""
+
+
+def worker_versioning(file: TemporalTable, env: Mapping[str, str]) -> WorkerVersioning | None:
+    """``[temporal] deployment_name``/``build_id``/``versioning``, each overridden by
+    ``TURNS_DEPLOYMENT_NAME``/``TURNS_BUILD_ID``/``TURNS_VERSIONING``; None when
+    neither a name nor a build id is set (unversioned workers)."""
+    name = env.get("TURNS_DEPLOYMENT_NAME") or file.deployment_name
+    build = env.get("TURNS_BUILD_ID") or file.build_id
+    behavior = env.get("TURNS_VERSIONING") or file.versioning
+    if behavior not in VERSIONING_BEHAVIORS:
+        raise ConfigError(
+            f"versioning is {behavior!r}; it is one of {', '.join(VERSIONING_BEHAVIORS)}"
+        )
+    if name is None and build is None:
+        return None
+    if not name or not build:
+        missing = (
+            "deployment_name (TURNS_DEPLOYMENT_NAME)" if not name else "build_id (TURNS_BUILD_ID)"
+        )
+        raise ConfigError(
+            f"worker versioning needs both a deployment name and a build id; {missing} is not set"
+        )
+    return WorkerVersioning(deployment_name=name, build_id=build, behavior=behavior)
+
+
 @dataclass(frozen=True)
 class Config:
     work_dir: Path
@@ -146,6 +182,10 @@ class Config:
     """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
     prices: dict[str, ProviderPrice] = field(default_factory=dict)
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    versioning: WorkerVersioning | None = None
+    """Worker deployment versioning (``[temporal]``); None: unversioned workers."""
+    rebuild_stuck_after: int | None = None
+    """``[temporal] rebuild_stuck_after`` / ``TURNS_REBUILD_STUCK_AFTER``: the self-heal."""
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -289,6 +329,16 @@ class TemporalTable(_Table):
 
     payload_key_env: str | None = None
     """The environment variable holding the payload encryption keys (off if None)."""
+    deployment_name: str | None = None
+    """Worker deployment versioning: the deployment's name (with ``build_id``; off if None)."""
+    build_id: str | None = None
+    """Worker deployment versioning: this code's build id (with ``deployment_name``)."""
+    versioning: Literal["auto-upgrade", "pinned"] = "auto-upgrade"
+    """What a versioned turn does when a new version becomes current: move to it at its
+    next workflow task (``auto-upgrade``) or stay on the version that started it (``pinned``)."""
+    rebuild_stuck_after: Annotated[int, Field(ge=1)] | None = None
+    """Workers rebuild a turn from its file after this many workflow tasks of its run
+    failed on non-determinism (None: never; operators run ``turns recover``)."""
 
     @field_validator("payload_key_env")
     @classmethod
@@ -615,7 +665,23 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         max_concurrent_subagents=file.subagents.max_concurrent,
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
+        versioning=worker_versioning(file.temporal, env),
+        rebuild_stuck_after=_rebuild_after(file.temporal, env),
     )
+
+
+def _rebuild_after(file: TemporalTable, env: Mapping[str, str]) -> int | None:
+    given = env.get("TURNS_REBUILD_STUCK_AFTER")
+    if given is None or given == "":
+        return file.rebuild_stuck_after
+    if given in ("0", "off"):
+        return None
+    if not given.isdigit():
+        raise ConfigError(
+            f"TURNS_REBUILD_STUCK_AFTER is {given!r}; it is a number of failed workflow "
+            "tasks (1 or more), or 0/off"
+        )
+    return int(given)
 
 
 __all__ = [
@@ -632,6 +698,7 @@ __all__ = [
     "SubagentsTable",
     "TemporalTable",
     "ToolTable",
+    "WorkerVersioning",
     "TurnsFile",
     "import_callable",
     "load_config",
