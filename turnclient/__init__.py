@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         InvalidInputError,
         InvalidTurnIdError,
         RejectedInputError,
+        StuckTurnError,
         TurnError,
         TurnNotFoundError,
     )
@@ -61,6 +62,7 @@ _EXPORTS = {
     "InvalidInputError": "turncore.errors",
     "InvalidTurnIdError": "turncore.errors",
     "RejectedInputError": "turncore.errors",
+    "StuckTurnError": "turncore.errors",
     "TurnError": "turncore.errors",
     "TurnNotFoundError": "turncore.errors",
 }
@@ -73,6 +75,7 @@ __all__ = [
     "InvalidInputError",
     "InvalidTurnIdError",
     "RejectedInputError",
+    "StuckTurnError",
     "ModelCallRequest",
     "Runtime",
     "Tool",
