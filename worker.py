@@ -140,10 +140,14 @@ async def serving(
     try:
         yield worker
     finally:
-        if not task.done():
-            await worker.shutdown()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        try:
+            if not task.done():
+                await worker.shutdown()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            if runtime.mcp is not None:  # the stdio servers this worker started stop with it
+                await runtime.mcp.close()
 
 
 PENDING_EVERY = 15.0

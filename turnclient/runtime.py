@@ -33,7 +33,7 @@ from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime as TemporalRuntime
 
-from turncore.agents import AgentDefinition, StaticAgentResolver
+from turncore.agents import AgentDefinition, ListedTools, StaticAgentResolver
 from turncore.context import ContextResolver, ElisionPolicy
 from turncore.errors import DependencyError, InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
@@ -60,6 +60,7 @@ from .config import Config, ConfigError, load_config, work_dir_from_env
 from .deltaspool import DeltaSpool, spool_dir
 from .demo import DEMO_MODEL, demo_model
 from .embedded import NAMESPACE, EmbeddedServer
+from .mcp import TOOL_ID_PREFIX, McpListing, McpPermissionChecker, McpPool
 from .storage import open_repository
 
 log = logging.getLogger("turnclient")
@@ -107,6 +108,10 @@ class Runtime:
     contexts: ContextResolver
     hub: LiveHub
     deps: TurnDependencies
+    mcp: McpPool | None = None
+    """This process's sessions to MCP servers (None: no ``[mcp.*]``); ``serving`` closes it."""
+    listing: McpListing | None = None
+    """Lists the MCP tools of an agent when a turn is created."""
 
     @property
     def work_dir(self) -> Path:
@@ -147,6 +152,18 @@ class Runtime:
         catalog: dict[str, ToolDescriptor] = {n: t.descriptor() for n, t in config.tools.items()}
         declarations: dict[str, Any] = {t.tool_id: t.permission for t in config.tools.values()}
         registry = ToolRegistry.of(config.tools.values())
+        checker: PermissionChecker = DeclaredPermissionChecker(declarations)
+        pool: McpPool | None = None
+        listing: McpListing | None = None
+        if config.mcp:
+            # MCP tools are snapshotted per turn (toolId mcp:SERVER/TOOL); this
+            # process runs them through its own sessions, gated fail-closed.
+            pool = McpPool(config.mcp, env)
+            registry.register_family(TOOL_ID_PREFIX, pool.tool_for)
+            checker = McpPermissionChecker(checker, config.mcp)
+            listing = McpListing(
+                config.mcp, {name: a.mcp_names for name, a in config.agents.items()}, env
+            )
 
         # Sub-agents: every agent may list the workflow-native spawn_agent tool;
         # spawning needs no approval (what the child does is gated in the child).
@@ -178,9 +195,10 @@ class Runtime:
             # Deltas also go to the work dir's spool, so watchers in other
             # processes on this host (the web UI, `turns watch`) see them live.
             hub=LiveHub(mirror=DeltaSpool(spool_dir(root))),
-            checker=DeclaredPermissionChecker(declarations),
+            checker=checker,
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
+            listed=listing,
         )
         return cls(
             config=config,
@@ -192,6 +210,8 @@ class Runtime:
             contexts=deps.contexts,
             hub=deps.hub,
             deps=deps,
+            mcp=pool,
+            listing=listing,
         )
 
     def turn_client(self, client: Client) -> TurnClient:
@@ -203,6 +223,7 @@ class Runtime:
             hub=self.hub,
             workflow_options=self.workflow_options,
             contexts=self.contexts,
+            listed=self.listing,
         )
 
     @property
@@ -248,6 +269,7 @@ def turn_dependencies(
     classifier: PermissionClassifier,
     context_policy: ElisionPolicy | None = None,
     hub: LiveHub | None = None,
+    listed: ListedTools | None = None,
 ) -> TurnDependencies:
     """What the activities need, from the resolved parts of a runtime.
 
@@ -271,6 +293,7 @@ def turn_dependencies(
         hub=hub if hub is not None else LiveHub(),
         agents=agents,
         ids=TurnIdGenerator(),
+        listed=listed,
     )
 
 
