@@ -36,7 +36,9 @@ def build(log: Path) -> MCPServer:
 
     tools_file = os.environ.get("MCP_TOOLS_FILE")
     lines = (
-        Path(tools_file).read_text().splitlines() if tools_file and Path(tools_file).exists() else []
+        Path(tools_file).read_text().splitlines()
+        if tools_file and Path(tools_file).exists()
+        else []
     )
     server = MCPServer("turncore-test")
 

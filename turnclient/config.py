@@ -469,8 +469,7 @@ class TurnsFile(_Table):
             )
         for key in ("allow", "deny"):
             for n in getattr(self.permissions, key):
-                if n not in tools:
-                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+                _check_permission_name(f"permissions.{key}", n, tools, set(self.mcp))
         for name, table in self.prices.items():
             if name != "scripted" and name not in self._providers:
                 known = ", ".join(sorted({*self._providers, "scripted"}))
@@ -515,6 +514,20 @@ def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None
             )
     if len(set(names)) != len(names):
         raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_permission_name(where: str, name: str, tools: set[str], servers: set[str]) -> None:
+    """A tool name, or ``mcp:SERVER/TOOL`` (``mcp:SERVER/*``: all of a server's tools)."""
+    if name.startswith("mcp:"):
+        server, sep, tool = name[4:].partition("/")
+        if not sep or not tool:
+            raise ValueError(f"{where}: {name!r} is not mcp:SERVER/TOOL or mcp:SERVER/*")
+        if server not in servers:
+            listed = ", ".join(sorted(servers)) or "none"
+            raise ValueError(f"{where}: unknown MCP server {server!r} (configured: {listed})")
+        return
+    if name not in tools:
+        raise ValueError(f"{where}: unknown tool {name!r}")
 
 
 def _check_mcp_server(server: McpServer) -> None:
@@ -826,8 +839,7 @@ def with_python(
             _check_model_ref("default_model", default_model, config.providers)
         for key, names in (("allow", allow), ("deny", deny)):
             for n in names:
-                if n not in known:
-                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+                _check_permission_name(f"permissions.{key}", n, set(known), set(servers))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     agent = default_agent or config.default_agent

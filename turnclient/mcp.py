@@ -4,7 +4,7 @@ How it works:
 
 - **Listing** (``McpListing``, the ``ListedTools`` of turn creation). Creating
   a turn opens a short connection to each server the agent attaches, lists
-  its tools (every page, bounded by ``listing_timeout``) and closes it. The
+  its tools (every page, bounded by ``CONNECT_TIMEOUT``) and closes it. The
   tools become ordinary descriptors (``toolId`` ``mcp:NAME/TOOL``, the
   advertised name ``PREFIX_TOOL`` or ``TOOL``, the server's description and
   input schema verbatim) that ``turn_created`` snapshots; nothing lists again
@@ -66,8 +66,9 @@ if TYPE_CHECKING:
 log = logging.getLogger("turnclient.mcp")
 
 TOOL_ID_PREFIX = "mcp:"
-LISTING_TIMEOUT = 30.0
-"""Seconds at most to connect to a server and list its tools (or its ``timeout``, if shorter)."""
+CONNECT_TIMEOUT = 30.0
+"""Seconds at most to start or reach a server and list its tools, or open a session for calls
+(``timeout`` bounds each call, once connected: a slow-starting stdio server is not a hang)."""
 CLOSE_TIMEOUT = 5.0
 """Seconds a closing session may take before its task is cancelled."""
 _LIST_PAGES = 100
@@ -168,7 +169,7 @@ def _describe(exc: BaseException) -> str:
 
 async def list_tools(server: McpServer, env: Mapping[str, str]) -> list[McpToolInfo]:
     """Every tool ``server`` lists, in its order: one connection, closed after."""
-    timeout = min(LISTING_TIMEOUT, server.timeout)
+    timeout = CONNECT_TIMEOUT
     try:
         async with asyncio.timeout(timeout):
             async with connect(server, env) as client:
@@ -416,7 +417,7 @@ class McpPool:
                 await session.close()
             session = sessions[server.name] = _Session(server, self._env)
         try:
-            return await session.client(min(LISTING_TIMEOUT, server.timeout))
+            return await session.client(CONNECT_TIMEOUT)
         except BaseException:
             if sessions.get(server.name) is session:
                 del sessions[server.name]
@@ -559,6 +560,15 @@ class McpPermissionChecker:
         )
 
 
+def mcp_rule_names(request: JsonValue) -> tuple[str, ...]:
+    """The ``[permissions]`` names an MCP permission request matches: ``mcp:S/T``, ``mcp:S/*``."""
+    if isinstance(request, dict) and request.get("kind") == "mcp":
+        server, tool = request.get("server"), request.get("tool")
+        if isinstance(server, str) and isinstance(tool, str):
+            return (tool_id(server, tool), tool_id(server, "*"))
+    return ()
+
+
 def describe_request(request: JsonValue) -> str | None:
     """``MCP NAME · TOOL`` for an MCP permission request, else None (surfaces' label)."""
     if isinstance(request, dict) and request.get("kind") == "mcp":
@@ -576,6 +586,7 @@ __all__ = [
     "describe_request",
     "descriptors",
     "list_tools",
+    "mcp_rule_names",
     "split_tool_id",
     "tool_id",
 ]

@@ -60,7 +60,7 @@ from .config import Config, ConfigError, load_config, work_dir_from_env
 from .deltaspool import DeltaSpool, spool_dir
 from .demo import DEMO_MODEL, demo_model
 from .embedded import NAMESPACE, EmbeddedServer
-from .mcp import TOOL_ID_PREFIX, McpListing, McpPermissionChecker, McpPool
+from .mcp import TOOL_ID_PREFIX, McpListing, McpPermissionChecker, McpPool, mcp_rule_names
 from .storage import open_repository
 
 log = logging.getLogger("turnclient")
@@ -68,6 +68,9 @@ log = logging.getLogger("turnclient")
 
 class RuleClassifier:
     """The ``--auto-permission`` classifier: ``[permissions] allow``/``deny`` by tool name.
+
+    An MCP tool also matches ``mcp:SERVER/TOOL`` and ``mcp:SERVER/*``, read from
+    its permission request (the MCP metadata the checker put there).
 
     Everything else is deferred to a human (or denied when none is available).
     """
@@ -81,9 +84,10 @@ class RuleClassifier:
     ) -> Sequence[PermissionClassification]:
         out: list[PermissionClassification] = []
         for r in batch.requests:
-            if r.tool_name in self._deny:
+            names = {r.tool_name, *mcp_rule_names(r.request)}
+            if names & self._deny:
                 decision, reason = "deny", "listed in [permissions] deny of turns.toml"
-            elif r.tool_name in self._allow:
+            elif names & self._allow:
                 decision, reason = "allow", "listed in [permissions] allow of turns.toml"
             else:
                 decision, reason = "defer", "not listed in [permissions] of turns.toml"
