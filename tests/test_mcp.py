@@ -4,6 +4,7 @@ over stdio and streamable HTTP on 127.0.0.1, on the real dev server."""
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import socket
 import subprocess
@@ -20,8 +21,10 @@ from temporalio.testing import WorkflowEnvironment
 from turnclient import Agent, ConfigError, Turns
 from turnclient.config import McpServer, load_config
 from turnclient.mcp import call_result
+from turnclient.render import continue_commands
+from turnclient.turnview import pending_inputs
 from turncore.errors import DependencyError
-from turncore.events import ResolvedAgent
+from turncore.events import ResolvedAgent, SuspendedOutcome
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
 
@@ -133,6 +136,13 @@ async def test_listing_snapshot_and_a_call_with_approval(
             "toolName": "echo",
             "input": {"text": "hello"},
         }
+        # The CLI's and the web UI's words for the approval (the API's "label").
+        waiting = pending_inputs(await turns.state(result.turn_id))["permissions"]
+        assert waiting[0]["label"] == "MCP tools · echo"
+        suspended = await turns.outcome(result.turn_id)
+        assert isinstance(suspended, SuspendedOutcome)
+        (what, _), *_ = continue_commands(result.turn_id, suspended)
+        assert what.startswith("approval: MCP tools · echo (c1)")
         outcome = await turns.approve(result.turn_id, "c1")
         assert outcome.status == "completed"
         events = await turns.events(result.turn_id)
@@ -444,3 +454,66 @@ def test_results_map_to_outputs_and_parts() -> None:
         "structuredContent": {"n": 1},
     }
     assert both.metadata == {"mcp": {"server": "s", "tool": "t"}}
+
+
+async def test_the_classifier_sees_mcp_metadata(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    log = tmp_path / "server.log"
+    toml = (
+        _stdio("tools", log)
+        + _agent("tools")
+        + '[permissions]\nallow = ["mcp:tools/echo"]\ndeny = ["mcp:tools/weather"]\n'
+    )
+    calls = [
+        {"toolCallId": "e", "toolName": "echo", "input": {"text": "auto"}},
+        {"toolCallId": "w", "toolName": "weather", "input": {"city": "Bern"}},
+    ]
+    async with turns_for(temporal_env, tmp_path / "w", toml, *calls) as turns:
+        result = await turns.run("go", agent="helper", auto_permission=True)
+        assert result.status == "completed"
+        events = await turns.events(result.turn_id)
+        decided = {
+            e.tool_call_id: e.decision for e in events if e.type == "tool_permission_classified"
+        }
+        assert decided == {"e": "allow", "w": "deny"}
+        assert _log(log) == ["echo auto"]
+
+
+def _cli(work: Path, *argv: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [sys.executable, "-m", "turnclient.cli", *argv],
+        env={**os.environ, "TURNS_HOME": str(work)},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+
+
+def test_turns_mcp_list_and_turns_config(tmp_path: Path) -> None:
+    log = tmp_path / "server.log"
+    (tmp_path / "turns.toml").write_text(
+        _stdio("tools", log, deny=["crash", "garbage"], allow=["echo"], prefix="t")
+        + _agent("tools")
+    )
+    listed = _cli(tmp_path, "mcp", "list", "tools", "--json")
+    assert listed.returncode == 0, listed.stderr
+    doc = json.loads(listed.stdout)
+    rows = {r["name"]: r for r in doc["tools"]}
+    assert rows["t_echo"]["toolId"] == "mcp:tools/echo"
+    assert rows["t_echo"]["permission"] == "none" and rows["t_weather"]["permission"] == "ask"
+    assert rows["t_echo"]["inputSchema"]["required"] == ["text"]
+    assert doc["denied"] == ["crash", "garbage"]
+    text = _cli(tmp_path, "mcp", "list", "tools")
+    assert "t_echo  (mcp:tools/echo · permission none)" in text.stdout
+    unknown = _cli(tmp_path, "mcp", "list", "nope")
+    assert (
+        unknown.returncode != 0 and "no MCP server 'nope' is configured (tools)" in unknown.stderr
+    )
+    shown = _cli(tmp_path, "config")
+    assert shown.returncode == 0, shown.stderr
+    assert "mcp servers" in shown.stdout and "agents: helper" in shown.stdout
+    assert "mcp: tools" in shown.stdout
+    as_json = json.loads(_cli(tmp_path, "config", "--json").stdout)
+    assert as_json["mcp"]["tools"]["deny"] == ["crash", "garbage"]
+    assert as_json["agents"]["helper"]["mcp"] == ["tools"]

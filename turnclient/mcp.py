@@ -569,13 +569,6 @@ def mcp_rule_names(request: JsonValue) -> tuple[str, ...]:
     return ()
 
 
-def describe_request(request: JsonValue) -> str | None:
-    """``MCP NAME · TOOL`` for an MCP permission request, else None (surfaces' label)."""
-    if isinstance(request, dict) and request.get("kind") == "mcp":
-        return f"MCP {request.get('server')} · {request.get('tool')}"
-    return None
-
-
 __all__ = [
     "McpListing",
     "McpPermissionChecker",
@@ -583,7 +576,6 @@ __all__ = [
     "McpTool",
     "call_result",
     "connect",
-    "describe_request",
     "descriptors",
     "list_tools",
     "mcp_rule_names",
