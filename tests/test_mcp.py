@@ -6,6 +6,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import signal
 import socket
 import subprocess
 import sys
@@ -19,14 +20,19 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from turnclient import Agent, ConfigError, Turns
+from turnclient.api import CreateTurnInput, TurnClient
 from turnclient.config import McpServer, load_config
 from turnclient.mcp import call_result
 from turnclient.render import continue_commands
+from turnclient.runtime import Runtime
 from turnclient.turnview import pending_inputs
+from turncore.advance import INTERRUPTED_TOOL_RESULT
 from turncore.errors import DependencyError
-from turncore.events import ResolvedAgent, SuspendedOutcome
+from turncore.events import RequestedAgent, ResolvedAgent, SuspendedOutcome
+from turncore.messages import UserMessage
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
+from turncore.reducer import TurnReducer
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -517,3 +523,81 @@ def test_turns_mcp_list_and_turns_config(tmp_path: Path) -> None:
     as_json = json.loads(_cli(tmp_path, "config", "--json").stdout)
     assert as_json["mcp"]["tools"]["deny"] == ["crash", "garbage"]
     assert as_json["agents"]["helper"]["mcp"] == ["tools"]
+
+
+async def test_a_worker_killed_mid_call_never_calls_again(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """``turns worker`` runs the call in its own process and is SIGKILLed while the
+    MCP server works; a new worker closes the call as interrupted (§23)."""
+    work, log = tmp_path / "w", tmp_path / "server.log"
+    work.mkdir()
+    (work / "script.json").write_text(
+        json.dumps(
+            {
+                "responses": [
+                    {
+                        "toolCalls": [
+                            {"toolCallId": "s", "toolName": "slow", "input": {"seconds": 120}}
+                        ]
+                    },
+                    {"text": "done"},
+                ]
+            }
+        )
+    )
+    (work / "turns.toml").write_text(
+        _stdio("tools", log, permission="none")
+        + '[agents.helper]\nsystem_prompt = "p"\nmodel = "scripted/script.json"\nmcp = ["tools"]\n'
+    )
+    queue = f"tq-{uuid.uuid4()}"
+    env = {
+        **os.environ,
+        "TURNS_HOME": str(work),
+        "TURNS_TASK_QUEUE": queue,
+        "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
+        "TEMPORAL_NAMESPACE": temporal_env.client.namespace,
+    }
+    runtime = Runtime.from_work_dir(work, env=env)
+    client = TurnClient(
+        temporal_env.client,
+        runtime.repository,
+        runtime.resolver,
+        task_queue=queue,
+        workflow_options={"heartbeat_timeout_seconds": 2.0},
+        listed=runtime.listing,
+    )
+    turn_id = await client.create_turn(
+        CreateTurnInput(
+            agent=RequestedAgent(agent_id="helper"),
+            input=UserMessage(content="go"),
+            human_available=True,
+        )
+    )
+
+    async def worker() -> asyncio.subprocess.Process:
+        return await asyncio.create_subprocess_exec(
+            sys.executable, "-m", "turnclient.cli", "worker", cwd=ROOT, env=env
+        )
+
+    first = await worker()
+    try:
+        outcome = asyncio.ensure_future(client.recover(turn_id))
+        await _until(lambda: "started slow" in _log(log), "the call to reach the server", 90)
+        first.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(first.wait(), 30)
+    finally:
+        if first.returncode is None:
+            first.kill()
+            await first.wait()
+    second = await worker()
+    try:
+        result = await asyncio.wait_for(outcome, 90)
+        assert result.status == "completed", result
+    finally:
+        second.send_signal(signal.SIGTERM)
+        await asyncio.wait_for(second.wait(), 30)
+    state = TurnReducer.of(runtime.repository.read(turn_id)).state
+    call = state.tool_calls[0]
+    assert call.result is not None and call.result.result.output == INTERRUPTED_TOOL_RESULT
+    assert _log(log).count("started slow") == 1  # never called a second time
