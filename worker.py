@@ -136,6 +136,8 @@ async def serving(
 ) -> AsyncIterator[Worker]:
     """Run a worker in this process for the block; it is shut down when the block ends."""
     worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown)
+    if runtime.mcp is not None:
+        runtime.mcp.serve()
     task = asyncio.create_task(worker.run())
     try:
         yield worker

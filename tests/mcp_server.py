@@ -4,9 +4,10 @@
 ``python -m tests.mcp_server http LOG PORT`` serves streamable HTTP on
 127.0.0.1:PORT (path ``/mcp``). LOG is a file the server appends one line to
 per event (``started slow``, ``cancelled slow``...), so tests can see what
-reached the server. If ``MCP_TOOLS_FILE`` names a file that exists, its first
-line replaces the ``echo`` tool's description and a line ``extra`` adds the
-``extra`` tool; ``MCP_TOKEN`` (when set) is required as the HTTP
+reached the server. If ``MCP_TOOLS_FILE`` names a file that exists when the
+tools are listed, its first line replaces the ``echo`` tool's description and
+a line ``extra`` lists the ``extra`` tool too (a server whose tools change
+while it runs); ``MCP_TOKEN`` (when set) is required as the HTTP
 ``Authorization`` header.
 """
 
@@ -34,15 +35,9 @@ def build(log: Path) -> MCPServer:
         with log.open("a", encoding="utf-8") as f:
             f.write(line + "\n")
 
-    tools_file = os.environ.get("MCP_TOOLS_FILE")
-    lines = (
-        Path(tools_file).read_text().splitlines()
-        if tools_file and Path(tools_file).exists()
-        else []
-    )
-    server = MCPServer("turncore-test")
+    server = ChangingServer("turncore-test")
 
-    @server.tool(description=lines[0] if lines else "Echo the text back.")
+    @server.tool(description="Echo the text back.")
     def echo(text: str) -> str:
         note(f"echo {text}")
         return text
@@ -104,14 +99,29 @@ def build(log: Path) -> MCPServer:
         sys.stdout.flush()
         os._exit(0)
 
-    if "extra" in lines:
-
-        @server.tool()
-        def extra() -> str:
-            """A tool that appeared later."""
-            return "extra"
+    @server.tool()
+    def extra() -> str:
+        """A tool that appears later (listed once MCP_TOOLS_FILE says ``extra``)."""
+        return "extra"
 
     return server
+
+
+class ChangingServer(MCPServer):
+    """Lists what ``MCP_TOOLS_FILE`` says at the moment it is asked."""
+
+    async def list_tools(self) -> list[Any]:
+        tools_file = os.environ.get("MCP_TOOLS_FILE")
+        path = Path(tools_file) if tools_file else None
+        lines = path.read_text().splitlines() if path is not None and path.exists() else []
+        out = []
+        for t in await super().list_tools():
+            if t.name == "extra" and "extra" not in lines:
+                continue
+            if t.name == "echo" and lines:
+                t = t.model_copy(update={"description": lines[0]})
+            out.append(t)
+        return out
 
 
 def main() -> None:

@@ -3,8 +3,10 @@
 How it works:
 
 - **Listing** (``McpListing``, the ``ListedTools`` of turn creation). Creating
-  a turn opens a short connection to each server the agent attaches, lists
-  its tools (every page, bounded by ``CONNECT_TIMEOUT``) and closes it. The
+  a turn lists the tools of each server the agent attaches (every page,
+  bounded by ``CONNECT_TIMEOUT``): through the worker's session when a worker
+  of the same process serves (``McpPool.active``), else over a short
+  connection of its own. The
   tools become ordinary descriptors (``toolId`` ``mcp:NAME/TOOL``, the
   advertised name ``PREFIX_TOOL`` or ``TOOL``, the server's description and
   input schema verbatim) that ``turn_created`` snapshots; nothing lists again
@@ -167,23 +169,26 @@ def _describe(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
 
 
-async def list_tools(server: McpServer, env: Mapping[str, str]) -> list[McpToolInfo]:
-    """Every tool ``server`` lists, in its order: one connection, closed after."""
+async def list_tools(
+    server: McpServer, env: Mapping[str, str], pool: McpPool | None = None
+) -> list[McpToolInfo]:
+    """Every tool ``server`` lists, in its order, asked now.
+
+    Through ``pool``'s session when a worker in this process serves it (a
+    stdio server is not started again for every turn), else over a
+    connection of its own, closed after.
+    """
     timeout = CONNECT_TIMEOUT
     try:
         async with asyncio.timeout(timeout):
+            if pool is not None and pool.active:
+                try:
+                    return await _pages(server, await pool.client(server))
+                except BaseException:
+                    await pool.discard(server)  # the next call reconnects
+                    raise
             async with connect(server, env) as client:
-                tools: list[McpToolInfo] = []
-                cursor: str | None = None
-                for _ in range(_LIST_PAGES):
-                    page = await client.session.list_tools(params=_page(cursor))
-                    tools.extend(page.tools)
-                    cursor = page.next_cursor
-                    if cursor is None:
-                        return tools
-                raise DependencyError(
-                    f"MCP server {server.name} lists more than {_LIST_PAGES} pages of tools"
-                )
+                return await _pages(server, client)
     except (ConfigError, DependencyError):
         raise
     except TimeoutError:
@@ -194,6 +199,18 @@ async def list_tools(server: McpServer, env: Mapping[str, str]) -> list[McpToolI
         raise DependencyError(
             f"MCP server {server.name} ({server.where}) cannot list its tools: {_describe(exc)}"
         ) from None
+
+
+async def _pages(server: McpServer, client: Client) -> list[McpToolInfo]:
+    tools: list[McpToolInfo] = []
+    cursor: str | None = None
+    for _ in range(_LIST_PAGES):
+        page = await client.session.list_tools(params=_page(cursor))
+        tools.extend(page.tools)
+        cursor = page.next_cursor
+        if cursor is None:
+            return tools
+    raise DependencyError(f"MCP server {server.name} lists more than {_LIST_PAGES} pages of tools")
 
 
 def _page(cursor: str | None) -> Any:
@@ -240,10 +257,12 @@ class McpListing:
         servers: Mapping[str, McpServer],
         attached: Mapping[str, Sequence[str]],
         env: Mapping[str, str],
+        pool: McpPool | None = None,
     ) -> None:
         self._servers = dict(servers)
         self._attached = {agent: tuple(names) for agent, names in attached.items()}
         self._env = env
+        self._pool = pool
 
     def attached(self, agent_id: str) -> tuple[str, ...]:
         return self._attached.get(agent_id, ())
@@ -253,7 +272,8 @@ class McpListing:
         if not names:
             return []
         listed = await asyncio.gather(
-            *(list_tools(self._servers[n], self._env) for n in names), return_exceptions=True
+            *(list_tools(self._servers[n], self._env, self._pool) for n in names),
+            return_exceptions=True,
         )
         out: list[ToolDescriptor] = []
         for name, result in zip(names, listed, strict=True):
@@ -388,6 +408,19 @@ class McpPool:
         self._env = env
         self._sessions: dict[str, _Session] = {}
         self._loop: asyncio.AbstractEventLoop | None = None
+        self._serving: asyncio.AbstractEventLoop | None = None
+
+    @property
+    def active(self) -> bool:
+        """Whether a worker of this process serves through the pool, on the running loop."""
+        try:
+            return self._serving is asyncio.get_running_loop()
+        except RuntimeError:
+            return False
+
+    def serve(self) -> None:
+        """A worker starts serving in this loop: listings may use (and open) its sessions."""
+        self._serving = asyncio.get_running_loop()
 
     def tool_for(self, descriptor: ToolDescriptor) -> McpTool:
         """The ``ToolRegistry`` family factory for ``mcp:`` ids."""
@@ -431,6 +464,7 @@ class McpPool:
             await session.close()
 
     async def close(self) -> None:
+        self._serving = None
         sessions, self._sessions = self._sessions, {}
         if self._loop is None or self._loop is not asyncio.get_running_loop():
             return

@@ -166,7 +166,7 @@ class Runtime:
             registry.register_family(TOOL_ID_PREFIX, pool.tool_for)
             checker = McpPermissionChecker(checker, config.mcp)
             listing = McpListing(
-                config.mcp, {name: a.mcp_names for name, a in config.agents.items()}, env
+                config.mcp, {name: a.mcp_names for name, a in config.agents.items()}, env, pool
             )
 
         # Sub-agents: every agent may list the workflow-native spawn_agent tool;
