@@ -19,9 +19,9 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
-from turnclient import Agent, ConfigError, Turns
+from turnclient import Agent, ConfigError, McpServer, Turns
 from turnclient.api import CreateTurnInput, TurnClient
-from turnclient.config import McpServer, load_config
+from turnclient.config import load_config
 from turnclient.mcp import call_result
 from turnclient.render import continue_commands
 from turnclient.runtime import Runtime

@@ -26,13 +26,14 @@ if TYPE_CHECKING:
     )
     from turncore.tools import Tool, ToolContext, ToolError, tool
 
-    from .config import Agent, ConfigError
+    from .config import Agent, ConfigError, McpServer
     from .listing import TurnSummary
     from .turns import TurnResult, Turns
 
 _EXPORTS = {
     "Agent": ".config",
     "ConfigError": ".config",
+    "McpServer": ".config",
     "Turns": ".turns",
     "TurnResult": ".turns",
     "TurnSummary": ".listing",
@@ -55,6 +56,7 @@ __all__ = [
     "DependencyError",
     "InvalidInputError",
     "InvalidTurnIdError",
+    "McpServer",
     "RejectedInputError",
     "Tool",
     "ToolContext",
