@@ -19,6 +19,7 @@ from typing import Any
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.webui import running_ui
 from turnclient import Agent, ConfigError, McpServer, Turns
 from turnclient.api import CreateTurnInput, TurnClient
 from turnclient.config import load_config
@@ -605,3 +606,73 @@ async def test_a_worker_killed_mid_call_never_calls_again(
     call = state.tool_calls[0]
     assert call.result is not None and call.result.result.output == INTERRUPTED_TOOL_RESULT
     assert _log(log).count("started slow") == 1  # never called a second time
+
+
+async def test_the_web_ui_creates_mcp_turns_and_labels_their_approvals(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    log, home = tmp_path / "server.log", tmp_path / "home"
+    home.mkdir()
+    (home / "script.json").write_text(
+        json.dumps(
+            {
+                "responses": [
+                    {
+                        "toolCalls": [
+                            {"toolCallId": "e", "toolName": "echo", "input": {"text": "ui"}}
+                        ]
+                    },
+                    {"text": "done"},
+                ]
+            }
+        )
+    )
+    (home / "turns.toml").write_text(
+        _stdio("tools", log)
+        + '[agents.helper]\nsystem_prompt = "p"\nmodel = "scripted/script.json"\nmcp = ["tools"]\n'
+    )
+    async with running_ui(temporal_env, tmp_path) as ui:
+        turn_id = await ui.create("echo", agent="helper")
+        view = await ui.until(turn_id, lambda v: v["status"] == "suspended")
+        (waiting,) = view["pending"]["permissions"]
+        assert waiting["label"] == "MCP tools · echo"
+        assert waiting["request"]["kind"] == "mcp"
+        r = await ui.http.post(f"/api/turns/{turn_id}/calls/e/approve", json={})
+        assert r.status_code == 200, r.text
+        await ui.until(turn_id, lambda v: v["status"] == "completed")
+    assert _log(log) == ["echo ui"]
+
+
+async def test_a_sub_agent_gets_its_mcp_tools_when_it_is_spawned(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    log, work = tmp_path / "server.log", tmp_path / "w"
+    work.mkdir()
+    (work / "turns.toml").write_text(
+        _stdio("tools", log, allow=["echo"])
+        + '[agents.parent]\nsystem_prompt = "p"\nmodel = "scripted/parent"\n'
+        + 'tools = ["spawn_agent"]\n'
+        + '[agents.child]\nsystem_prompt = "c"\nmodel = "scripted/child"\nmcp = ["tools"]\n'
+    )
+    spawn = {
+        "toolCallId": "k",
+        "toolName": "spawn_agent",
+        "input": {"agent": "child", "prompt": "go"},
+    }
+    echo = {"toolCallId": "e", "toolName": "echo", "input": {"text": "sub"}}
+    turns = Turns(
+        work,
+        client=temporal_env.client,
+        env={**os.environ, "TURNS_TASK_QUEUE": f"tq-{uuid.uuid4()}"},
+        models={"parent": calling(spawn), "child": calling(echo)},
+    )
+    async with turns:
+        result = await turns.run("delegate", agent="parent")
+        assert result.status == "completed", [
+            (e.type, getattr(e, "result", None) or getattr(e, "request", None))
+            for e in await turns.events(result.turn_id)
+            if e.type != "model_step_event"
+        ]
+        assert _log(log) == ["echo sub"]
+        parent_events = await turns.events(result.turn_id)
+        assert "mcp:tools/echo" not in str(parent_events[0].agent.resolved)  # type: ignore[union-attr]

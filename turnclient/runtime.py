@@ -156,6 +156,12 @@ class Runtime:
         catalog: dict[str, ToolDescriptor] = {n: t.descriptor() for n, t in config.tools.items()}
         declarations: dict[str, Any] = {t.tool_id: t.permission for t in config.tools.values()}
         registry = ToolRegistry.of(config.tools.values())
+
+        # Sub-agents: every agent may list the workflow-native spawn_agent tool;
+        # spawning needs no approval (what the child does is gated in the child).
+        catalog["spawn_agent"] = spawn_agent_descriptor()
+        declarations[SPAWN_AGENT_TOOL_ID] = "none"
+
         checker: PermissionChecker = DeclaredPermissionChecker(declarations)
         pool: McpPool | None = None
         listing: McpListing | None = None
@@ -168,11 +174,6 @@ class Runtime:
             listing = McpListing(
                 config.mcp, {name: a.mcp_names for name, a in config.agents.items()}, env, pool
             )
-
-        # Sub-agents: every agent may list the workflow-native spawn_agent tool;
-        # spawning needs no approval (what the child does is gated in the child).
-        catalog["spawn_agent"] = spawn_agent_descriptor()
-        declarations[SPAWN_AGENT_TOOL_ID] = "none"
 
         default_model = (
             parse_model_ref(config.default_model) if config.default_model is not None else None
