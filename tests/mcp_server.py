@@ -7,7 +7,7 @@ per event (``started slow``, ``cancelled slow``...), so tests can see what
 reached the server. If ``MCP_TOOLS_FILE`` names a file that exists when the
 tools are listed, its first line replaces the ``echo`` tool's description and
 a line ``extra`` lists the ``extra`` tool too (a server whose tools change
-while it runs); ``MCP_TOKEN`` (when set) is required as the HTTP
+while it runs); LOG.pid holds the process id; ``MCP_TOKEN`` (when set) is required as the HTTP
 ``Authorization`` header.
 """
 
@@ -126,6 +126,7 @@ class ChangingServer(MCPServer):
 
 def main() -> None:
     transport, log = sys.argv[1], Path(sys.argv[2])
+    log.with_name(log.name + ".pid").write_text(str(os.getpid()))  # tests check it stops
     server = build(log)
     if transport == "stdio":
         server.run("stdio")

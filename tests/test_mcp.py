@@ -105,6 +105,16 @@ def _log(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
 
 
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # A zombie (exited, not yet reaped) is not running.
+    stat = Path(f"/proc/{pid}/stat")
+    return not (stat.exists() and stat.read_text().split(") ")[-1].startswith("Z"))
+
+
 async def _until(check: Any, what: str, seconds: float = 30) -> None:
     deadline = asyncio.get_running_loop().time() + seconds
     while not check():
@@ -155,6 +165,10 @@ async def test_listing_snapshot_and_a_call_with_approval(
         events = await turns.events(result.turn_id)
         assert _results(events)["c1"].output == {"result": "hello"}
         assert _log(log) == ["echo hello"]
+        pid = int(log.with_name("server.log.pid").read_text())
+        assert _alive(pid)
+    # The worker started the stdio server; it stops with the worker.
+    await _until(lambda: not _alive(pid), "the stdio server to stop with the worker")
 
 
 async def test_allowed_calls_errors_images_and_resources(
@@ -379,6 +393,36 @@ async def test_over_streamable_http_with_a_header_from_the_environment(
         with pytest.raises(ConfigError, match=r"mcp\.web\.headers_env\.Authorization"):
             await turns.start("go", agent="helper")
         assert list((tmp_path / "y" / "turns").rglob("*.jsonl")) == []
+
+
+async def test_a_server_that_answers_garbage_creates_no_turn(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    (tmp_path / "site").mkdir()
+    (tmp_path / "site" / "mcp").write_text("<html>not MCP</html>")
+    port = _free_port()
+    site = subprocess.Popen(
+        [sys.executable, "-m", "http.server", str(port), "--bind", "127.0.0.1"],
+        cwd=tmp_path / "site",
+        stderr=subprocess.DEVNULL,
+    )
+    try:
+        toml = f'[mcp.odd]\nurl = "http://127.0.0.1:{port}/mcp"\n' + _agent("odd")
+        async with turns_for(temporal_env, tmp_path / "w", toml) as turns:
+            await _until(lambda: _listening(port), "the HTTP server")
+            with pytest.raises(DependencyError, match="MCP server odd .* cannot list its tools"):
+                await turns.start("go", agent="helper")
+            assert list((tmp_path / "w" / "turns").rglob("*.jsonl")) == []
+    finally:
+        _stop(site)
+
+
+def _listening(port: int) -> bool:
+    try:
+        socket.create_connection(("127.0.0.1", port), timeout=1).close()
+        return True
+    except OSError:
+        return False
 
 
 async def test_a_refused_connection_at_creation_and_during_a_call(

@@ -446,9 +446,10 @@ class McpPool:
         sessions = self._session()
         session = sessions.get(server.name)
         if session is None or not session.alive:
-            if session is not None:
-                await session.close()
-            session = sessions[server.name] = _Session(server, self._env)
+            dead, session = session, _Session(server, self._env)
+            sessions[server.name] = session  # before any await: concurrent calls share it
+            if dead is not None:
+                await dead.close()
         try:
             return await session.client(CONNECT_TIMEOUT)
         except BaseException:
