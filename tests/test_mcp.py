@@ -20,7 +20,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.webui import running_ui
-from turnclient import Agent, ConfigError, McpServer, Turns
+from turnclient import Agent, ConfigError, McpServer, RejectedInputError, Turns
 from turnclient.api import CreateTurnInput, TurnClient
 from turnclient.config import load_config
 from turnclient.mcp import call_result
@@ -103,6 +103,10 @@ def _results(events: list[Any]) -> dict[str, Any]:
 
 def _log(path: Path) -> list[str]:
     return path.read_text().splitlines() if path.exists() else []
+
+
+def _turn_files(work: Path) -> list[Path]:
+    return sorted(work.rglob("*.jsonl"))
 
 
 def _alive(pid: int) -> bool:
@@ -295,8 +299,9 @@ async def test_two_tools_under_one_name_and_a_server_down_create_no_turn(
         with pytest.raises(DependencyError) as down:
             await turns.start("go", agent="broken")
         assert "MCP server down" in str(down.value)
-        assert list((tmp_path / "w" / "turns").rglob("*.jsonl")) == []
+        assert _turn_files(tmp_path / "w") == []
         prefixed = await turns.start("go", agent="prefixed")
+        assert len(_turn_files(tmp_path / "w")) == 1  # where the refused ones would have been
         tools = (await turns.events(prefixed))[0].agent.resolved.tools  # type: ignore[union-attr]
         names = {t.name for t in tools}
         assert {"echo", "t3_echo"} <= names
@@ -392,7 +397,7 @@ async def test_over_streamable_http_with_a_header_from_the_environment(
         os.environ.pop("WEB_TOKEN", None)
         with pytest.raises(ConfigError, match=r"mcp\.web\.headers_env\.Authorization"):
             await turns.start("go", agent="helper")
-        assert list((tmp_path / "y" / "turns").rglob("*.jsonl")) == []
+        assert _turn_files(tmp_path / "y") == []
 
 
 async def test_a_server_that_answers_garbage_creates_no_turn(
@@ -412,7 +417,7 @@ async def test_a_server_that_answers_garbage_creates_no_turn(
             await _until(lambda: _listening(port), "the HTTP server")
             with pytest.raises(DependencyError, match="MCP server odd .* cannot list its tools"):
                 await turns.start("go", agent="helper")
-            assert list((tmp_path / "w" / "turns").rglob("*.jsonl")) == []
+            assert _turn_files(tmp_path / "w") == []
     finally:
         _stop(site)
 
@@ -437,7 +442,7 @@ async def test_a_refused_connection_at_creation_and_during_a_call(
     async with turns_for(temporal_env, tmp_path / "w", toml, call, env=env) as turns:
         with pytest.raises(DependencyError, match="MCP server web"):
             await turns.start("go", agent="helper")
-        assert list((tmp_path / "w" / "turns").rglob("*.jsonl")) == []
+        assert _turn_files(tmp_path / "w") == []
         process = _start_http(tmp_path / "http.log", port)
         try:
             result = await turns.run("go", agent="helper")
@@ -720,3 +725,25 @@ async def test_a_sub_agent_gets_its_mcp_tools_when_it_is_spawned(
         assert _log(log) == ["echo sub"]
         parent_events = await turns.events(result.turn_id)
         assert "mcp:tools/echo" not in str(parent_events[0].agent.resolved)  # type: ignore[union-attr]
+
+
+async def test_a_worker_without_the_server_refuses_the_turn_and_changes_nothing(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    log, work = tmp_path / "server.log", tmp_path / "w"
+    call = {"toolCallId": "c1", "toolName": "echo", "input": {"text": "x"}}
+    queue = {"TURNS_TASK_QUEUE": f"tq-{uuid.uuid4()}"}
+    async with turns_for(
+        temporal_env, work, _stdio("tools", log) + _agent("tools"), call, env=queue
+    ) as turns:
+        result = await turns.run("go", agent="helper")
+        assert result.status == "suspended"
+    (path,) = _turn_files(work)
+    before = path.read_bytes()
+    without = '[agents.helper]\nsystem_prompt = "You help."\nmodel = "scripted/mcp"\n'
+    async with turns_for(temporal_env, work, without, call, env=queue) as turns:
+        # §15.3: the decision is refused, naming the missing server; nothing is written.
+        with pytest.raises(RejectedInputError, match="needs MCP server 'tools'"):
+            await turns.approve(result.turn_id, "c1")
+    assert path.read_bytes() == before
+    assert _log(log) == []

@@ -174,6 +174,8 @@ class Runtime:
             listing = McpListing(
                 config.mcp, {name: a.mcp_names for name, a in config.agents.items()}, env, pool
             )
+        else:  # a turn snapshotted elsewhere with MCP tools: refused, naming the server
+            registry.register_family(TOOL_ID_PREFIX, McpPool({}, env).tool_for)
 
         default_model = (
             parse_model_ref(config.default_model) if config.default_model is not None else None
