@@ -747,3 +747,30 @@ async def test_a_worker_without_the_server_refuses_the_turn_and_changes_nothing(
             await turns.approve(result.turn_id, "c1")
     assert path.read_bytes() == before
     assert _log(log) == []
+
+
+async def test_a_restarted_http_server_gets_a_new_session(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The worker's session outlives the server's: the server refuses the old session
+    without running the call (404), and the worker opens a new one for it."""
+    port, log = _free_port(), tmp_path / "http.log"
+    toml = (
+        f'[mcp.web]\nurl = "http://127.0.0.1:{port}/mcp"\npermission = "none"\n'
+        'headers_env = { Authorization = "WEB_TOKEN" }\n' + _agent("web")
+    )
+    call = {"toolCallId": "e", "toolName": "echo", "input": {"text": "again"}}
+    env = {"WEB_TOKEN": "Bearer sesame"}
+    process = _start_http(log, port)
+    try:
+        async with turns_for(temporal_env, tmp_path / "w", toml, call, env=env) as turns:
+            first = await turns.run("one", agent="helper")
+            assert _results(await turns.events(first.turn_id))["e"].output == {"result": "again"}
+            _stop(process)
+            process = _start_http(log, port)
+            second = await turns.run("two", agent="helper")
+            result = _results(await turns.events(second.turn_id))["e"]
+            assert (result.is_error, result.output) == (False, {"result": "again"})
+        assert _log(log) == ["echo again", "echo again"]
+    finally:
+        _stop(process)

@@ -182,11 +182,14 @@ async def list_tools(
     try:
         async with asyncio.timeout(timeout):
             if pool is not None and pool.active:
-                try:
-                    return await _pages(server, await pool.client(server))
-                except BaseException:
-                    await pool.discard(server)  # the next call reconnects
-                    raise
+                for attempt in (1, 2):
+                    try:
+                        return await _pages(server, await pool.client(server))
+                    except BaseException as exc:
+                        await pool.discard(server)  # the next call reconnects
+                        if attempt == 2 or not _is_session_gone(exc):
+                            raise
+                        # the HTTP server ended the session: list on a new one
             async with connect(server, env) as client:
                 return await _pages(server, client)
     except (ConfigError, DependencyError):
@@ -472,6 +475,26 @@ class McpPool:
         await asyncio.gather(*(s.close() for s in sessions.values()))
 
 
+def _session_gone(call: asyncio.Task[Any]) -> bool:
+    """Whether the request failed because the HTTP server ended the session (404 on it)."""
+    if call.cancelled():
+        return False
+    exc = call.exception()
+    return exc is not None and _is_session_gone(exc)
+
+
+def _is_session_gone(exc: BaseException) -> bool:
+    if exc.__class__.__name__ != "MCPError":
+        return False
+    from mcp_types import INVALID_REQUEST
+
+    message = str(getattr(getattr(exc, "error", None), "message", ""))
+    return getattr(exc, "code", None) == INVALID_REQUEST and message in (
+        "Session not found",
+        "Session terminated",
+    )
+
+
 class McpTool:
     """A snapshotted MCP tool, run through the pool's session (a ``SyncTool``)."""
 
@@ -486,6 +509,24 @@ class McpTool:
             return ToolResultData(
                 output=f"Invalid arguments for MCP tool {tool}: not an object", is_error=True
             )
+        call = await self._attempt(input, context)
+        if isinstance(call, ToolResultData):
+            return call
+        if server.url is not None and _session_gone(call):
+            # The HTTP server no longer knows the session (it restarted, or
+            # expired it): it refused the request without running it, and MCP
+            # says to start a new session. Once, on a new one.
+            await self._pool.discard(server)
+            call = await self._attempt(input, context)
+            if isinstance(call, ToolResultData):
+                return call
+        return await self._result(call)
+
+    async def _attempt(
+        self, input: dict[str, JsonValue], context: ToolContext
+    ) -> asyncio.Task[CallToolResult] | ToolResultData:
+        """The finished request, or the error result when the server cannot be reached."""
+        server = self._server
         try:
             client = await self._pool.client(server)
         except ConfigError as exc:
@@ -512,7 +553,7 @@ class McpTool:
             with contextlib.suppress(BaseException):
                 await call
             raise asyncio.CancelledError
-        return await self._result(call)
+        return call
 
     async def _call(self, client: Client, input: dict[str, JsonValue]) -> CallToolResult:
         from mcp_types import CallToolRequest, CallToolRequestParams, CallToolResult
