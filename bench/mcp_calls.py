@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from turnclient import Agent, Turns, tool  # noqa: E402
-from turnclient.devserver import find_temporal_cli  # noqa: E402
+from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
 from turncore.events import ToolDescriptor  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402
 from turncore.model.scripted import call_index  # noqa: E402

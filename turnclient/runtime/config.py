@@ -1,0 +1,881 @@
+"""``turns.toml``: agents, providers and tools, layered over built-in defaults.
+
+The file lives in the work dir (``TURNS_HOME``, default ``./.turns``), or
+wherever ``TURNS_CONFIG`` names; a missing file means the built-ins alone.
+Relative paths in it are taken from the work dir.
+
+The file is validated by pydantic models, one per table (``TurnsFile``,
+``AgentTable``, ``ToolTable``, ``PermissionsTable``; ``[context]`` is the
+``ElisionPolicy`` itself), each forbidding unknown keys, and one validator
+for what crosses tables (an agent naming an unknown tool or provider, a
+default agent that is not an agent...). Every problem is a ``ConfigError``
+naming the key path (``agents.coder.tools: unknown tool 'bash'``), so a typo
+never silently changes what an agent can do. To add a section, add a table
+model and a field of ``TurnsFile``.
+
+Layering: built-in tools and agents come first; ``[tools.NAME]`` and
+``[agents.NAME]`` with a built-in name override the given keys of that
+built-in (for a built-in tool only ``description`` and ``permission``); any
+other name adds a tool or an agent. A sync tool is ``callable =
+"module:function"``: its input schema is inferred from the function's
+signature (``turncore.tools.tool``); an ``input_schema`` given next to it
+must agree with the inferred one. See README "Configuration".
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from turnclient.builtins.demo import DEMO_MODEL
+from turnclient.builtins.tools import BUILTIN_NAMES, builtin_tools
+from turnclient.lib.cost import PriceConfigError, ProviderPrice
+from turncore.context import ElisionPolicy
+from turncore.errors import DependencyError
+from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
+from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagreement, tool
+
+CONFIG_FILE = "turns.toml"
+DEFAULT_WORK_DIR = ".turns"
+DEFAULT_TASK_QUEUE = "turns"
+SPAWN_AGENT = "spawn_agent"
+"""The workflow-native sub-agent tool any agent may list."""
+EFFORTS = ("low", "medium", "high")
+Effort = Literal["low", "medium", "high"]
+
+
+class ConfigError(DependencyError):
+    """``turns.toml`` (or an agent defined in Python) is unusable; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: the same whether it comes from ``[agents.NAME]`` or from Python.
+
+    ``tools`` are tool names (built-ins, ``[tools.*]``, ``spawn_agent``) or
+    ``Tool`` objects, which a runtime then registers under their names.
+    """
+
+    name: str
+    system_prompt: str
+    tools: tuple[str | Tool, ...] = ()
+    model: str | None = None
+    """``provider/model``; None means the configured ``default_model``."""
+    reasoning_effort: Effort | None = None
+    description: str = ""
+    mcp: tuple[str | McpServer, ...] = ()
+    """MCP servers whose tools the agent gets, listed when a turn is created: names of
+    ``[mcp.NAME]`` tables, or ``McpServer`` objects, which a runtime adds under their names."""
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(t if isinstance(t, str) else t.name for t in self.tools)
+
+    @property
+    def mcp_names(self) -> tuple[str, ...]:
+        return tuple(m if isinstance(m, str) else m.name for m in self.mcp)
+
+
+AgentConfig = Agent
+"""The name the configuration has always used for an agent."""
+
+
+DEMO_PROMPT = (
+    "You are the turncore demo agent. You answer by calling exactly one tool and "
+    "then quoting its result."
+)
+ASSISTANT_PROMPT = (
+    "You are a helpful assistant working in a sandboxed workspace directory. Use the tools "
+    "when they help; file paths are relative to the workspace. Answer concisely."
+)
+
+BUILTIN_AGENTS: dict[str, Agent] = {
+    "demo": Agent(
+        name="demo",
+        system_prompt=DEMO_PROMPT,
+        tools=BUILTIN_NAMES,
+        model=f"scripted/{DEMO_MODEL}",
+        description="the built-in demo: a scripted model that makes real tool calls, no key needed",
+    ),
+    "assistant": Agent(
+        name="assistant",
+        system_prompt=ASSISTANT_PROMPT,
+        tools=BUILTIN_NAMES,
+        description="a general assistant on default_model (or --model) with the built-in tools",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    work_dir: Path
+    source: Path | None
+    """The ``turns.toml`` that was read, if there was one."""
+    default_agent: str = "demo"
+    default_model: str | None = None
+    task_queue: str = DEFAULT_TASK_QUEUE
+    workspace: Path = Path()
+    agents: dict[str, Agent] = field(default_factory=dict)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    auto_allow: tuple[str, ...] = ()
+    auto_deny: tuple[str, ...] = ()
+    context: ElisionPolicy = field(default_factory=ElisionPolicy)
+    storage: StorageConfig = field(default_factory=lambda: StorageConfig())
+    max_concurrent_subagents: int | None = None
+    """``[subagents] max_concurrent``; None: the workflow's default."""
+    payload_key_env: str | None = None
+    """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
+    prices: dict[str, ProviderPrice] = field(default_factory=dict)
+    """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    mcp: dict[str, McpServer] = field(default_factory=dict)
+    """``[mcp.NAME]``: MCP servers agents attach with ``mcp = [...]``."""
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """``[mcp.NAME]``: an MCP server, over stdio (``command``) or streamable HTTP (``url``)."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    """Names of environment variables passed to the stdio server (besides a safe default set)."""
+    cwd: Path | None = None
+    url: str | None = None
+    headers_env: Mapping[str, str] = field(default_factory=dict)
+    """HTTP header name to the environment variable holding its value."""
+    timeout: float = 60.0
+    """Seconds one call may take before it is an error result."""
+    permission: Literal["ask", "none"] = "ask"
+    allow: tuple[str, ...] = ()
+    """Tools (server names) that need no permission."""
+    deny: tuple[str, ...] = ()
+    """Tools (server names) never advertised."""
+    prefix: str | None = None
+    """Advertise ``PREFIX_TOOL`` instead of ``TOOL``."""
+
+    @property
+    def where(self) -> str:
+        """How the server is reached, for messages (no header values, no env values)."""
+        if self.command is not None:
+            return "stdio: " + " ".join([self.command, *self.args])
+        return str(self.url)
+
+
+def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
+    """``TURNS_HOME``; else the nearest ``.turns/`` upward from the current directory, as git
+    finds ``.git``; else ``./.turns`` (absolute), which the first command that writes creates.
+
+    So a command run in a subdirectory of a project uses the project's turns and
+    its Temporal database instead of silently starting a second, empty one.
+    """
+    env = os.environ if env is None else env
+    if env.get("TURNS_HOME"):
+        return Path(env["TURNS_HOME"]).absolute()
+    here = (cwd or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        candidate = folder / DEFAULT_WORK_DIR
+        if candidate.is_dir():
+            return candidate
+    return here / DEFAULT_WORK_DIR
+
+
+# ---------------------------------------------------------------- the file's shape
+
+
+class _Table(BaseModel):
+    """A TOML table: strict types, and an unknown key named with the keys that exist."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                    f"(known: {', '.join(sorted(cls.model_fields))})"
+                )
+        return data
+
+
+class ToolTable(_Table):
+    """``[tools.NAME]``."""
+
+    execution: Literal["sync", "async"] | None = None
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    permission: Literal["none", "ask"] | None = None
+    requires_human: bool | None = None
+    callable: str | None = None
+    """``module:function`` of a sync tool (a typed function or a ``Tool``)."""
+
+
+class AgentTable(_Table):
+    """``[agents.NAME]``."""
+
+    system_prompt: str | None = None
+    model: str | None = None
+    tools: list[str] | None = None
+    reasoning_effort: Effort | None = None
+    description: str | None = None
+    mcp: list[str] | None = None
+
+
+class McpTable(_Table):
+    """``[mcp.NAME]``."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: list[str] = []
+    cwd: str | None = None
+    url: str | None = None
+    headers_env: dict[str, str] = {}
+    timeout: Annotated[float, Field(gt=0, le=3600)] | Annotated[int, Field(gt=0, le=3600)] = 60
+    permission: Literal["ask", "none"] = "ask"
+    allow: list[str] = []
+    deny: list[str] = []
+    prefix: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> McpTable:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(
+                "give either command (a stdio server) or url (a streamable HTTP server), "
+                f"{'not both' if self.command is not None else 'one of them'}"
+            )
+        if self.url is not None:
+            if not re.match(r"https?://[^/\s]+", self.url):
+                raise ValueError("url must be an http:// or https:// URL")
+            for key in ("args", "env", "cwd"):
+                if getattr(self, key):
+                    raise ValueError(f"{key} applies only to a stdio server (command)")
+        elif self.headers_env:
+            raise ValueError("headers_env applies only to an HTTP server (url)")
+        if self.command is not None and not self.command.strip():
+            raise ValueError("command must not be empty")
+        for name in self.env:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"env: {name!r} is not a variable name (letters, digits, '_')")
+        for header, variable in self.headers_env.items():
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header):
+                raise ValueError(f"headers_env: {header!r} is not an HTTP header name")
+            if not ENV_NAME.fullmatch(variable):
+                # Never repeat the value: it may be the secret itself.
+                raise ValueError(
+                    f"headers_env.{header} names an environment variable (letters, digits, "
+                    "'_'), not the header's value: put the value in that variable"
+                )
+        if self.prefix is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.prefix):
+            raise ValueError("prefix is 1-32 letters, digits, '_' or '-'")
+        both = sorted(set(self.allow) & set(self.deny))
+        if both:
+            raise ValueError(f"{', '.join(both)} is both allowed and denied")
+        return self
+
+    def server(self, name: str, root: Path) -> McpServer:
+        cwd = None
+        if self.cwd is not None:
+            cwd = Path(self.cwd) if Path(self.cwd).is_absolute() else root / self.cwd
+        return McpServer(
+            name=name,
+            command=self.command,
+            args=tuple(self.args),
+            env=tuple(self.env),
+            cwd=cwd,
+            url=self.url,
+            headers_env=dict(self.headers_env),
+            timeout=float(self.timeout),
+            permission=self.permission,
+            allow=tuple(self.allow),
+            deny=tuple(self.deny),
+            prefix=self.prefix,
+        )
+
+
+MCP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+
+
+class PermissionsTable(_Table):
+    """``[permissions]``: what ``--auto-permission`` allows or denies by tool name."""
+
+    allow: list[str] = []
+    deny: list[str] = []
+
+
+# Where turn logs live (docs/operations.md, "Choosing turn storage"): the URL
+# itself is never in the file, only the name of the variable that holds it.
+DEFAULT_DATABASE_URL_ENV = "TURNS_DATABASE_URL"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """``[storage]``: ``kind`` ``file`` (the default) or ``postgres``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str = DEFAULT_DATABASE_URL_ENV
+    """The environment variable holding the database URL (kind = "postgres")."""
+    pool_size: int = 16
+    """Connections each process may open to the database."""
+
+
+class StorageTable(_Table):
+    """``[storage]``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str | None = None
+    pool_size: int | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> StorageTable:
+        if self.url_env is not None:
+            if not ENV_NAME.fullmatch(self.url_env):
+                # Never repeat the value: it may be the URL, password included.
+                raise ValueError(
+                    "url_env names an environment variable (letters, digits, '_'), "
+                    "not the URL itself: put the URL in that variable"
+                )
+            if self.kind == "file":
+                raise ValueError('url_env applies only to kind = "postgres"')
+        if self.pool_size is not None and not 1 <= self.pool_size <= 1000:
+            raise ValueError("pool_size must be between 1 and 1000")
+        return self
+
+    def config(self) -> StorageConfig:
+        return StorageConfig(
+            kind=self.kind,
+            url_env=self.url_env or DEFAULT_DATABASE_URL_ENV,
+            pool_size=self.pool_size or 16,
+        )
+
+
+def parse_storage(value: Any) -> StorageConfig:
+    """A ``[storage]`` table on its own (as ``turns.toml`` would hold it)."""
+    try:
+        return StorageTable.model_validate(value, strict=True).config()
+    except ValidationError as exc:
+        raise ConfigError(
+            "; ".join(_describe(e, "storage") for e in exc.errors(include_url=False))
+        ) from None
+
+
+class SubagentsTable(_Table):
+    """``[subagents]``: how ``spawn_agent`` children run."""
+
+    max_concurrent: Annotated[int, Field(ge=1)] | None = None
+    """Children of one turn running at once (None: the workflow's default, 8)."""
+
+
+class TemporalTable(_Table):
+    """``[temporal]``: how this process talks to Temporal."""
+
+    payload_key_env: str | None = None
+    """The environment variable holding the payload encryption keys (off if None)."""
+
+    @field_validator("payload_key_env")
+    @classmethod
+    def _a_name_not_a_key(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.fullmatch(value):
+            # Never repeat the value: it may be the key itself.
+            raise ValueError(
+                "payload_key_env names an environment variable (letters, digits, '_'); "
+                "the key itself never goes in turns.toml"
+            )
+        return value
+
+
+class TurnsFile(_Table):
+    """The whole ``turns.toml``."""
+
+    default_agent: str | None = None
+    default_model: str | None = None
+    task_queue: str | None = None
+    workspace: str | None = None
+    agents: dict[str, AgentTable] = {}
+    providers: dict[str, dict[str, Any]] = {}
+    tools: dict[str, ToolTable] = {}
+    permissions: PermissionsTable = PermissionsTable()
+    context: ElisionPolicy = ElisionPolicy()
+    storage: StorageTable = StorageTable()
+    subagents: SubagentsTable = SubagentsTable()
+    temporal: TemporalTable = TemporalTable()
+    prices: dict[str, dict[str, Any]] = {}
+    """``[prices.PROVIDER]``; each table's rules live with the pricer (``cost.py``)."""
+    mcp: dict[str, McpTable] = {}
+
+    _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
+    _prices: dict[str, ProviderPrice] = PrivateAttr(default_factory=dict)
+
+    @property
+    def provider_configs(self) -> dict[str, ProviderConfig]:
+        return self._providers
+
+    @property
+    def prices_by_provider(self) -> dict[str, ProviderPrice]:
+        return self._prices
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> TurnsFile:
+        """What one table says about another, and about the built-ins."""
+        for name, table in self.providers.items():
+            try:
+                self._providers[name] = ProviderConfig.from_table(name, table)
+            except ProviderConfigError as exc:
+                raise ValueError(f"providers.{name}: {exc}") from None
+        tools = set(BUILTIN_NAMES) | set(self.tools)
+        for name, t in self.tools.items():
+            _check_tool_table(name, t)
+        for name, a in self.agents.items():
+            where = f"agents.{name}"
+            if a.system_prompt is None and name not in BUILTIN_AGENTS:
+                raise ValueError(f"{where} needs a system_prompt")
+            _check_tool_names(f"{where}.tools", a.tools or [], tools)
+            if a.model is not None:
+                _check_model_ref(f"{where}.model", a.model, self._providers)
+            _check_mcp_names(f"{where}.mcp", a.mcp or [], set(self.mcp))
+        for name in self.mcp:
+            if not MCP_NAME.fullmatch(name):
+                raise ValueError(f"mcp.{name}: a server name is 1-64 letters, digits, '_' or '-'")
+        if self.default_model is not None:
+            _check_model_ref("default_model", self.default_model, self._providers)
+        agents = set(BUILTIN_AGENTS) | set(self.agents)
+        if self.default_agent is not None and self.default_agent not in agents:
+            raise ValueError(
+                f"default_agent {self.default_agent!r} is not an agent "
+                f"(known: {', '.join(sorted(agents))})"
+            )
+        for key in ("allow", "deny"):
+            for n in getattr(self.permissions, key):
+                _check_permission_name(f"permissions.{key}", n, tools, set(self.mcp))
+        for name, table in self.prices.items():
+            if name != "scripted" and name not in self._providers:
+                known = ", ".join(sorted({*self._providers, "scripted"}))
+                raise ValueError(
+                    f"prices.{name}: no provider {name!r} is configured (known: {known})"
+                )
+            try:
+                self._prices[name] = ProviderPrice.from_table(f"prices.{name}", table)
+            except PriceConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+
+def _check_tool_table(name: str, t: ToolTable) -> None:
+    where = f"tools.{name}"
+    if not TOOL_NAME.fullmatch(name):
+        raise ValueError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
+    if name in BUILTIN_NAMES:
+        given = t.model_dump(exclude_none=True)
+        if set(given) - {"description", "permission"}:
+            raise ValueError(
+                f"{where}: {name} is a built-in tool; only its description and permission "
+                "can be changed"
+            )
+        return
+    execution = t.execution or ("sync" if t.callable is not None else None)
+    if execution is None:
+        raise ValueError(f'{where}.execution must be "sync" or "async"')
+    if execution == "sync" and (t.callable is None or ":" not in t.callable):
+        raise ValueError(f'{where}: a sync tool needs callable = "module:function"')
+    if execution == "async" and t.callable is not None:
+        raise ValueError(
+            f"{where}: an async tool has no callable; its result arrives with `turns complete`"
+        )
+
+
+def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None:
+    for t in names:
+        if t not in known and t != SPAWN_AGENT:
+            raise ValueError(
+                f"{where}: unknown tool {t!r} (known: {', '.join(sorted([*known, SPAWN_AGENT]))})"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_permission_name(where: str, name: str, tools: set[str], servers: set[str]) -> None:
+    """A tool name, or ``mcp:SERVER/TOOL`` (``mcp:SERVER/*``: all of a server's tools)."""
+    if name.startswith("mcp:"):
+        server, sep, tool = name[4:].partition("/")
+        if not sep or not tool:
+            raise ValueError(f"{where}: {name!r} is not mcp:SERVER/TOOL or mcp:SERVER/*")
+        if server not in servers:
+            listed = ", ".join(sorted(servers)) or "none"
+            raise ValueError(f"{where}: unknown MCP server {server!r} (configured: {listed})")
+        return
+    if name not in tools:
+        raise ValueError(f"{where}: unknown tool {name!r}")
+
+
+def _check_mcp_server(server: McpServer) -> None:
+    """A Python ``McpServer`` by the rules of its ``[mcp.NAME]`` table."""
+    where = f"mcp.{server.name}"
+    if not MCP_NAME.fullmatch(server.name):
+        raise ValueError(f"{where}: a server name is 1-64 letters, digits, '_' or '-'")
+    table: dict[str, Any] = {
+        "command": server.command,
+        "args": list(server.args),
+        "env": list(server.env),
+        "cwd": str(server.cwd) if server.cwd is not None else None,
+        "url": server.url,
+        "headers_env": dict(server.headers_env),
+        "timeout": server.timeout,
+        "permission": server.permission,
+        "allow": list(server.allow),
+        "deny": list(server.deny),
+        "prefix": server.prefix,
+    }
+    try:
+        McpTable.model_validate(table, strict=True)
+    except ValidationError as exc:
+        raise ValueError(
+            "; ".join(_describe(e, where) for e in exc.errors(include_url=False))
+        ) from None
+
+
+def _check_mcp_names(where: str, names: Sequence[str], known: set[str]) -> None:
+    for n in names:
+        if n not in known:
+            listed = ", ".join(sorted(known)) or "none; add an [mcp.NAME] table"
+            raise ValueError(f"{where}: unknown MCP server {n!r} (configured: {listed})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where} lists a server twice")
+
+
+def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
+    try:
+        descriptor = parse_model_ref(ref)
+    except ProviderConfigError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if descriptor.provider != "scripted" and descriptor.provider not in providers:
+        known = ", ".join(sorted({*providers, "scripted"}))
+        raise ValueError(
+            f"{where}: provider {descriptor.provider!r} is not configured "
+            f"(add [providers.{descriptor.provider}]; configured: {known})"
+        )
+
+
+_KINDS = {
+    "string_type": "a string",
+    "list_type": "a list",
+    "bool_type": "a boolean",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+    "int_type": "an integer",
+    "float_type": "a number",
+}
+
+
+def _path(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _describe(error: ErrorDetails, table: str = "") -> str:
+    """One pydantic error as the key path (under ``table``) and what is wrong there."""
+    loc = (table, *error["loc"]) if table else tuple(error["loc"])
+    path = _path(loc)
+    kind = error["type"]
+    if kind == "value_error":
+        message = str(error.get("ctx", {}).get("error", error["msg"]))
+        if message.startswith("unknown key"):
+            return f"{path or CONFIG_FILE}: {message}"
+        return f"{path}: {message}" if path else message
+    if kind in _KINDS:
+        return f"{path} must be {_KINDS[kind]}"
+    if kind == "literal_error":
+        expected = str(error.get("ctx", {}).get("expected", "")).replace("'", '"')
+        return f"{path} must be {expected}"
+    if kind == "extra_forbidden":  # tables that are not _Table, such as [context]
+        return f"{_path(loc[:-1]) or CONFIG_FILE}: unknown key {loc[-1]}"
+    return f"{path}: {error['msg']}" if path else str(error["msg"])
+
+
+def parse_file(data: Mapping[str, Any]) -> TurnsFile:
+    """The validated file, or a ``ConfigError`` naming every problem's key path."""
+    try:
+        return TurnsFile.model_validate(data, strict=True)  # TOML has types: no coercion
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_describe(e) for e in exc.errors(include_url=False))) from None
+
+
+# ---------------------------------------------------------------- resolving tools
+
+
+def import_callable(name: str, target: str, search: Path) -> Any:
+    """What ``callable = "module:function"`` names (the work dir is importable)."""
+    module_name, _, attr = target.partition(":")
+    if str(search) not in sys.path:
+        sys.path.insert(0, str(search))
+    try:
+        module = importlib.import_module(module_name)
+        fn = getattr(module, attr)
+    except Exception as exc:
+        raise ConfigError(
+            f"tools.{name}: cannot load {target}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(fn) and not isinstance(fn, Tool):
+        raise ConfigError(f"tools.{name}: {target} is not callable")
+    return fn
+
+
+def _tool_from_table(name: str, t: ToolTable, base: Tool | None, root: Path) -> Tool:
+    where = f"tools.{name}"
+    if base is not None:  # a built-in: only description and permission change
+        return base.with_(
+            description=t.description if t.description is not None else base.description,
+            permission=t.permission or base.permission,
+        )
+    permission = t.permission or "ask"  # fail closed
+    if t.callable is None:
+        return Tool.external(
+            name,
+            description=t.description or "",
+            input_schema=t.input_schema,
+            permission=permission,
+            requires_human=bool(t.requires_human),
+        )
+    target = import_callable(name, t.callable, root)
+    try:
+        if isinstance(target, Tool):
+            declared = target.with_(name=name, tool_id=f"user:{name}")
+        else:
+            declared = tool(target, name=name)
+    except ToolDeclarationError as exc:
+        raise ConfigError(f"{where}: {t.callable}: {exc}") from None
+    if declared.execution != "sync":
+        raise ConfigError(f'{where}: {t.callable} is declared async; set execution = "async"')
+    if t.input_schema is not None:
+        problem = schema_disagreement(t.input_schema, declared.input_schema)
+        if problem is not None:
+            raise ConfigError(f"{where}: {problem} ({t.callable})")
+    changes: dict[str, Any] = {"permission": permission}
+    if t.description is not None:
+        changes["description"] = t.description
+    if t.requires_human is not None:
+        changes["requires_human"] = t.requires_human
+    if isinstance(target, Tool) and t.permission is None:
+        changes["permission"] = target.permission  # declared next to the function
+    return declared.with_(**changes)
+
+
+def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
+    start = base or Agent(name=name, system_prompt="")
+    return replace(
+        start,
+        system_prompt=t.system_prompt if t.system_prompt is not None else start.system_prompt,
+        tools=tuple(t.tools) if t.tools is not None else start.tools,
+        model=t.model if t.model is not None else start.model,
+        reasoning_effort=t.reasoning_effort or start.reasoning_effort,
+        description=t.description or start.description,
+        mcp=tuple(t.mcp) if t.mcp is not None else start.mcp,
+    )
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    """The configuration of a work dir: built-ins, then ``turns.toml`` over them."""
+    env = os.environ if env is None else env
+    root = Path(work_dir).absolute()
+    path = Path(env["TURNS_CONFIG"]).absolute() if env.get("TURNS_CONFIG") else root / CONFIG_FILE
+    data: dict[str, Any] = {}
+    source: Path | None = None
+    if env.get("TURNS_CONFIG") and not path.is_file():
+        raise ConfigError(f"TURNS_CONFIG names {path}, which is not a file")
+    if path.exists():
+        source = path
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} cannot be read: {exc}") from None
+    try:
+        return _build(root, source, parse_file(data), env)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, str]) -> Config:
+    workspace = Path(file.workspace or "workspace")
+    workspace = workspace if workspace.is_absolute() else root / workspace
+    tools = builtin_tools(workspace)
+    for name, table in file.tools.items():
+        tools[name] = _tool_from_table(name, table, tools.get(name), root)
+    agents = dict(BUILTIN_AGENTS)
+    for name, a in file.agents.items():
+        agents[name] = _agent_from_table(name, a, agents.get(name))
+    return Config(
+        work_dir=root,
+        source=source,
+        default_agent=file.default_agent or "demo",
+        default_model=file.default_model,
+        task_queue=env.get("TURNS_TASK_QUEUE") or file.task_queue or DEFAULT_TASK_QUEUE,
+        workspace=workspace,
+        agents=agents,
+        providers=file.provider_configs,
+        tools=tools,
+        auto_allow=tuple(file.permissions.allow),
+        auto_deny=tuple(file.permissions.deny),
+        context=file.context,
+        storage=file.storage.config(),
+        max_concurrent_subagents=file.subagents.max_concurrent,
+        payload_key_env=file.temporal.payload_key_env,
+        prices=file.prices_by_provider,
+        mcp={name: table.server(name, root) for name, table in file.mcp.items()},
+    )
+
+
+__all__ = [
+    "BUILTIN_AGENTS",
+    "CONFIG_FILE",
+    "Agent",
+    "AgentConfig",
+    "AgentTable",
+    "Config",
+    "ConfigError",
+    "McpServer",
+    "McpTable",
+    "PermissionsTable",
+    "StorageConfig",
+    "StorageTable",
+    "SubagentsTable",
+    "TemporalTable",
+    "ToolTable",
+    "TurnsFile",
+    "import_callable",
+    "load_config",
+    "parse_file",
+    "parse_storage",
+    "with_python",
+    "work_dir_from_env",
+]
+
+
+# ---------------------------------------------------------------- agents and tools from Python
+
+
+def with_python(
+    config: Config,
+    *,
+    agents: Sequence[Agent] = (),
+    tools: Sequence[Tool] = (),
+    default_agent: str | None = None,
+    default_model: str | None = None,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+) -> Config:
+    """``config`` plus agents and tools defined in Python, checked by the file's rules.
+
+    ``allow``/``deny`` add tool names to ``[permissions]``: what the
+    ``auto_permission`` classifier allows or denies without a human.
+
+    A ``Tool`` listed in an agent's ``tools`` is registered under its name; two
+    different tools under one name are refused, as is an agent naming a tool
+    or provider that does not exist.
+    """
+    known = dict(config.tools)
+    for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
+        existing = known.get(t.name)
+        # One name, one tool: a second one (another function, or the same one with
+        # another permission) would silently run instead of the first for every agent.
+        if existing is not None and not _same_tool(existing, t):
+            raise ConfigError(
+                f"tools.{t.name}: two different tools are named {t.name!r}; give one "
+                "another name (tool(fn, name=...)) or list the same Tool object"
+            )
+        known[t.name] = t
+    merged = dict(config.agents)
+    named: set[str] = set()
+    servers = dict(config.mcp)
+    try:
+        for server in (m for a in agents for m in a.mcp if isinstance(m, McpServer)):
+            _check_mcp_server(server)
+            existing_server = servers.get(server.name)
+            if existing_server is not None and existing_server != server:
+                raise ValueError(
+                    f"mcp.{server.name}: two different MCP servers are named {server.name!r}"
+                )
+            servers[server.name] = server
+        for a in agents:
+            if a.name in named:  # a Python agent may replace a file's, not another Python one
+                raise ValueError(f"agents.{a.name}: two agents are named {a.name!r}")
+            named.add(a.name)
+            _check_agent_fields(a)
+            _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
+            if a.model is not None:
+                _check_model_ref(f"agents.{a.name}.model", a.model, config.providers)
+            _check_mcp_names(f"agents.{a.name}.mcp", a.mcp_names, set(servers))
+            merged[a.name] = replace(a, tools=a.tool_names, mcp=a.mcp_names)
+        if default_model is not None:
+            _check_model_ref("default_model", default_model, config.providers)
+        for key, names in (("allow", allow), ("deny", deny)):
+            for n in names:
+                _check_permission_name(f"permissions.{key}", n, set(known), set(servers))
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    agent = default_agent or config.default_agent
+    if agent not in merged:
+        raise ConfigError(
+            f"default_agent {agent!r} is not an agent (known: {', '.join(sorted(merged))})"
+        )
+    return replace(
+        config,
+        agents=merged,
+        tools=known,
+        mcp=servers,
+        default_agent=agent,
+        default_model=default_model or config.default_model,
+        auto_allow=(*config.auto_allow, *allow),
+        auto_deny=(*config.auto_deny, *deny),
+    )
+
+
+def _same_tool(a: Tool, b: Tool) -> bool:
+    """The same declaration and the same function (``Tool`` equality leaves the function out)."""
+    return a == b and a.function == b.function
+
+
+def _check_agent_fields(agent: Agent) -> None:
+    """A Python agent's fields, by the rules of its ``[agents.NAME]`` table (types, efforts)."""
+    table = {
+        "system_prompt": agent.system_prompt,
+        "model": agent.model,
+        "tools": list(agent.tool_names),
+        "reasoning_effort": agent.reasoning_effort,
+        "description": agent.description,
+        "mcp": list(agent.mcp_names),
+    }
+    try:
+        AgentTable.model_validate(table, strict=True)
+    except ValidationError as exc:
+        where = f"agents.{agent.name}"
+        problems = "; ".join(_describe(e, where) for e in exc.errors(include_url=False))
+        raise ValueError(problems) from None
