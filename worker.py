@@ -80,6 +80,7 @@ PASSTHROUGH = (
     "turncore_temporal.activities.contract",
     "turncore_temporal.activities.failures",
     "turncore_temporal.activities.payloads",
+    "turncore_temporal.workflows._types",
 )
 
 
