@@ -28,7 +28,7 @@ from turncore._lazy import lazy_exports
 if TYPE_CHECKING:
     from turnclient.lib.listing import TurnSummary
     from turnclient.lib.turns import TurnResult, Turns
-    from turnclient.runtime.config import Agent, ConfigError
+    from turnclient.runtime.config import Agent, ConfigError, McpServer
     from turnclient.runtime.connection import Runtime
     from turncore.errors import (
         DependencyError,
@@ -47,6 +47,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Agent": "turnclient.runtime.config",
     "ConfigError": "turnclient.runtime.config",
+    "McpServer": "turnclient.runtime.config",
     "Turns": "turnclient.lib.turns",
     "TurnResult": "turnclient.lib.turns",
     "TurnSummary": "turnclient.lib.listing",
@@ -74,6 +75,7 @@ __all__ = [
     "DependencyError",
     "InvalidInputError",
     "InvalidTurnIdError",
+    "McpServer",
     "RejectedInputError",
     "StuckTurnError",
     "ModelCallRequest",
