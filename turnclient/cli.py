@@ -2034,7 +2034,9 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = Fals
                 print(f"Temporal Web  {conn.ui_url or 'off (a headless server is in use)'}")
             if web:
                 shown = web_url[0] if web_url else None
-                print(f"turns web UI  {shown or 'off: ' + 'pip install turncore[ui]'}")
+                from .extras import install_hint
+
+                print(f"turns web UI  {shown or 'off: ' + install_hint('ui')}")
             if worker:
                 print(f"worker        task queue {runtime.task_queue}, work dir {runtime.work_dir}")
             print("Ctrl-C to stop.", flush=True)
@@ -2285,14 +2287,13 @@ def codec_server(args: argparse.Namespace) -> int:
         import secrets
 
         from .config import load_config
+        from .extras import install_hint
 
         try:
             from .codec import EncryptionCodec, PayloadKeyError, PayloadKeys, new_key_spec
             from .codec_server import DEFAULT_ORIGINS, CodecServer
         except ImportError:
-            raise Failure(
-                "the codec needs cryptography: pip install 'turncore[encryption]'"
-            ) from None
+            raise Failure(f"the codec needs cryptography: {install_hint('encryption')}") from None
         if args.new_key:
             try:
                 spec = new_key_spec(args.new_key)

@@ -60,6 +60,7 @@ from .config import Config, ConfigError, load_config, work_dir_from_env
 from .deltaspool import DeltaSpool, spool_dir
 from .demo import DEMO_MODEL, demo_model
 from .embedded import NAMESPACE, EmbeddedServer
+from .extras import install_hint
 from .storage import open_repository
 
 log = logging.getLogger("turnclient")
@@ -377,7 +378,7 @@ def _payload_codec(key_env: str, env: Mapping[str, str] | None) -> PayloadCodec:
     except ImportError:  # the codec needs the encryption extra
         raise ConfigError(
             "turns.toml [temporal] payload_key_env turns on payload encryption, which needs "
-            "the cryptography package: pip install 'turncore[encryption]'"
+            f"the cryptography package: {install_hint('encryption')}"
         ) from None
     try:
         codec = codec_from_env(key_env, env)

@@ -23,6 +23,7 @@ from turncore.ids import validate_turn_id
 from turncore.repository import FileTurnRepository, JsonlRepository, read_path, validate_log
 
 from .config import Config, ConfigError, StorageConfig
+from .extras import install_hint
 
 MIGRATE_ENV = "TURNS_MIGRATE"
 """Set to 1 to create or migrate the database schema when a worker starts."""
@@ -56,8 +57,7 @@ def open_repository(
                 from turncore.postgres import PostgresTurnRepository
             except ImportError as exc:
                 raise ConfigError(
-                    '[storage] kind = "postgres" needs psycopg: pip install "turncore[postgres]" '
-                    f"({exc})"
+                    f'[storage] kind = "postgres" needs psycopg: {install_hint("postgres")} ({exc})'
                 ) from None
             return PostgresTurnRepository.connect(
                 database_url(storage, env),

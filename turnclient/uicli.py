@@ -2,7 +2,7 @@
 
 Kept apart from ``turnclient.cli`` (which imports this module to register
 the command): the web stack (Starlette, uvicorn) is imported only when the
-command runs, and it is an optional extra — ``pip install 'turncore[ui]'``.
+command runs, and it is an optional extra (``ui``).
 ``dev_web_ui`` is what ``turns dev`` serves next to Temporal Web.
 """
 
@@ -15,6 +15,7 @@ from collections.abc import AsyncIterator
 from typing import TYPE_CHECKING
 
 from .cli import EXIT_OK, EXIT_USAGE, JSON, NO_WORKER, Failure, _emit_json, _run_async, arg, command
+from .extras import install_hint
 
 if TYPE_CHECKING:
     import asyncio
@@ -23,7 +24,7 @@ if TYPE_CHECKING:
 
     from .runtime import Runtime
 
-MISSING = "the web UI needs its extra: pip install 'turncore[ui]' (starlette, uvicorn)"
+MISSING = f"the web UI needs starlette and uvicorn: {install_hint('ui')}"
 
 
 def _port(text: str) -> int:
