@@ -425,7 +425,14 @@ class TurnActivities(TurnActivityContract):
         """§15.3: the live model and tools must match the snapshot before advancing."""
         try:
             self._check_dependencies(await self._state(input.turn_id))
-        except (InfrastructureError, DependencyError) as exc:
+        except DependencyError as exc:
+            # What is missing is this worker's to have: say how it gets it.
+            missing = DependencyError(
+                f"{exc}; the worker that took the turn lacks it: start workers with the app "
+                "that defines it (--app MODULE:ATTR or TURNS_APP)"
+            )
+            raise to_application_error(missing) from exc
+        except InfrastructureError as exc:
             raise to_application_error(exc) from exc
 
     @activity.defn

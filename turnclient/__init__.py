@@ -26,12 +26,15 @@ if TYPE_CHECKING:
     )
     from turncore.tools import Tool, ToolContext, ToolError, tool
 
+    from .app import App, AppError
     from .config import Agent, ConfigError
     from .listing import TurnSummary
     from .turns import TurnResult, Turns
 
 _EXPORTS = {
     "Agent": ".config",
+    "App": ".app",
+    "AppError": ".app",
     "ConfigError": ".config",
     "Turns": ".turns",
     "TurnResult": ".turns",
@@ -51,6 +54,8 @@ _EXPORTS = {
 
 __all__ = [
     "Agent",
+    "App",
+    "AppError",
     "ConfigError",
     "DependencyError",
     "InvalidInputError",

@@ -220,8 +220,11 @@ class TurnClient:
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
+        serves: Callable[[TurnState], None] | None = None,
     ) -> None:
         self._client = client
+        self._serves = serves
+        """Raises ``DependencyError`` when this process's worker cannot run the turn."""
         self._repo = repository
         self._resolver = resolver
         self._ids = ids or TurnIdGenerator()
@@ -424,6 +427,12 @@ class TurnClient:
                 return outcome
             if input is not None:
                 check_input(state, input)
+            if self._serves is not None and (input is None or input.type != "cancel"):
+                # A worker in this process would take the turn's next task and fail it:
+                # say what is missing now, before anything is sent (cancelling needs
+                # no model or tool, so it always goes through).
+                await asyncio.to_thread(self._serves, state)
+            if input is not None:
                 input = await self._stage_if_large(turn_id, input)
             cancel = input.to_wire() if input is not None and input.type == "cancel" else None
             started = await self._ensure_running(turn_id, state.definition, cancel)

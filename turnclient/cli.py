@@ -114,6 +114,8 @@ environment:
   TEMPORAL_ADDRESS  use this Temporal server instead of the embedded one; also
                     TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* as usual
   TURNS_TASK_QUEUE  the task queue (default turns, or task_queue in turns.toml)
+  TURNS_APP         MODULE:ATTR of the app whose agents, tools and models to serve
+                    (like --app; default: app = in turns.toml)
   TURNS_DATABASE_URL  the turn database with [storage] kind = "postgres"
 
 With --json, stdout carries one JSON document (JSON lines for `watch`); a
@@ -148,6 +150,19 @@ class Command:
 
 COMMANDS: dict[str, Command] = {}
 """Every registered command by name, in registration order (the order of ``--help``)."""
+
+
+APP_COMMANDS = frozenset(
+    {"worker", "dev", "ui", "run", "chat", "approve", "deny", "complete", "progress", "cancel"}
+    | {"recover", "config"}
+)
+"""The commands that serve turns or resolve agents: each takes ``--app MODULE:ATTR``."""
+APP = arg(
+    "--app",
+    metavar="MODULE:ATTR",
+    help="load the agents, tools and models of this app (a Turns or App object; "
+    "default $TURNS_APP, or app = in turns.toml)",
+)
 
 
 def command(name: str, help: str, *args: Arg) -> Callable[[Run], Run]:
@@ -208,7 +223,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for c in COMMANDS.values() if only is None else [COMMANDS[only]]:
         p = sub.add_parser(c.name, help=c.help, description=c.help)
-        for a in c.args:
+        for a in (*c.args, APP) if c.name in APP_COMMANDS else c.args:
             p.add_argument(*a.flags, **a.options)
         p.set_defaults(run=c.run)
     return parser
@@ -230,6 +245,17 @@ def main(argv: list[str] | None = None) -> int:
     if run is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "app", None) is not None:
+        from .app import AppError, load_app
+        from .config import work_dir_from_env
+
+        try:  # loaded here first, so a problem names --app rather than TURNS_APP
+            load_app(args.app, [Path.cwd(), work_dir_from_env()], "--app")
+        except AppError as exc:
+            return _report(args, EXIT_USAGE if exc.usage else EXIT_PROBLEM, str(exc))
+        # Through the environment, so every configuration this command loads, and
+        # every process it starts (a worker, `turns dev`'s), serves the same app.
+        os.environ["TURNS_APP"] = args.app
     try:
         return run(args)
     except BrokenPipeError:
@@ -278,6 +304,10 @@ def _classify(exc: BaseException) -> tuple[int, str]:
 
     if isinstance(exc, Failure):
         return exc.code, str(exc)
+    from .app import AppError
+
+    if isinstance(exc, AppError):
+        return (EXIT_USAGE if exc.usage else EXIT_PROBLEM), str(exc)
     if isinstance(exc, RejectedInputError):
         return EXIT_REJECTED, f"rejected: {exc}"
     if isinstance(exc, (InvalidInputError, TurnNotFoundError)):
@@ -1233,7 +1263,7 @@ async def _session(
     async with temporal(runtime.work_dir, options=options) as conn:
         if worker and not getattr(args, "no_worker", False):
             async with serving(runtime, conn.client):
-                yield conn, runtime.turn_client(conn.client)
+                yield conn, runtime.turn_client(conn.client, serving=True)
         else:
             if worker and not getattr(args, "wait_for_worker", False):
                 await _require_a_worker(conn, runtime.task_queue)
@@ -2006,7 +2036,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = Fals
 
         @contextlib.asynccontextmanager
         async def serve_web(conn: Temporal) -> AsyncIterator[None]:
-            async with dev_web_ui(runtime, conn.client, args.web_port) as url:
+            async with dev_web_ui(runtime, conn.client, args.web_port, serving=worker) as url:
                 web_url[:] = [url]  # a replaced embedded server serves the UI anew
                 yield
 
@@ -2063,9 +2093,11 @@ def config(args: argparse.Namespace) -> int:
         from .runtime import uses_embedded
 
         cfg = load_config(_work_dir())
+        origin = cfg.origins.get
         doc = {
             "workDir": str(cfg.work_dir),
             "configFile": str(cfg.source) if cfg.source else None,
+            "app": cfg.app,
             "workspace": str(cfg.workspace),
             "taskQueue": cfg.task_queue,
             "temporal": "embedded" if uses_embedded() else os.environ.get("TEMPORAL_ADDRESS"),
@@ -2077,6 +2109,7 @@ def config(args: argparse.Namespace) -> int:
                     "model": a.model,
                     "tools": list(a.tool_names),
                     "reasoningEffort": a.reasoning_effort,
+                    "origin": origin(f"agents.{n}"),
                 }
                 for n, a in cfg.agents.items()
             },
@@ -2086,8 +2119,12 @@ def config(args: argparse.Namespace) -> int:
                     "execution": t.execution,
                     "permission": t.permission,
                     "requiresHuman": t.requires_human,
+                    "origin": origin(f"tools.{n}"),
                 }
                 for n, t in cfg.tools.items()
+            },
+            "models": {
+                f"scripted/{n}": {"origin": origin(f"models.scripted/{n}")} for n in cfg.models
             },
             "providers": {
                 n: {
@@ -2104,6 +2141,7 @@ def config(args: argparse.Namespace) -> int:
             return EXIT_OK
         print(f"work dir      {doc['workDir']}")
         print(f"turns.toml    {doc['configFile'] or '(none: built-in defaults)'}")
+        print(f"app           {cfg.app or '(none: --app, TURNS_APP or app = in turns.toml)'}")
         print(f"workspace     {doc['workspace']}")
         print(f"temporal      {doc['temporal']} · task queue {doc['taskQueue']}")
         print(f"storage       {_storage_line(_storage_summary(cfg))}")
@@ -2112,13 +2150,21 @@ def config(args: argparse.Namespace) -> int:
         for n, a in cfg.agents.items():
             print(
                 f"  {n:<12} {a.model or '(default model)'} · tools: {', '.join(a.tool_names) or 'none'}"
+                f" · from {origin(f'agents.{n}') or '?'}"
             )
         print("tools")
         for n, t in cfg.tools.items():
             human = ", needs a human" if t.requires_human else ""
-            print(f"  {n:<12} {t.tool_id} · {t.execution} · permission {t.permission}{human}")
+            print(
+                f"  {n:<12} {t.tool_id} · {t.execution} · permission {t.permission}{human}"
+                f" · from {origin(f'tools.{n}') or '?'}"
+            )
         print("providers")
         print("  scripted     built in (demo, or a JSON script file)")
+        for name in cfg.models:
+            print(
+                f"    scripted/{name}  a Python function · from {origin(f'models.scripted/{name}')}"
+            )
         for n, p in cfg.providers.items():
             key = ""
             if p.api_key_env:

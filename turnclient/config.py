@@ -48,6 +48,7 @@ from pydantic_core import ErrorDetails
 from turncore.context import ElisionPolicy
 from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
+from turncore.model.scripted import ScriptFunction
 from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagreement, tool
 
 from .builtin_tools import BUILTIN_NAMES, builtin_tools
@@ -140,6 +141,14 @@ class Config:
     """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
     prices: dict[str, ProviderPrice] = field(default_factory=dict)
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    app: str | None = None
+    """The app loaded (``MODULE:ATTR`` from ``--app``, ``TURNS_APP`` or ``app =``), if any."""
+    models: Mapping[str, ScriptFunction] = field(default_factory=dict)
+    """Python functions served as ``scripted/NAME`` (an app's or ``Turns(models=…)``)."""
+    origins: Mapping[str, str] = field(default_factory=dict)
+    """Where each agent, tool and Python model came from, by key path (``agents.NAME``,
+    ``tools.NAME``, ``models.scripted/NAME``): ``built-in``, ``turns.toml``, ``app
+    MODULE:ATTR`` or ``Python``."""
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -295,6 +304,8 @@ class TemporalTable(_Table):
 class TurnsFile(_Table):
     """The whole ``turns.toml``."""
 
+    app: str | None = None
+    """``MODULE:ATTR`` of the app whose agents, tools and models every process loads."""
     default_agent: str | None = None
     default_model: str | None = None
     task_queue: str | None = None
@@ -532,8 +543,18 @@ def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
 # ---------------------------------------------------------------- loading
 
 
-def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """The configuration of a work dir: built-ins, then ``turns.toml`` over them."""
+def load_config(
+    work_dir: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    app: str | None = None,
+    with_app: bool = True,
+) -> Config:
+    """The configuration of a work dir: built-ins, then ``turns.toml``, then the app.
+
+    The app is ``app`` (``--app``), else ``TURNS_APP``, else ``app =`` in the
+    file; ``with_app=False`` leaves it out (a ``Turns`` is an app itself).
+    """
     env = os.environ if env is None else env
     root = Path(work_dir).absolute()
     path = Path(env["TURNS_CONFIG"]).absolute() if env.get("TURNS_CONFIG") else root / CONFIG_FILE
@@ -550,19 +571,52 @@ def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None 
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} cannot be read: {exc}") from None
     try:
-        return _build(root, source, parse_file(data), env)
+        file = parse_file(data)
+        config = _build(root, source, file, env)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    if not with_app:
+        return config
+    from .app import APP_ENV, load_app
+
+    if app is not None:
+        spec, where = app, "--app"
+    elif env.get(APP_ENV):
+        spec, where = env[APP_ENV], APP_ENV
+    elif file.app is not None:
+        spec, where = file.app, f"{path}: app ="
+    else:
+        return config
+    loaded = load_app(spec, [Path.cwd(), root], where)
+    return with_python(
+        replace(config, app=spec),
+        agents=loaded.agents,
+        tools=loaded.tools,
+        models=loaded.models,
+        default_agent=loaded.default_agent,
+        default_model=loaded.default_model,
+        allow=loaded.allow,
+        deny=loaded.deny,
+        origin=f"app {spec}",
+    )
 
 
 def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, str]) -> Config:
     workspace = Path(file.workspace or "workspace")
     workspace = workspace if workspace.is_absolute() else root / workspace
     tools = builtin_tools(workspace)
+    origins = {f"tools.{n}": "built-in" for n in tools}
+    origins.update({f"agents.{n}": "built-in" for n in BUILTIN_AGENTS})
     for name, table in file.tools.items():
+        origins[f"tools.{name}"] = (
+            "built-in, changed in turns.toml" if name in tools else CONFIG_FILE
+        )
         tools[name] = _tool_from_table(name, table, tools.get(name), root)
     agents = dict(BUILTIN_AGENTS)
     for name, a in file.agents.items():
+        origins[f"agents.{name}"] = (
+            "built-in, changed in turns.toml" if name in agents else CONFIG_FILE
+        )
         agents[name] = _agent_from_table(name, a, agents.get(name))
     return Config(
         work_dir=root,
@@ -581,6 +635,7 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         max_concurrent_subagents=file.subagents.max_concurrent,
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
+        origins=origins,
     )
 
 
@@ -620,8 +675,15 @@ def with_python(
     default_model: str | None = None,
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
+    models: Mapping[str, ScriptFunction] | None = None,
+    origin: str = "Python",
 ) -> Config:
     """``config`` plus agents and tools defined in Python, checked by the file's rules.
+
+    ``origin`` says where they come from (``app MODULE:ATTR`` or ``Python``):
+    an agent that ``turns.toml`` also defines is refused naming both places,
+    and ``Config.origins`` records it for ``turns config``. ``models`` adds
+    Python functions served as ``scripted/NAME``.
 
     ``allow``/``deny`` add tool names to ``[permissions]``: what the
     ``auto_permission`` classifier allows or denies without a human.
@@ -631,23 +693,37 @@ def with_python(
     or provider that does not exist.
     """
     known = dict(config.tools)
+    origins = dict(config.origins)
     for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
         existing = known.get(t.name)
         # One name, one tool: a second one (another function, or the same one with
         # another permission) would silently run instead of the first for every agent.
         if existing is not None and not _same_tool(existing, t):
+            where = origins.get(f"tools.{t.name}")
+            also = f" ({where} and {origin})" if where and where != origin else ""
             raise ConfigError(
-                f"tools.{t.name}: two different tools are named {t.name!r}; give one "
+                f"tools.{t.name}: two different tools are named {t.name!r}{also}; give one "
                 "another name (tool(fn, name=...)) or list the same Tool object"
             )
+        if existing is None:
+            origins[f"tools.{t.name}"] = origin
         known[t.name] = t
     merged = dict(config.agents)
     named: set[str] = set()
     try:
         for a in agents:
-            if a.name in named:  # a Python agent may replace a file's, not another Python one
+            if a.name in named:  # a Python agent may replace a built-in, not another one
                 raise ValueError(f"agents.{a.name}: two agents are named {a.name!r}")
+            if origins.get(f"agents.{a.name}") == CONFIG_FILE:
+                # Which one would a turn get? Neither silently: the user renames one.
+                raise ValueError(
+                    f"agents.{a.name}: defined twice, as [agents.{a.name}] in "
+                    f"{config.source or CONFIG_FILE} and in {origin}; rename one of them"
+                )
             named.add(a.name)
+            origins[f"agents.{a.name}"] = (
+                f"built-in, replaced by {origin}" if a.name in BUILTIN_AGENTS else origin
+            )
             _check_agent_fields(a)
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
             if a.model is not None:
@@ -666,10 +742,14 @@ def with_python(
         raise ConfigError(
             f"default_agent {agent!r} is not an agent (known: {', '.join(sorted(merged))})"
         )
+    for name in models or {}:
+        origins[f"models.scripted/{name}"] = origin
     return replace(
         config,
         agents=merged,
         tools=known,
+        models={**config.models, **(models or {})},
+        origins=origins,
         default_agent=agent,
         default_model=default_model or config.default_model,
         auto_allow=(*config.auto_allow, *allow),

@@ -65,6 +65,11 @@ from .storage import open_repository
 
 log = logging.getLogger("turnclient")
 
+MISSING_DEPENDENCY_HINT = (
+    "name the app that defines it (--app MODULE:ATTR or TURNS_APP), or run with "
+    "--no-worker where a worker that has it serves the task queue"
+)
+
 
 class RuleClassifier:
     """The ``--auto-permission`` classifier: ``[permissions] allow``/``deny`` by tool name.
@@ -141,6 +146,8 @@ class Runtime:
         repository = open_repository(config, env, migrate=migrate)
         models = ModelRegistry(config.providers, env=env, base_dir=root)
         models.register_function(DEMO_MODEL, demo_model)
+        for name, fn in config.models.items():
+            models.register_function(name, fn)  # an app's Python models: scripted/NAME
 
         config.workspace.mkdir(parents=True, exist_ok=True)
         # One declaration per tool: the catalog (what agents snapshot), the
@@ -195,7 +202,9 @@ class Runtime:
             deps=deps,
         )
 
-    def turn_client(self, client: Client) -> TurnClient:
+    def turn_client(self, client: Client, *, serving: bool = False) -> TurnClient:
+        """A client of the work dir's turns; ``serving``: this process also runs a worker,
+        so an advance this process could not serve is refused at once (``check_serves``)."""
         return TurnClient(
             client,
             self.repository,
@@ -204,7 +213,21 @@ class Runtime:
             hub=self.hub,
             workflow_options=self.workflow_options,
             contexts=self.contexts,
+            serves=self.check_serves if serving else None,
         )
+
+    def check_serves(self, state: TurnState) -> None:
+        """``DependencyError`` (one line, with the fix) unless this process can run the turn:
+        its snapshotted model and tools must resolve here, as the worker checks (§15.3)."""
+        try:
+            agent = self.contexts.resolve_agent(state.definition)
+            self.models.resolve(agent.model)
+            self.tools.check_all(agent.tools)
+        except DependencyError as exc:
+            raise DependencyError(
+                f"turn {state.definition.turn_id} cannot advance in this process: {exc}; "
+                f"{MISSING_DEPENDENCY_HINT}"
+            ) from None
 
     @property
     def workflow_options(self) -> dict[str, Any]:

@@ -69,7 +69,7 @@ def ui(args: argparse.Namespace) -> int:
         async with temporal(runtime.work_dir) as conn, contextlib.AsyncExitStack() as stack:
             if not args.no_worker:
                 await stack.enter_async_context(serving(runtime, conn.client))
-            app = create_app(runtime, conn.client, token=token)
+            app = create_app(runtime, conn.client, token=token, serving=not args.no_worker)
             async with web_ui(app, args.host, args.port) as web:
                 opened = f"{web.url}/?token={token}" if token else f"{web.url}/"
                 if args.json:
@@ -117,7 +117,9 @@ async def _until_stopped(server: asyncio.Task[None]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def dev_web_ui(runtime: Runtime, client: Client, port: int) -> AsyncIterator[str | None]:
+async def dev_web_ui(
+    runtime: Runtime, client: Client, port: int, *, serving: bool = True
+) -> AsyncIterator[str | None]:
     """The web UI on loopback for ``turns dev`` (a free port if ``port`` is taken); None if
     the extra is not installed."""
     try:
@@ -125,7 +127,7 @@ async def dev_web_ui(runtime: Runtime, client: Client, port: int) -> AsyncIterat
     except ImportError:
         yield None
         return
-    app = create_app(runtime, client)
+    app = create_app(runtime, client, serving=serving)
     async with web_ui(app, "127.0.0.1", port, fallback=True) as web:
         yield f"{web.url}/"
 

@@ -685,11 +685,22 @@ def create_app(
     token: str | None = None,
     decision_wait: float = DECISION_WAIT,
     body_timeout: float = BODY_TIMEOUT,
+    serving: bool = False,
 ) -> Starlette:
-    """The ASGI app; ``token`` is required on every request when given."""
+    """The ASGI app; ``token`` is required on every request when given.
+
+    ``serving``: a worker runs in this process, so a decision on a turn whose
+    model or tools this process lacks is refused at once (503), never sent.
+    """
     # No live hub: the UI reads deltas from the work dir's spool (whoever runs the
     # call), so a hub subscription per decision would only queue what nobody reads.
-    turns = TurnClient(client, runtime.repository, runtime.resolver, task_queue=runtime.task_queue)
+    turns = TurnClient(
+        client,
+        runtime.repository,
+        runtime.resolver,
+        task_queue=runtime.task_queue,
+        serves=runtime.check_serves if serving else None,
+    )
     ctx = UiContext(runtime, client, turns, decision_wait=decision_wait, body_timeout=body_timeout)
 
     def get(path: str, handler: Callable[[UiContext, Request], Awaitable[Response]]) -> Route:
