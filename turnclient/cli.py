@@ -1500,7 +1500,8 @@ def _turn_request(
         raise Failure(str(exc), EXIT_USAGE) from None
     if model is None:
         raise Failure(
-            f"agent {agent_name!r} names no model: pass --model PROVIDER/MODEL or set "
+            f"agent {agent_name!r} names no model: set OPENAI_API_KEY or ANTHROPIC_API_KEY "
+            "(its default model follows the key), pass --model PROVIDER/MODEL, or set "
             "default_model in turns.toml",
             EXIT_USAGE,
         )
@@ -2132,6 +2133,7 @@ def config(args: argparse.Namespace) -> int:
                     "baseUrl": p.base_url,
                     "apiKeyEnv": p.api_key_env,
                     "apiKeySet": bool(p.api_key_env and os.environ.get(p.api_key_env)),
+                    "origin": origin(f"providers.{n}"),
                 }
                 for n, p in cfg.providers.items()
             },
@@ -2145,7 +2147,11 @@ def config(args: argparse.Namespace) -> int:
         print(f"workspace     {doc['workspace']}")
         print(f"temporal      {doc['temporal']} · task queue {doc['taskQueue']}")
         print(f"storage       {_storage_line(_storage_summary(cfg))}")
-        print(f"default agent {doc['defaultAgent']} · default model {doc['defaultModel'] or '-'}")
+        chosen = f" (from {origin('default_model')})" if doc["defaultModel"] else ""
+        print(
+            f"default agent {doc['defaultAgent']} · default model {doc['defaultModel'] or '-'}"
+            f"{chosen}"
+        )
         print("agents")
         for n, a in cfg.agents.items():
             print(
@@ -2170,7 +2176,10 @@ def config(args: argparse.Namespace) -> int:
             if p.api_key_env:
                 state = "set" if os.environ.get(p.api_key_env) else "NOT set"
                 key = f" · key ${p.api_key_env} {state}"
-            print(f"  {n:<12} {p.kind} · {p.base_url or 'default endpoint'}{key}")
+            print(
+                f"  {n:<12} {p.kind} · {p.base_url or 'default endpoint'}{key}"
+                f" · from {origin(f'providers.{n}') or '?'}"
+            )
         return EXIT_OK
 
     return _sync(args, body)

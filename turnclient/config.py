@@ -40,6 +40,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -333,8 +334,10 @@ class TurnsFile(_Table):
         return self._prices
 
     @model_validator(mode="after")
-    def _cross_references(self) -> TurnsFile:
+    def _cross_references(self, info: ValidationInfo) -> TurnsFile:
         """What one table says about another, and about the built-ins."""
+        # Providers from the environment first (OPENAI_*, ANTHROPIC_*); a table overrides.
+        self._providers.update((info.context or {}).get("providers", {}))
         for name, table in self.providers.items():
             try:
                 self._providers[name] = ProviderConfig.from_table(name, table)
@@ -460,12 +463,71 @@ def _describe(error: ErrorDetails, table: str = "") -> str:
     return f"{path}: {error['msg']}" if path else str(error["msg"])
 
 
-def parse_file(data: Mapping[str, Any]) -> TurnsFile:
-    """The validated file, or a ``ConfigError`` naming every problem's key path."""
+def parse_file(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> TurnsFile:
+    """The validated file, or a ``ConfigError`` naming every problem's key path.
+
+    ``env`` gives the providers the environment configures (``env_providers``);
+    without it the file's tables are the only providers.
+    """
+    providers = env_providers(env) if env is not None else {}
     try:
-        return TurnsFile.model_validate(data, strict=True)  # TOML has types: no coercion
+        return TurnsFile.model_validate(data, strict=True, context={"providers": providers})
     except ValidationError as exc:
         raise ConfigError("; ".join(_describe(e) for e in exc.errors(include_url=False))) from None
+
+
+# ---------------------------------------------------------------- providers from the environment
+
+OPENAI_DEFAULT_MODEL = "openai/gpt-4.1"
+ANTHROPIC_DEFAULT_MODEL = "anthropic/claude-sonnet-4-5"
+
+
+def env_providers(env: Mapping[str, str]) -> dict[str, ProviderConfig]:
+    """``openai`` and ``anthropic`` as the providers' own SDKs read the environment.
+
+    ``openai``: ``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` (with ``/v1``, as the
+    OpenAI SDK takes it) points it at a compatible server (vLLM, Ollama,
+    LiteLLM), spoken to through Chat Completions, which they all serve; with no
+    base URL it is OpenAI's Responses API. A compatible server given without a
+    key is called without one. ``anthropic``: ``ANTHROPIC_API_KEY``;
+    ``ANTHROPIC_BASE_URL`` without ``/v1``, as the Anthropic SDK takes it. A
+    ``[providers.NAME]`` table replaces either. Both always exist, so a turn on
+    ``openai/MODEL`` without the key fails naming the variable to set.
+    """
+    out: dict[str, ProviderConfig] = {}
+    for name, build in (("openai", _openai_from_env), ("anthropic", _anthropic_from_env)):
+        try:
+            out[name] = build(env)
+        except ProviderConfigError as exc:
+            variable = "OPENAI_BASE_URL" if name == "openai" else "ANTHROPIC_BASE_URL"
+            raise ConfigError(f"{variable}: {exc}") from None
+    return out
+
+
+def _openai_from_env(env: Mapping[str, str]) -> ProviderConfig:
+    base = env.get("OPENAI_BASE_URL") or None
+    keyless = base is not None and not env.get("OPENAI_API_KEY")
+    return ProviderConfig(
+        kind="openai-chat" if base is not None else "openai-responses",
+        base_url=base,
+        api_key_env=None if keyless else "OPENAI_API_KEY",
+    )
+
+
+def _anthropic_from_env(env: Mapping[str, str]) -> ProviderConfig:
+    base = env.get("ANTHROPIC_BASE_URL") or None
+    if base is not None and not base.rstrip("/").endswith("/v1"):
+        base = base.rstrip("/") + "/v1"
+    return ProviderConfig(kind="anthropic", base_url=base, api_key_env="ANTHROPIC_API_KEY")
+
+
+def env_default_model(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(model, the variable that chose it) for agents that name none: by whichever key is set."""
+    if env.get("OPENAI_API_KEY"):
+        return OPENAI_DEFAULT_MODEL, "OPENAI_API_KEY"
+    if env.get("ANTHROPIC_API_KEY"):
+        return ANTHROPIC_DEFAULT_MODEL, "ANTHROPIC_API_KEY"
+    return None
 
 
 # ---------------------------------------------------------------- resolving tools
@@ -571,7 +633,7 @@ def load_config(
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} cannot be read: {exc}") from None
     try:
-        file = parse_file(data)
+        file = parse_file(data, env)
         config = _build(root, source, file, env)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
@@ -612,6 +674,14 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
             "built-in, changed in turns.toml" if name in tools else CONFIG_FILE
         )
         tools[name] = _tool_from_table(name, table, tools.get(name), root)
+    for name in file.provider_configs:
+        origins[f"providers.{name}"] = CONFIG_FILE if name in file.providers else "environment"
+    default_model = file.default_model
+    if default_model is not None:
+        origins["default_model"] = CONFIG_FILE
+    elif (chosen := env_default_model(env)) is not None:
+        default_model, variable = chosen
+        origins["default_model"] = f"environment ({variable} is set)"
     agents = dict(BUILTIN_AGENTS)
     for name, a in file.agents.items():
         origins[f"agents.{name}"] = (
@@ -622,7 +692,7 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         work_dir=root,
         source=source,
         default_agent=file.default_agent or "demo",
-        default_model=file.default_model,
+        default_model=default_model,
         task_queue=env.get("TURNS_TASK_QUEUE") or file.task_queue or DEFAULT_TASK_QUEUE,
         workspace=workspace,
         agents=agents,

@@ -219,15 +219,18 @@ class Runtime:
     def check_serves(self, state: TurnState) -> None:
         """``DependencyError`` (one line, with the fix) unless this process can run the turn:
         its snapshotted model and tools must resolve here, as the worker checks (§15.3)."""
+        here = f"turn {state.definition.turn_id} cannot advance in this process"
         try:
             agent = self.contexts.resolve_agent(state.definition)
-            self.models.resolve(agent.model)
             self.tools.check_all(agent.tools)
+            if agent.model.provider == "scripted":  # a Python model comes with its app
+                self.models.resolve(agent.model)
         except DependencyError as exc:
-            raise DependencyError(
-                f"turn {state.definition.turn_id} cannot advance in this process: {exc}; "
-                f"{MISSING_DEPENDENCY_HINT}"
-            ) from None
+            raise DependencyError(f"{here}: {exc}; {MISSING_DEPENDENCY_HINT}") from None
+        try:
+            self.models.resolve(agent.model)
+        except DependencyError as exc:  # a provider's key or table: its message says which
+            raise DependencyError(f"{here}: {exc}") from None
 
     @property
     def workflow_options(self) -> dict[str, Any]:

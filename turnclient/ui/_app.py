@@ -650,7 +650,9 @@ async def create_endpoint(ctx: UiContext, request: Request) -> Response:
     model = runtime.model_for(agent_name, None)
     if model is None:
         raise HttpError(
-            400, f"agent {agent_name!r} names no model and turns.toml sets no default_model"
+            400,
+            f"agent {agent_name!r} names no model: set OPENAI_API_KEY or ANTHROPIC_API_KEY "
+            "where the web UI runs, or default_model in turns.toml",
         )
     try:
         runtime.models.resolve(model)  # a missing key fails before any file exists
