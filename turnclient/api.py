@@ -13,7 +13,7 @@ import asyncio
 import functools
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime
 from typing import Any, TypeVar
 
@@ -35,7 +35,7 @@ from temporalio.common import (
 from temporalio.service import RPCError, RPCStatusCode
 
 from turncore.advance import check_input, outcome_of
-from turncore.agents import AgentResolver
+from turncore.agents import AgentResolver, StaticAgentResolver, fallback_composition
 from turncore.context import ContextResolver
 from turncore.errors import (
     InfrastructureError,
@@ -282,6 +282,10 @@ class TurnClient:
 
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
+        if isinstance(self._resolver, StaticAgentResolver):
+            # The agent's fallback models travel in the file (requested composition).
+            fallbacks = self._resolver.fallbacks_for(request.agent)
+            request = replace(request, agent=fallback_composition(request.agent, fallbacks))
         context = request.context if request.context is not None else []
         refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
         if refused is not None:

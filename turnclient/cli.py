@@ -743,6 +743,8 @@ def show(args: argparse.Namespace) -> int:
     from .render import status_of, transcript
 
     def body() -> int:
+        from .turnview import answering_lines, answering_models
+
         _, events = _load(args.turn)
         reduced = reduce_turn(events)
         if args.json:
@@ -752,10 +754,13 @@ def show(args: argparse.Namespace) -> int:
                     "status": status_of(reduced),
                     "state": reduced.to_wire(),
                     "cost": _cost_json(reduced, session=True),
+                    "models": answering_models(events),
                 }
             )
         else:
             print(transcript(reduced))
+            for line in answering_lines(events):
+                print(line)
             print("\n".join(_cost_text(reduced)))
         return EXIT_OK
 

@@ -80,14 +80,22 @@ class Agent:
     name: str
     system_prompt: str
     tools: tuple[str | Tool, ...] = ()
-    model: str | None = None
-    """``provider/model``; None means the configured ``default_model``."""
+    model: str | Sequence[str] | None = None
+    """``provider/model``, or a list of them: the first, then each next one when the one
+    before fails with a transient or unavailable error; None: the ``default_model``."""
     reasoning_effort: Effort | None = None
     description: str = ""
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(t if isinstance(t, str) else t.name for t in self.tools)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model, then its fallbacks (empty: the default model)."""
+        if self.model is None:
+            return ()
+        return (self.model,) if isinstance(self.model, str) else tuple(self.model)
 
 
 AgentConfig = Agent
@@ -207,10 +215,21 @@ class AgentTable(_Table):
     """``[agents.NAME]``."""
 
     system_prompt: str | None = None
-    model: str | None = None
+    model: str | list[str] | None = None
+    """``provider/model``, or a fallback list of them (tried in order)."""
     tools: list[str] | None = None
     reasoning_effort: Effort | None = None
     description: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _a_list_names_models_once(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list names no model: give one or more PROVIDER/MODEL")
+            if len(set(value)) != len(value):
+                raise ValueError("a fallback list names a model twice")
+        return value
 
 
 class PermissionsTable(_Table):
@@ -351,8 +370,7 @@ class TurnsFile(_Table):
             if a.system_prompt is None and name not in BUILTIN_AGENTS:
                 raise ValueError(f"{where} needs a system_prompt")
             _check_tool_names(f"{where}.tools", a.tools or [], tools)
-            if a.model is not None:
-                _check_model_ref(f"{where}.model", a.model, self._providers)
+            _check_models(f"{where}.model", a.model, self._providers)
         if self.default_model is not None:
             _check_model_ref("default_model", self.default_model, self._providers)
         agents = set(BUILTIN_AGENTS) | set(self.agents)
@@ -409,6 +427,18 @@ def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None
             )
     if len(set(names)) != len(names):
         raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_models(
+    where: str, model: str | Sequence[str] | None, providers: Mapping[str, ProviderConfig]
+) -> None:
+    """An agent's model, or each model of its fallback list (named by its index)."""
+    if model is None or isinstance(model, str):
+        if model is not None:
+            _check_model_ref(where, model, providers)
+        return
+    for i, ref in enumerate(model):
+        _check_model_ref(f"{where}[{i}]", ref, providers)
 
 
 def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
@@ -796,8 +826,7 @@ def with_python(
             )
             _check_agent_fields(a)
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
-            if a.model is not None:
-                _check_model_ref(f"agents.{a.name}.model", a.model, config.providers)
+            _check_models(f"agents.{a.name}.model", a.model, config.providers)
             merged[a.name] = replace(a, tools=a.tool_names)
         if default_model is not None:
             _check_model_ref("default_model", default_model, config.providers)
@@ -836,7 +865,9 @@ def _check_agent_fields(agent: Agent) -> None:
     """A Python agent's fields, by the rules of its ``[agents.NAME]`` table (types, efforts)."""
     table = {
         "system_prompt": agent.system_prompt,
-        "model": agent.model,
+        "model": agent.model
+        if agent.model is None or isinstance(agent.model, str)
+        else list(agent.model),
         "tools": list(agent.tool_names),
         "reasoning_effort": agent.reasoning_effort,
         "description": agent.description,

@@ -170,7 +170,8 @@ class Runtime:
                     agent_id=name,
                     system_prompt=a.system_prompt,
                     tools=a.tool_names,
-                    model=parse_model_ref(a.model) if a.model is not None else None,
+                    model=parse_model_ref(a.models[0]) if a.models else None,
+                    fallbacks=tuple(parse_model_ref(m) for m in a.models[1:]),
                 )
                 for name, a in config.agents.items()
             },
