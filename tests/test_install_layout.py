@@ -53,7 +53,7 @@ def test_wheel_has_only_project_namespaces(tmp_path: Path) -> None:
     assert "turncore_temporal/activities/turn_activities.py" in names
     # The web UI's pages ship as package data: no build step, nothing fetched at run time.
     for static in ("index.html", "turn.html", "app.js", "app.css"):
-        assert f"turnclient/ui/static/{static}" in names
+        assert f"turnclient/servers/ui/static/{static}" in names
     # Nothing else from the repository root rides along (tests, bench, docs).
     assert not [
         n
@@ -84,7 +84,7 @@ def test_install_hints_name_installable_requirements(tmp_path: Path) -> None:
     anywhere. The web UI's packages are hidden here by a module that refuses to load,
     and the real command prints the hint.
     """
-    from turnclient.extras import extra_requirements
+    from turnclient.runtime.extras import extra_requirements
 
     blocker = tmp_path / "block"
     for name in ("starlette", "uvicorn"):

@@ -1,0 +1,133 @@
+"""What the web UI and its JSON API show of a turn: pure projections of its state."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from turnclient.cli import render
+from turncore.events import ModelCallCompleted, TurnEvent
+from turncore.reducer import ToolCallState, TurnState
+
+
+def status_of(state: TurnState) -> str:
+    """completed | failed | cancelled | suspended | running (from the file alone).
+
+    The words of the ``TurnStatus`` search attribute, so the API's turn list
+    (from visibility) and a turn's own view (from its file) agree.
+    """
+    status = render.status_of(state)
+    return "running" if status == "in-progress" else status
+
+
+def _permission_reason(call: ToolCallState) -> str | None:
+    """Why the call waits for a person: the classifier's reason or the checker's error."""
+    p = call.permission
+    if p is None:
+        return None
+    if p.classification is not None:
+        return p.classification.reason
+    if p.classification_failed is not None:
+        return f"the classifier failed: {p.classification_failed.error}"
+    return p.required.checker_error
+
+
+def pending_inputs(state: TurnState) -> dict[str, Any]:
+    """What the turn waits for from outside, with what a person needs to decide.
+
+    ``permissions``: approvals (tool name, input, the permission request and
+    why it needs a person); ``asyncTools``: async tool calls awaiting a
+    result, with their progress so far (``ask_human`` questions among them,
+    the question in ``question``).
+    """
+    waiting = {p.tool_call_id for p in state.pending_permissions()}
+    running = {p.tool_call_id for p in state.pending_async_tools()}
+    permissions: list[dict[str, Any]] = []
+    async_tools: list[dict[str, Any]] = []
+    for call in state.tool_calls:
+        if call.tool_call_id in waiting:
+            assert call.permission is not None
+            item: dict[str, Any] = {
+                "toolCallId": call.tool_call_id,
+                "toolName": call.tool_name,
+                "input": call.input,
+                "request": call.permission.required.request,
+            }
+            reason = _permission_reason(call)
+            if reason:
+                item["reason"] = reason
+            permissions.append(item)
+        elif call.tool_call_id in running:
+            assert call.invocation is not None
+            entry: dict[str, Any] = {
+                "toolCallId": call.tool_call_id,
+                "toolName": call.tool_name,
+                "toolId": call.invocation.tool_id,
+                "input": call.input,
+                "progress": [p.progress for p in call.progress],
+            }
+            if isinstance(call.input, dict) and isinstance(call.input.get("question"), str):
+                entry["question"] = call.input["question"]
+            async_tools.append(entry)
+    return {"permissions": permissions, "asyncTools": async_tools}
+
+
+def turn_view(state: TurnState, offset: int) -> dict[str, Any]:
+    """``GET /api/turns/{id}``: status, the §14.2 state, what it waits for, and the file offset."""
+    resolved = state.definition.agent.resolved
+    return {
+        "turnId": state.definition.turn_id,
+        "status": status_of(state),
+        "agent": resolved.agent_id,
+        "model": resolved.model.label(),
+        "session": state.definition.session_id,
+        "offset": offset,
+        "pending": pending_inputs(state),
+        "state": state.to_wire(),
+    }
+
+
+__all__ = ["pending_inputs", "status_of", "turn_view"]
+
+
+def answering_models(events: Sequence[TurnEvent]) -> list[dict[str, Any]]:
+    """Which model answered each completed model call, from its ``provider_metadata``
+    (the binding the answer is pinned to), and the models that failed before it when
+    the agent fell back (``fallbackFrom``: model, failure code and message)."""
+    out: list[dict[str, Any]] = []
+    for event in events:
+        if not isinstance(event, ModelCallCompleted):
+            continue
+        meta = event.provider_metadata
+        ours = meta.get("turncore") if isinstance(meta, dict) else None
+        if not isinstance(ours, dict):
+            continue
+        binding = ours.get("binding")
+        if not isinstance(binding, dict):
+            continue
+        row: dict[str, Any] = {
+            "modelCallIndex": event.model_call_index,
+            "answeredBy": f"{binding.get('provider')}/{binding.get('model')}",
+        }
+        fell = ours.get("fallbackFrom")
+        if isinstance(fell, list) and fell:
+            row["fallbackFrom"] = fell
+        out.append(row)
+    return out
+
+
+def answering_lines(events: Sequence[TurnEvent]) -> list[str]:
+    """``turns show``'s lines for model calls answered after a fallback."""
+    lines = []
+    for row in answering_models(events):
+        fell = row.get("fallbackFrom")
+        if not fell:
+            continue
+        before = ", ".join(
+            f"{f.get('model')} ({f.get('code')})" for f in fell if isinstance(f, dict)
+        )
+        lines.append(
+            f"model call {row['modelCallIndex']} answered by {row['answeredBy']} "
+            f"(fell back after {before})"
+        )
+    return lines

@@ -1,0 +1,879 @@
+"""``turns.toml``: agents, providers and tools, layered over built-in defaults.
+
+The file lives in the work dir (``TURNS_HOME``, default ``./.turns``), or
+wherever ``TURNS_CONFIG`` names; a missing file means the built-ins alone.
+Relative paths in it are taken from the work dir.
+
+The file is validated by pydantic models, one per table (``TurnsFile``,
+``AgentTable``, ``ToolTable``, ``PermissionsTable``; ``[context]`` is the
+``ElisionPolicy`` itself), each forbidding unknown keys, and one validator
+for what crosses tables (an agent naming an unknown tool or provider, a
+default agent that is not an agent...). Every problem is a ``ConfigError``
+naming the key path (``agents.coder.tools: unknown tool 'bash'``), so a typo
+never silently changes what an agent can do. To add a section, add a table
+model and a field of ``TurnsFile``.
+
+Layering: built-in tools and agents come first; ``[tools.NAME]`` and
+``[agents.NAME]`` with a built-in name override the given keys of that
+built-in (for a built-in tool only ``description`` and ``permission``); any
+other name adds a tool or an agent. A sync tool is ``callable =
+"module:function"``: its input schema is inferred from the function's
+signature (``turncore.tools.tool``); an ``input_schema`` given next to it
+must agree with the inferred one. See README "Configuration".
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from turnclient.builtins.demo import DEMO_MODEL
+from turnclient.builtins.tools import BUILTIN_NAMES, builtin_tools
+from turnclient.lib.cost import PriceConfigError, ProviderPrice
+from turncore.context import ElisionPolicy
+from turncore.errors import DependencyError
+from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
+from turncore.model.scripted import ScriptFunction
+from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagreement, tool
+
+CONFIG_FILE = "turns.toml"
+DEFAULT_WORK_DIR = ".turns"
+DEFAULT_TASK_QUEUE = "turns"
+SPAWN_AGENT = "spawn_agent"
+"""The workflow-native sub-agent tool any agent may list."""
+EFFORTS = ("low", "medium", "high")
+Effort = Literal["low", "medium", "high"]
+
+
+class ConfigError(DependencyError):
+    """``turns.toml`` (or an agent defined in Python) is unusable; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: the same whether it comes from ``[agents.NAME]`` or from Python.
+
+    ``tools`` are tool names (built-ins, ``[tools.*]``, ``spawn_agent``) or
+    ``Tool`` objects, which a runtime then registers under their names.
+    """
+
+    name: str
+    system_prompt: str
+    tools: tuple[str | Tool, ...] = ()
+    model: str | Sequence[str] | None = None
+    """``provider/model``, or a list of them: the first, then each next one when the one
+    before fails with a transient or unavailable error; None: the ``default_model``."""
+    reasoning_effort: Effort | None = None
+    description: str = ""
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(t if isinstance(t, str) else t.name for t in self.tools)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model, then its fallbacks (empty: the default model)."""
+        if self.model is None:
+            return ()
+        return (self.model,) if isinstance(self.model, str) else tuple(self.model)
+
+
+AgentConfig = Agent
+"""The name the configuration has always used for an agent."""
+
+
+DEMO_PROMPT = (
+    "You are the turncore demo agent. You answer by calling exactly one tool and "
+    "then quoting its result."
+)
+ASSISTANT_PROMPT = (
+    "You are a helpful assistant working in a sandboxed workspace directory. Use the tools "
+    "when they help; file paths are relative to the workspace. Answer concisely."
+)
+
+BUILTIN_AGENTS: dict[str, Agent] = {
+    "demo": Agent(
+        name="demo",
+        system_prompt=DEMO_PROMPT,
+        tools=BUILTIN_NAMES,
+        model=f"scripted/{DEMO_MODEL}",
+        description="the built-in demo: a scripted model that makes real tool calls, no key needed",
+    ),
+    "assistant": Agent(
+        name="assistant",
+        system_prompt=ASSISTANT_PROMPT,
+        tools=BUILTIN_NAMES,
+        description="a general assistant on default_model (or --model) with the built-in tools",
+    ),
+}
+
+
+@dataclass(frozen=True)
+class Config:
+    work_dir: Path
+    source: Path | None
+    """The ``turns.toml`` that was read, if there was one."""
+    default_agent: str = "demo"
+    default_model: str | None = None
+    task_queue: str = DEFAULT_TASK_QUEUE
+    workspace: Path = Path()
+    agents: dict[str, Agent] = field(default_factory=dict)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    auto_allow: tuple[str, ...] = ()
+    auto_deny: tuple[str, ...] = ()
+    context: ElisionPolicy = field(default_factory=ElisionPolicy)
+    storage: StorageConfig = field(default_factory=lambda: StorageConfig())
+    max_concurrent_subagents: int | None = None
+    """``[subagents] max_concurrent``; None: the workflow's default."""
+    payload_key_env: str | None = None
+    """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
+    prices: dict[str, ProviderPrice] = field(default_factory=dict)
+    """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    app: str | None = None
+    """The app loaded (``MODULE:ATTR`` from ``--app``, ``TURNS_APP`` or ``app =``), if any."""
+    models: Mapping[str, ScriptFunction] = field(default_factory=dict)
+    """Python functions served as ``scripted/NAME`` (an app's or ``Turns(models=…)``)."""
+    origins: Mapping[str, str] = field(default_factory=dict)
+    """Where each agent, tool and Python model came from, by key path (``agents.NAME``,
+    ``tools.NAME``, ``models.scripted/NAME``): ``built-in``, ``turns.toml``, ``app
+    MODULE:ATTR`` or ``Python``."""
+
+
+def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
+    """``TURNS_HOME``; else the nearest ``.turns/`` upward from the current directory, as git
+    finds ``.git``; else ``./.turns`` (absolute), which the first command that writes creates.
+
+    So a command run in a subdirectory of a project uses the project's turns and
+    its Temporal database instead of silently starting a second, empty one.
+    """
+    env = os.environ if env is None else env
+    if env.get("TURNS_HOME"):
+        return Path(env["TURNS_HOME"]).absolute()
+    here = (cwd or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        candidate = folder / DEFAULT_WORK_DIR
+        if candidate.is_dir():
+            return candidate
+    return here / DEFAULT_WORK_DIR
+
+
+# ---------------------------------------------------------------- the file's shape
+
+
+class _Table(BaseModel):
+    """A TOML table: strict types, and an unknown key named with the keys that exist."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                    f"(known: {', '.join(sorted(cls.model_fields))})"
+                )
+        return data
+
+
+class ToolTable(_Table):
+    """``[tools.NAME]``."""
+
+    execution: Literal["sync", "async"] | None = None
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    permission: Literal["none", "ask"] | None = None
+    requires_human: bool | None = None
+    callable: str | None = None
+    """``module:function`` of a sync tool (a typed function or a ``Tool``)."""
+
+
+class AgentTable(_Table):
+    """``[agents.NAME]``."""
+
+    system_prompt: str | None = None
+    model: str | list[str] | None = None
+    """``provider/model``, or a fallback list of them (tried in order)."""
+    tools: list[str] | None = None
+    reasoning_effort: Effort | None = None
+    description: str | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _a_list_names_models_once(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list names no model: give one or more PROVIDER/MODEL")
+            if len(set(value)) != len(value):
+                raise ValueError("a fallback list names a model twice")
+        return value
+
+
+class PermissionsTable(_Table):
+    """``[permissions]``: what ``--auto-permission`` allows or denies by tool name."""
+
+    allow: list[str] = []
+    deny: list[str] = []
+
+
+# Where turn logs live (docs/operations.md, "Choosing turn storage"): the URL
+# itself is never in the file, only the name of the variable that holds it.
+DEFAULT_DATABASE_URL_ENV = "TURNS_DATABASE_URL"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """``[storage]``: ``kind`` ``file`` (the default) or ``postgres``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str = DEFAULT_DATABASE_URL_ENV
+    """The environment variable holding the database URL (kind = "postgres")."""
+    pool_size: int = 16
+    """Connections each process may open to the database."""
+
+
+class StorageTable(_Table):
+    """``[storage]``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str | None = None
+    pool_size: int | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> StorageTable:
+        if self.url_env is not None:
+            if not ENV_NAME.fullmatch(self.url_env):
+                # Never repeat the value: it may be the URL, password included.
+                raise ValueError(
+                    "url_env names an environment variable (letters, digits, '_'), "
+                    "not the URL itself: put the URL in that variable"
+                )
+            if self.kind == "file":
+                raise ValueError('url_env applies only to kind = "postgres"')
+        if self.pool_size is not None and not 1 <= self.pool_size <= 1000:
+            raise ValueError("pool_size must be between 1 and 1000")
+        return self
+
+    def config(self) -> StorageConfig:
+        return StorageConfig(
+            kind=self.kind,
+            url_env=self.url_env or DEFAULT_DATABASE_URL_ENV,
+            pool_size=self.pool_size or 16,
+        )
+
+
+def parse_storage(value: Any) -> StorageConfig:
+    """A ``[storage]`` table on its own (as ``turns.toml`` would hold it)."""
+    try:
+        return StorageTable.model_validate(value, strict=True).config()
+    except ValidationError as exc:
+        raise ConfigError(
+            "; ".join(_describe(e, "storage") for e in exc.errors(include_url=False))
+        ) from None
+
+
+class SubagentsTable(_Table):
+    """``[subagents]``: how ``spawn_agent`` children run."""
+
+    max_concurrent: Annotated[int, Field(ge=1)] | None = None
+    """Children of one turn running at once (None: the workflow's default, 8)."""
+
+
+class TemporalTable(_Table):
+    """``[temporal]``: how this process talks to Temporal."""
+
+    payload_key_env: str | None = None
+    """The environment variable holding the payload encryption keys (off if None)."""
+
+    @field_validator("payload_key_env")
+    @classmethod
+    def _a_name_not_a_key(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.fullmatch(value):
+            # Never repeat the value: it may be the key itself.
+            raise ValueError(
+                "payload_key_env names an environment variable (letters, digits, '_'); "
+                "the key itself never goes in turns.toml"
+            )
+        return value
+
+
+class TurnsFile(_Table):
+    """The whole ``turns.toml``."""
+
+    app: str | None = None
+    """``MODULE:ATTR`` of the app whose agents, tools and models every process loads."""
+    default_agent: str | None = None
+    default_model: str | None = None
+    task_queue: str | None = None
+    workspace: str | None = None
+    agents: dict[str, AgentTable] = {}
+    providers: dict[str, dict[str, Any]] = {}
+    tools: dict[str, ToolTable] = {}
+    permissions: PermissionsTable = PermissionsTable()
+    context: ElisionPolicy = ElisionPolicy()
+    storage: StorageTable = StorageTable()
+    subagents: SubagentsTable = SubagentsTable()
+    temporal: TemporalTable = TemporalTable()
+    prices: dict[str, dict[str, Any]] = {}
+    """``[prices.PROVIDER]``; each table's rules live with the pricer (``cost.py``)."""
+
+    _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
+    _prices: dict[str, ProviderPrice] = PrivateAttr(default_factory=dict)
+
+    @property
+    def provider_configs(self) -> dict[str, ProviderConfig]:
+        return self._providers
+
+    @property
+    def prices_by_provider(self) -> dict[str, ProviderPrice]:
+        return self._prices
+
+    @model_validator(mode="after")
+    def _cross_references(self, info: ValidationInfo) -> TurnsFile:
+        """What one table says about another, and about the built-ins."""
+        # Providers from the environment first (OPENAI_*, ANTHROPIC_*); a table overrides.
+        self._providers.update((info.context or {}).get("providers", {}))
+        for name, table in self.providers.items():
+            try:
+                self._providers[name] = ProviderConfig.from_table(name, table)
+            except ProviderConfigError as exc:
+                raise ValueError(f"providers.{name}: {exc}") from None
+        tools = set(BUILTIN_NAMES) | set(self.tools)
+        for name, t in self.tools.items():
+            _check_tool_table(name, t)
+        for name, a in self.agents.items():
+            where = f"agents.{name}"
+            if a.system_prompt is None and name not in BUILTIN_AGENTS:
+                raise ValueError(f"{where} needs a system_prompt")
+            _check_tool_names(f"{where}.tools", a.tools or [], tools)
+            _check_models(f"{where}.model", a.model, self._providers)
+        if self.default_model is not None:
+            _check_model_ref("default_model", self.default_model, self._providers)
+        agents = set(BUILTIN_AGENTS) | set(self.agents)
+        if self.default_agent is not None and self.default_agent not in agents:
+            raise ValueError(
+                f"default_agent {self.default_agent!r} is not an agent "
+                f"(known: {', '.join(sorted(agents))})"
+            )
+        for key in ("allow", "deny"):
+            for n in getattr(self.permissions, key):
+                if n not in tools:
+                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+        for name, table in self.prices.items():
+            if name != "scripted" and name not in self._providers:
+                known = ", ".join(sorted({*self._providers, "scripted"}))
+                raise ValueError(
+                    f"prices.{name}: no provider {name!r} is configured (known: {known})"
+                )
+            try:
+                self._prices[name] = ProviderPrice.from_table(f"prices.{name}", table)
+            except PriceConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+
+def _check_tool_table(name: str, t: ToolTable) -> None:
+    where = f"tools.{name}"
+    if not TOOL_NAME.fullmatch(name):
+        raise ValueError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
+    if name in BUILTIN_NAMES:
+        given = t.model_dump(exclude_none=True)
+        if set(given) - {"description", "permission"}:
+            raise ValueError(
+                f"{where}: {name} is a built-in tool; only its description and permission "
+                "can be changed"
+            )
+        return
+    execution = t.execution or ("sync" if t.callable is not None else None)
+    if execution is None:
+        raise ValueError(f'{where}.execution must be "sync" or "async"')
+    if execution == "sync" and (t.callable is None or ":" not in t.callable):
+        raise ValueError(f'{where}: a sync tool needs callable = "module:function"')
+    if execution == "async" and t.callable is not None:
+        raise ValueError(
+            f"{where}: an async tool has no callable; its result arrives with `turns complete`"
+        )
+
+
+def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None:
+    for t in names:
+        if t not in known and t != SPAWN_AGENT:
+            raise ValueError(
+                f"{where}: unknown tool {t!r} (known: {', '.join(sorted([*known, SPAWN_AGENT]))})"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_models(
+    where: str, model: str | Sequence[str] | None, providers: Mapping[str, ProviderConfig]
+) -> None:
+    """An agent's model, or each model of its fallback list (named by its index)."""
+    if model is None or isinstance(model, str):
+        if model is not None:
+            _check_model_ref(where, model, providers)
+        return
+    for i, ref in enumerate(model):
+        _check_model_ref(f"{where}[{i}]", ref, providers)
+
+
+def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
+    try:
+        descriptor = parse_model_ref(ref)
+    except ProviderConfigError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if descriptor.provider != "scripted" and descriptor.provider not in providers:
+        known = ", ".join(sorted({*providers, "scripted"}))
+        raise ValueError(
+            f"{where}: provider {descriptor.provider!r} is not configured "
+            f"(add [providers.{descriptor.provider}]; configured: {known})"
+        )
+
+
+_KINDS = {
+    "string_type": "a string",
+    "list_type": "a list",
+    "bool_type": "a boolean",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+    "int_type": "an integer",
+    "float_type": "a number",
+}
+
+
+def _path(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _describe(error: ErrorDetails, table: str = "") -> str:
+    """One pydantic error as the key path (under ``table``) and what is wrong there."""
+    loc = (table, *error["loc"]) if table else tuple(error["loc"])
+    path = _path(loc)
+    kind = error["type"]
+    if kind == "value_error":
+        message = str(error.get("ctx", {}).get("error", error["msg"]))
+        if message.startswith("unknown key"):
+            return f"{path or CONFIG_FILE}: {message}"
+        return f"{path}: {message}" if path else message
+    if kind in _KINDS:
+        return f"{path} must be {_KINDS[kind]}"
+    if kind == "literal_error":
+        expected = str(error.get("ctx", {}).get("expected", "")).replace("'", '"')
+        return f"{path} must be {expected}"
+    if kind == "extra_forbidden":  # tables that are not _Table, such as [context]
+        return f"{_path(loc[:-1]) or CONFIG_FILE}: unknown key {loc[-1]}"
+    return f"{path}: {error['msg']}" if path else str(error["msg"])
+
+
+def parse_file(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> TurnsFile:
+    """The validated file, or a ``ConfigError`` naming every problem's key path.
+
+    ``env`` gives the providers the environment configures (``env_providers``);
+    without it the file's tables are the only providers.
+    """
+    providers = env_providers(env) if env is not None else {}
+    try:
+        return TurnsFile.model_validate(data, strict=True, context={"providers": providers})
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_describe(e) for e in exc.errors(include_url=False))) from None
+
+
+# ---------------------------------------------------------------- providers from the environment
+
+OPENAI_DEFAULT_MODEL = "openai/gpt-4.1"
+ANTHROPIC_DEFAULT_MODEL = "anthropic/claude-sonnet-4-5"
+
+
+def env_providers(env: Mapping[str, str]) -> dict[str, ProviderConfig]:
+    """``openai`` and ``anthropic`` as the providers' own SDKs read the environment.
+
+    ``openai``: ``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` (with ``/v1``, as the
+    OpenAI SDK takes it) points it at a compatible server (vLLM, Ollama,
+    LiteLLM), spoken to through Chat Completions, which they all serve; with no
+    base URL it is OpenAI's Responses API. A compatible server given without a
+    key is called without one. ``anthropic``: ``ANTHROPIC_API_KEY``;
+    ``ANTHROPIC_BASE_URL`` without ``/v1``, as the Anthropic SDK takes it. A
+    ``[providers.NAME]`` table replaces either. Both always exist, so a turn on
+    ``openai/MODEL`` without the key fails naming the variable to set.
+    """
+    out: dict[str, ProviderConfig] = {}
+    for name, build in (("openai", _openai_from_env), ("anthropic", _anthropic_from_env)):
+        try:
+            out[name] = build(env)
+        except ProviderConfigError as exc:
+            variable = "OPENAI_BASE_URL" if name == "openai" else "ANTHROPIC_BASE_URL"
+            raise ConfigError(f"{variable}: {exc}") from None
+    return out
+
+
+def _openai_from_env(env: Mapping[str, str]) -> ProviderConfig:
+    base = env.get("OPENAI_BASE_URL") or None
+    keyless = base is not None and not env.get("OPENAI_API_KEY")
+    return ProviderConfig(
+        kind="openai-chat" if base is not None else "openai-responses",
+        base_url=base,
+        api_key_env=None if keyless else "OPENAI_API_KEY",
+    )
+
+
+def _anthropic_from_env(env: Mapping[str, str]) -> ProviderConfig:
+    base = env.get("ANTHROPIC_BASE_URL") or None
+    if base is not None and not base.rstrip("/").endswith("/v1"):
+        base = base.rstrip("/") + "/v1"
+    return ProviderConfig(kind="anthropic", base_url=base, api_key_env="ANTHROPIC_API_KEY")
+
+
+def env_default_model(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(model, the variable that chose it) for agents that name none: by whichever key is set."""
+    if env.get("OPENAI_API_KEY"):
+        return OPENAI_DEFAULT_MODEL, "OPENAI_API_KEY"
+    if env.get("ANTHROPIC_API_KEY"):
+        return ANTHROPIC_DEFAULT_MODEL, "ANTHROPIC_API_KEY"
+    return None
+
+
+# ---------------------------------------------------------------- resolving tools
+
+
+def import_callable(name: str, target: str, search: Path) -> Any:
+    """What ``callable = "module:function"`` names (the work dir is importable)."""
+    module_name, _, attr = target.partition(":")
+    if str(search) not in sys.path:
+        sys.path.insert(0, str(search))
+    try:
+        module = importlib.import_module(module_name)
+        fn = getattr(module, attr)
+    except Exception as exc:
+        raise ConfigError(
+            f"tools.{name}: cannot load {target}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(fn) and not isinstance(fn, Tool):
+        raise ConfigError(f"tools.{name}: {target} is not callable")
+    return fn
+
+
+def _tool_from_table(name: str, t: ToolTable, base: Tool | None, root: Path) -> Tool:
+    where = f"tools.{name}"
+    if base is not None:  # a built-in: only description and permission change
+        return base.with_(
+            description=t.description if t.description is not None else base.description,
+            permission=t.permission or base.permission,
+        )
+    permission = t.permission or "ask"  # fail closed
+    if t.callable is None:
+        return Tool.external(
+            name,
+            description=t.description or "",
+            input_schema=t.input_schema,
+            permission=permission,
+            requires_human=bool(t.requires_human),
+        )
+    target = import_callable(name, t.callable, root)
+    try:
+        if isinstance(target, Tool):
+            declared = target.with_(name=name, tool_id=f"user:{name}")
+        else:
+            declared = tool(target, name=name)
+    except ToolDeclarationError as exc:
+        raise ConfigError(f"{where}: {t.callable}: {exc}") from None
+    if declared.execution != "sync":
+        raise ConfigError(f'{where}: {t.callable} is declared async; set execution = "async"')
+    if t.input_schema is not None:
+        problem = schema_disagreement(t.input_schema, declared.input_schema)
+        if problem is not None:
+            raise ConfigError(f"{where}: {problem} ({t.callable})")
+    changes: dict[str, Any] = {"permission": permission}
+    if t.description is not None:
+        changes["description"] = t.description
+    if t.requires_human is not None:
+        changes["requires_human"] = t.requires_human
+    if isinstance(target, Tool) and t.permission is None:
+        changes["permission"] = target.permission  # declared next to the function
+    return declared.with_(**changes)
+
+
+def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
+    start = base or Agent(name=name, system_prompt="")
+    return replace(
+        start,
+        system_prompt=t.system_prompt if t.system_prompt is not None else start.system_prompt,
+        tools=tuple(t.tools) if t.tools is not None else start.tools,
+        model=t.model if t.model is not None else start.model,
+        reasoning_effort=t.reasoning_effort or start.reasoning_effort,
+        description=t.description or start.description,
+    )
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config(
+    work_dir: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    app: str | None = None,
+    with_app: bool = True,
+) -> Config:
+    """The configuration of a work dir: built-ins, then ``turns.toml``, then the app.
+
+    The app is ``app`` (``--app``), else ``TURNS_APP``, else ``app =`` in the
+    file; ``with_app=False`` leaves it out (a ``Turns`` is an app itself).
+    """
+    env = os.environ if env is None else env
+    root = Path(work_dir).absolute()
+    path = Path(env["TURNS_CONFIG"]).absolute() if env.get("TURNS_CONFIG") else root / CONFIG_FILE
+    data: dict[str, Any] = {}
+    source: Path | None = None
+    if env.get("TURNS_CONFIG") and not path.is_file():
+        raise ConfigError(f"TURNS_CONFIG names {path}, which is not a file")
+    if path.exists():
+        source = path
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} cannot be read: {exc}") from None
+    try:
+        file = parse_file(data, env)
+        config = _build(root, source, file, env)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+    if not with_app:
+        return config
+    from turnclient.runtime.app import APP_ENV, load_app
+
+    if app is not None:
+        spec, where = app, "--app"
+    elif env.get(APP_ENV):
+        spec, where = env[APP_ENV], APP_ENV
+    elif file.app is not None:
+        spec, where = file.app, f"{path}: app ="
+    else:
+        return config
+    loaded = load_app(spec, [Path.cwd(), root], where)
+    return with_python(
+        replace(config, app=spec),
+        agents=loaded.agents,
+        tools=loaded.tools,
+        models=loaded.models,
+        default_agent=loaded.default_agent,
+        default_model=loaded.default_model,
+        allow=loaded.allow,
+        deny=loaded.deny,
+        origin=f"app {spec}",
+    )
+
+
+def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, str]) -> Config:
+    workspace = Path(file.workspace or "workspace")
+    workspace = workspace if workspace.is_absolute() else root / workspace
+    tools = builtin_tools(workspace)
+    origins = {f"tools.{n}": "built-in" for n in tools}
+    origins.update({f"agents.{n}": "built-in" for n in BUILTIN_AGENTS})
+    for name, table in file.tools.items():
+        origins[f"tools.{name}"] = (
+            "built-in, changed in turns.toml" if name in tools else CONFIG_FILE
+        )
+        tools[name] = _tool_from_table(name, table, tools.get(name), root)
+    for name in file.provider_configs:
+        origins[f"providers.{name}"] = CONFIG_FILE if name in file.providers else "environment"
+    default_model = file.default_model
+    if default_model is not None:
+        origins["default_model"] = CONFIG_FILE
+    elif (chosen := env_default_model(env)) is not None:
+        default_model, variable = chosen
+        origins["default_model"] = f"environment ({variable} is set)"
+    agents = dict(BUILTIN_AGENTS)
+    for name, a in file.agents.items():
+        origins[f"agents.{name}"] = (
+            "built-in, changed in turns.toml" if name in agents else CONFIG_FILE
+        )
+        agents[name] = _agent_from_table(name, a, agents.get(name))
+    return Config(
+        work_dir=root,
+        source=source,
+        default_agent=file.default_agent or "demo",
+        default_model=default_model,
+        task_queue=env.get("TURNS_TASK_QUEUE") or file.task_queue or DEFAULT_TASK_QUEUE,
+        workspace=workspace,
+        agents=agents,
+        providers=file.provider_configs,
+        tools=tools,
+        auto_allow=tuple(file.permissions.allow),
+        auto_deny=tuple(file.permissions.deny),
+        context=file.context,
+        storage=file.storage.config(),
+        max_concurrent_subagents=file.subagents.max_concurrent,
+        payload_key_env=file.temporal.payload_key_env,
+        prices=file.prices_by_provider,
+        origins=origins,
+    )
+
+
+__all__ = [
+    "BUILTIN_AGENTS",
+    "CONFIG_FILE",
+    "Agent",
+    "AgentConfig",
+    "AgentTable",
+    "Config",
+    "ConfigError",
+    "PermissionsTable",
+    "StorageConfig",
+    "StorageTable",
+    "SubagentsTable",
+    "TemporalTable",
+    "ToolTable",
+    "TurnsFile",
+    "import_callable",
+    "load_config",
+    "parse_file",
+    "parse_storage",
+    "with_python",
+    "work_dir_from_env",
+]
+
+
+# ---------------------------------------------------------------- agents and tools from Python
+
+
+def with_python(
+    config: Config,
+    *,
+    agents: Sequence[Agent] = (),
+    tools: Sequence[Tool] = (),
+    default_agent: str | None = None,
+    default_model: str | None = None,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+    models: Mapping[str, ScriptFunction] | None = None,
+    origin: str = "Python",
+) -> Config:
+    """``config`` plus agents and tools defined in Python, checked by the file's rules.
+
+    ``origin`` says where they come from (``app MODULE:ATTR`` or ``Python``):
+    an agent that ``turns.toml`` also defines is refused naming both places,
+    and ``Config.origins`` records it for ``turns config``. ``models`` adds
+    Python functions served as ``scripted/NAME``.
+
+    ``allow``/``deny`` add tool names to ``[permissions]``: what the
+    ``auto_permission`` classifier allows or denies without a human.
+
+    A ``Tool`` listed in an agent's ``tools`` is registered under its name; two
+    different tools under one name are refused, as is an agent naming a tool
+    or provider that does not exist.
+    """
+    known = dict(config.tools)
+    origins = dict(config.origins)
+    for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
+        existing = known.get(t.name)
+        # One name, one tool: a second one (another function, or the same one with
+        # another permission) would silently run instead of the first for every agent.
+        if existing is not None and not _same_tool(existing, t):
+            where = origins.get(f"tools.{t.name}")
+            also = f" ({where} and {origin})" if where and where != origin else ""
+            raise ConfigError(
+                f"tools.{t.name}: two different tools are named {t.name!r}{also}; give one "
+                "another name (tool(fn, name=...)) or list the same Tool object"
+            )
+        if existing is None:
+            origins[f"tools.{t.name}"] = origin
+        known[t.name] = t
+    merged = dict(config.agents)
+    named: set[str] = set()
+    try:
+        for a in agents:
+            if a.name in named:  # a Python agent may replace a built-in, not another one
+                raise ValueError(f"agents.{a.name}: two agents are named {a.name!r}")
+            if origins.get(f"agents.{a.name}") == CONFIG_FILE:
+                # Which one would a turn get? Neither silently: the user renames one.
+                raise ValueError(
+                    f"agents.{a.name}: defined twice, as [agents.{a.name}] in "
+                    f"{config.source or CONFIG_FILE} and in {origin}; rename one of them"
+                )
+            named.add(a.name)
+            origins[f"agents.{a.name}"] = (
+                f"built-in, replaced by {origin}" if a.name in BUILTIN_AGENTS else origin
+            )
+            _check_agent_fields(a)
+            _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
+            _check_models(f"agents.{a.name}.model", a.model, config.providers)
+            merged[a.name] = replace(a, tools=a.tool_names)
+        if default_model is not None:
+            _check_model_ref("default_model", default_model, config.providers)
+        for key, names in (("allow", allow), ("deny", deny)):
+            for n in names:
+                if n not in known:
+                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    agent = default_agent or config.default_agent
+    if agent not in merged:
+        raise ConfigError(
+            f"default_agent {agent!r} is not an agent (known: {', '.join(sorted(merged))})"
+        )
+    for name in models or {}:
+        origins[f"models.scripted/{name}"] = origin
+    return replace(
+        config,
+        agents=merged,
+        tools=known,
+        models={**config.models, **(models or {})},
+        origins=origins,
+        default_agent=agent,
+        default_model=default_model or config.default_model,
+        auto_allow=(*config.auto_allow, *allow),
+        auto_deny=(*config.auto_deny, *deny),
+    )
+
+
+def _same_tool(a: Tool, b: Tool) -> bool:
+    """The same declaration and the same function (``Tool`` equality leaves the function out)."""
+    return a == b and a.function == b.function
+
+
+def _check_agent_fields(agent: Agent) -> None:
+    """A Python agent's fields, by the rules of its ``[agents.NAME]`` table (types, efforts)."""
+    table = {
+        "system_prompt": agent.system_prompt,
+        "model": agent.model
+        if agent.model is None or isinstance(agent.model, str)
+        else list(agent.model),
+        "tools": list(agent.tool_names),
+        "reasoning_effort": agent.reasoning_effort,
+        "description": agent.description,
+    }
+    try:
+        AgentTable.model_validate(table, strict=True)
+    except ValidationError as exc:
+        where = f"agents.{agent.name}"
+        problems = "; ".join(_describe(e, where) for e in exc.errors(include_url=False))
+        raise ValueError(problems) from None
