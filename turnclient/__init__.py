@@ -29,13 +29,14 @@ if TYPE_CHECKING:
     from turnclient.lib.listing import TurnSummary
     from turnclient.lib.turns import TurnResult, Turns
     from turnclient.runtime.app import App, AppError
-    from turnclient.runtime.config import Agent, ConfigError
+    from turnclient.runtime.config import Agent, ConfigError, McpServer
     from turnclient.runtime.connection import Runtime
     from turncore.errors import (
         DependencyError,
         InvalidInputError,
         InvalidTurnIdError,
         RejectedInputError,
+        StuckTurnError,
         TurnError,
         TurnNotFoundError,
     )
@@ -49,6 +50,7 @@ _EXPORTS = {
     "App": "turnclient.runtime.app",
     "AppError": "turnclient.runtime.app",
     "ConfigError": "turnclient.runtime.config",
+    "McpServer": "turnclient.runtime.config",
     "Turns": "turnclient.lib.turns",
     "TurnResult": "turnclient.lib.turns",
     "TurnSummary": "turnclient.lib.listing",
@@ -64,6 +66,7 @@ _EXPORTS = {
     "InvalidInputError": "turncore.errors",
     "InvalidTurnIdError": "turncore.errors",
     "RejectedInputError": "turncore.errors",
+    "StuckTurnError": "turncore.errors",
     "TurnError": "turncore.errors",
     "TurnNotFoundError": "turncore.errors",
 }
@@ -77,7 +80,9 @@ __all__ = [
     "DependencyError",
     "InvalidInputError",
     "InvalidTurnIdError",
+    "McpServer",
     "RejectedInputError",
+    "StuckTurnError",
     "ModelCallRequest",
     "Runtime",
     "Tool",

@@ -728,6 +728,7 @@ def create_app(
         runtime.resolver,
         task_queue=runtime.task_queue,
         serves=runtime.check_serves if serving else None,
+        listed=runtime.listing,  # an agent's MCP tools are listed when the UI creates a turn
     )
     ctx = UiContext(runtime, client, turns, decision_wait=decision_wait, body_timeout=body_timeout)
 
