@@ -144,7 +144,7 @@ async def test_listing_snapshot_and_a_call_with_approval(
         snapshot = events[0].agent.resolved  # type: ignore[union-attr]
         assert isinstance(snapshot, ResolvedAgent)
         by_name = {t.name: t for t in snapshot.tools}
-        assert set(by_name) == {"echo", "weather", "fail", "picture", "document", "slow"}
+        assert set(by_name) == {"echo", "weather", "fail", "picture", "document", "slow", "steps"}
         echo = by_name["echo"]
         assert echo.tool_id == "mcp:tools/echo"
         assert echo.description == "Echo the text back."
@@ -179,8 +179,10 @@ async def test_allowed_calls_errors_images_and_resources(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     log = tmp_path / "server.log"
-    toml = _stdio("tools", log, allow=["weather", "fail", "picture", "document"]) + _agent("tools")
+    allowed = ["steps", "weather", "fail", "picture", "document"]
+    toml = _stdio("tools", log, allow=allowed) + _agent("tools")
     calls = [
+        {"toolCallId": "s", "toolName": "steps", "input": {"count": 2}},
         {"toolCallId": "w", "toolName": "weather", "input": {"city": "Oslo"}},
         {"toolCallId": "f", "toolName": "fail", "input": {"reason": "no"}},
         {"toolCallId": "p", "toolName": "picture", "input": {}},
@@ -192,6 +194,13 @@ async def test_allowed_calls_errors_images_and_resources(
         events = await turns.events(result.turn_id)
         assert not [e for e in events if e.type == "tool_permission_required"]
         results = _results(events)
+        # MCP progress notifications are the call's durable progress.
+        progress = [e.progress for e in events if e.type == "tool_progress"]
+        assert progress == [
+            {"progress": 1, "total": 2, "message": "step 1"},
+            {"progress": 2, "total": 2, "message": "step 2"},
+        ]
+        assert results["s"].output == {"result": "2 steps"}
         assert results["w"].output == {"city": "Oslo", "celsius": 21}
         assert not results["w"].is_error
         assert results["f"].is_error
