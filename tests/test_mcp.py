@@ -85,7 +85,7 @@ def turns_for(
         work,
         client=temporal.client,
         env=process_env,
-        models={"mcp": calling(*calls)},
+        models={"mcp": calling(*calls), **kwargs.pop("models", {})},
         **kwargs,
     )
 
@@ -222,12 +222,16 @@ async def test_a_crash_a_hang_and_the_turn_goes_on(
         _stdio("tools", log, permission="none")
         + _stdio("hang", hung, permission="none", timeout=2, prefix="h")
         + _agent("tools", "hang")
+        + '[agents.after]\nsystem_prompt = "p"\nmodel = "scripted/after"\nmcp = ["tools"]\n'
     )
     calls = [
         {"toolCallId": "c", "toolName": "crash", "input": {}},
         {"toolCallId": "s", "toolName": "h_slow", "input": {"seconds": 60}},
     ]
-    async with turns_for(temporal_env, tmp_path / "w", toml, *calls) as turns:
+    after = calling({"toolCallId": "e", "toolName": "echo", "input": {"text": "back"}})
+    async with turns_for(
+        temporal_env, tmp_path / "w", toml, *calls, models={"after": after}
+    ) as turns:
         result = await turns.run("go", agent="helper")
         assert result.status == "completed"
         results = _results(await turns.events(result.turn_id))
@@ -239,6 +243,10 @@ async def test_a_crash_a_hang_and_the_turn_goes_on(
         await _until(lambda: "cancelled slow" in _log(hung), "the server to see the cancel")
         assert _log(log) == ["crash called"]
         assert _log(hung) == ["started slow", "cancelled slow"]
+        # The worker starts the crashed stdio server again for the next call.
+        again = await turns.run("again", agent="after")
+        assert _results(await turns.events(again.turn_id))["e"].output == {"result": "back"}
+        assert _log(log) == ["crash called", "echo back"]
 
 
 async def test_cancelling_the_turn_cancels_the_call_at_the_server(
