@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         InvalidInputError,
         InvalidTurnIdError,
         RejectedInputError,
+        StuckTurnError,
         TurnError,
         TurnNotFoundError,
     )
@@ -62,6 +63,7 @@ _EXPORTS = {
     "InvalidInputError": "turncore.errors",
     "InvalidTurnIdError": "turncore.errors",
     "RejectedInputError": "turncore.errors",
+    "StuckTurnError": "turncore.errors",
     "TurnError": "turncore.errors",
     "TurnNotFoundError": "turncore.errors",
 }
@@ -75,6 +77,7 @@ __all__ = [
     "InvalidTurnIdError",
     "McpServer",
     "RejectedInputError",
+    "StuckTurnError",
     "ModelCallRequest",
     "Runtime",
     "Tool",
