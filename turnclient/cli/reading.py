@@ -292,10 +292,11 @@ def _turn_file_bytes(path: Path) -> bytes:
 )
 def inspect(args: argparse.Namespace) -> int:
     from turnclient.runtime.config import ConfigError, load_config
+    from turncore.budget import BUDGET_KEY
     from turncore.compose import compose_model_request
     from turncore.context import ContextResolver, ElisionPolicy
     from turncore.messages import projected_wire
-    from turncore.reducer import TurnReducer, reduce_turn
+    from turncore.reducer import reduce_turn
 
     def body() -> int:
         _, events = load_turn(args.turn)
@@ -314,7 +315,7 @@ def inspect(args: argparse.Namespace) -> int:
             print(f"{PROG}: turns.toml unusable, default elision policy: {exc}", file=sys.stderr)
             policy = ElisionPolicy()
         with stored_repository() as repo:
-            contexts = ContextResolver(lambda t: TurnReducer.of(repo.read(t)).state, policy)
+            contexts = ContextResolver(lambda t: repo.reduced(t).state, policy)
             agent = contexts.resolve_agent(reduced.definition)
             context = contexts.resolve(reduced.definition.context)
         composed = compose_model_request(agent, context, reduced, index)
@@ -333,6 +334,9 @@ def inspect(args: argparse.Namespace) -> int:
         # `--wire` is the exact body and the one place their sources appear.
         shown = composed.to_wire()
         shown["messages"] = [projected_wire(m) for m in composed.messages]
+        budget = reduced.model_calls[index].request.parameters.get(BUDGET_KEY)
+        if budget is not None:  # what the context budget dropped, as the file records it
+            shown[BUDGET_KEY] = budget
         if args.json:
             emit_json(shown)
             return EXIT_OK
@@ -379,6 +383,12 @@ def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
     print(f"model call {wire['modelCallIndex']} · {model['provider']}/{model['model']}{effort}")
     print(f"parameters {orjson.dumps(wire['parameters']).decode()}")
     print(f"elision    {orjson.dumps(policy).decode()} (applies to earlier turns' messages)")
+    budget = wire.get("contextBudget")
+    if isinstance(budget, dict):
+        print(
+            f"budget     {budget.get('tokens')} tokens: dropped the {budget.get('dropped')} "
+            "oldest messages of earlier turns (as recorded in the file)"
+        )
     print("\nsystem")
     print("\n".join("  " + line for line in wire["system"].splitlines()))
     print(f"\ntools ({len(wire['tools'])})")
