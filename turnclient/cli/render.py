@@ -21,6 +21,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from turnclient.lib import turnview
 from turnclient.lib.summary import clip, usage_text
 from turncore.events import (
     CancelledOutcome,
@@ -510,11 +511,8 @@ def transcript(state: TurnState, env: Mapping[str, str] | None = None) -> str:
 
 
 def _status(state: TurnState) -> str:
-    if state.terminal is not None:
-        return state.terminal.type.removeprefix("turn_")
-    if state.suspension is not None:
-        return "suspended"
-    return "in progress"
+    status = turnview.status_of(state)
+    return "in progress" if status == "running" else status
 
 
 def status_of(state: TurnState) -> str:

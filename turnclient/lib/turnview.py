@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from turnclient.cli import render
 from turncore.reducer import ToolCallState, TurnState
 
 
@@ -14,8 +13,11 @@ def status_of(state: TurnState) -> str:
     The words of the ``TurnStatus`` search attribute, so the API's turn list
     (from visibility) and a turn's own view (from its file) agree.
     """
-    status = render.status_of(state)
-    return "running" if status == "in-progress" else status
+    if state.terminal is not None:
+        return state.terminal.type.removeprefix("turn_")
+    if state.suspension is not None:
+        return "suspended"
+    return "running"
 
 
 def _permission_reason(call: ToolCallState) -> str | None:

@@ -35,8 +35,8 @@ from temporalio.runtime import Runtime as TemporalRuntime
 
 from turnclient.builtins.demo import DEMO_MODEL, demo_model
 from turnclient.lib.api import TurnClient, iso_now
+from turnclient.lib.deltaspool import DeltaSpool, spool_dir
 from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
-from turnclient.runtime.deltaspool import DeltaSpool, spool_dir
 from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
 from turnclient.runtime.storage import open_repository
 from turncore.agents import AgentDefinition, StaticAgentResolver
