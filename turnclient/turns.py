@@ -50,6 +50,7 @@ from temporalio.client import Client
 from turnclient.lib.api import CreateTurnInput, TurnClient
 from turnclient.lib.conversations import continuation
 from turnclient.lib.listing import TurnSummary, latest_turns, pending_across
+from turnclient.lib.stuck import StuckRun
 from turnclient.runtime.config import Agent, load_config, with_python, work_dir_from_env
 from turnclient.runtime.connection import Runtime, temporal
 from turncore.advance import outcome_of
@@ -333,8 +334,22 @@ class Turns:
         return await self.advance(turn_id, _input("cancel", lambda: CancelInput(reason=reason)))
 
     async def recover(self, turn_id: str) -> TurnOutcome:
-        """Serve a turn until it settles, starting its workflow from the file if none runs."""
-        return await self._served(turn_id, self.client.recover(turn_id))
+        """Serve a turn until it settles, starting its workflow from the file if none runs.
+
+        A stuck run (its workflow task keeps failing, as after a deploy of
+        workflow code that does not replay it) is terminated first and a new
+        run starts from the file (``TurnClient.rebuild``).
+        """
+
+        async def rebuilt_then_served() -> TurnOutcome:
+            await self.client.rebuild(turn_id)
+            return await self.client.recover(turn_id)
+
+        return await self._served(turn_id, rebuilt_then_served())
+
+    async def stuck(self, turn_id: str) -> StuckRun | None:
+        """The turn's run if its workflow task keeps failing (with the cause), else None."""
+        return await self.client.stuck(turn_id)
 
     async def _served(self, turn_id: str, call: Awaitable[TurnOutcome]) -> TurnOutcome:
         """``call``, or an ``InfrastructureError`` once this ``Turns`` closes under it.

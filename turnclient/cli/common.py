@@ -177,8 +177,8 @@ def emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def _quiet_logging() -> None:
-    level = os.environ.get("TURNS_LOG_LEVEL", "ERROR").upper()
+def _quiet_logging(default: str = "ERROR") -> None:
+    level = os.environ.get("TURNS_LOG_LEVEL", default).upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -193,7 +193,7 @@ class _Interrupts:
     cleanup still waits for — a tool running in a worker thread cannot be
     interrupted — and a second signal exits at once. A hard exit is safe:
     the kernel drops this process's file locks, the embedded server's
-    watchdog stops the server once idle, and the turn's workflow resumes on
+    supervisor stops the server once idle, and the turn's workflow resumes on
     the next worker from its file.
     """
 
@@ -280,12 +280,19 @@ def between_turns(hint: str) -> None:
         _INTERRUPTS.idle_hint = hint
 
 
-def run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
-    """Run an async command: errors become one line and an exit code; signals detach."""
+def run_async(
+    args: argparse.Namespace, body: Callable[[], Awaitable[int]], *, log_level: str = "ERROR"
+) -> int:
+    """Run an async command: errors become one line and an exit code; signals detach.
+
+    Commands log at ``log_level`` unless ``TURNS_LOG_LEVEL`` says otherwise:
+    ERROR, except the long-lived workers (INFO, as docs/operations.md says),
+    whose warnings (a turn's workflow task failing) an operator must see.
+    """
     import asyncio
 
     global _INTERRUPTS
-    _quiet_logging()
+    _quiet_logging(log_level)
     from turnclient.runtime.telemetry import install_default_runtime
 
     install_default_runtime()

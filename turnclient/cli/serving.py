@@ -277,7 +277,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = Fals
         )
         return EXIT_OK
 
-    return run_async(args, body)
+    return run_async(args, body, log_level="INFO" if worker else "ERROR")
 
 
 # ---------------------------------------------------------------- observability

@@ -51,7 +51,14 @@ from turnclient.lib.cost import PriceConfigError, ProviderPrice
 from turncore.context import ElisionPolicy
 from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
-from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagreement, tool
+from turncore.tools import (
+    TOOL_NAME,
+    Tool,
+    ToolDeclarationError,
+    fast_problem,
+    schema_disagreement,
+    tool,
+)
 
 CONFIG_FILE = "turns.toml"
 DEFAULT_WORK_DIR = ".turns"
@@ -117,6 +124,42 @@ BUILTIN_AGENTS: dict[str, Agent] = {
 }
 
 
+VERSIONING_BEHAVIORS = ("auto-upgrade", "pinned")
+
+
+@dataclass(frozen=True)
+class WorkerVersioning:
+    """Temporal worker deployment versioning for the turn workflow's workers."""
+
+    deployment_name: str
+    build_id: str
+    behavior: str = "auto-upgrade"
+    """``auto-upgrade`` or ``pinned`` (``[temporal] versioning``)."""
+
+
+def worker_versioning(file: TemporalTable, env: Mapping[str, str]) -> WorkerVersioning | None:
+    """``[temporal] deployment_name``/``build_id``/``versioning``, each overridden by
+    ``TURNS_DEPLOYMENT_NAME``/``TURNS_BUILD_ID``/``TURNS_VERSIONING``; None when
+    neither a name nor a build id is set (unversioned workers)."""
+    name = env.get("TURNS_DEPLOYMENT_NAME") or file.deployment_name
+    build = env.get("TURNS_BUILD_ID") or file.build_id
+    behavior = env.get("TURNS_VERSIONING") or file.versioning
+    if behavior not in VERSIONING_BEHAVIORS:
+        raise ConfigError(
+            f"versioning is {behavior!r}; it is one of {', '.join(VERSIONING_BEHAVIORS)}"
+        )
+    if name is None and build is None:
+        return None
+    if not name or not build:
+        missing = (
+            "deployment_name (TURNS_DEPLOYMENT_NAME)" if not name else "build_id (TURNS_BUILD_ID)"
+        )
+        raise ConfigError(
+            f"worker versioning needs both a deployment name and a build id; {missing} is not set"
+        )
+    return WorkerVersioning(deployment_name=name, build_id=build, behavior=behavior)
+
+
 @dataclass(frozen=True)
 class Config:
     work_dir: Path
@@ -139,6 +182,10 @@ class Config:
     """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
     prices: dict[str, ProviderPrice] = field(default_factory=dict)
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    versioning: WorkerVersioning | None = None
+    """Worker deployment versioning (``[temporal]``); None: unversioned workers."""
+    rebuild_stuck_after: int | None = None
+    """``[temporal] rebuild_stuck_after`` / ``TURNS_REBUILD_STUCK_AFTER``: the self-heal."""
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -190,6 +237,10 @@ class ToolTable(_Table):
     requires_human: bool | None = None
     callable: str | None = None
     """``module:function`` of a sync tool (a typed function or a ``Tool``)."""
+    fast: bool | None = None
+    """A sync tool that finishes within ``fast_timeout``: it runs as a local activity."""
+    fast_timeout: float | None = None
+    """Seconds a fast tool may run (default 10, at most 30)."""
 
 
 class AgentTable(_Table):
@@ -278,6 +329,16 @@ class TemporalTable(_Table):
 
     payload_key_env: str | None = None
     """The environment variable holding the payload encryption keys (off if None)."""
+    deployment_name: str | None = None
+    """Worker deployment versioning: the deployment's name (with ``build_id``; off if None)."""
+    build_id: str | None = None
+    """Worker deployment versioning: this code's build id (with ``deployment_name``)."""
+    versioning: Literal["auto-upgrade", "pinned"] = "auto-upgrade"
+    """What a versioned turn does when a new version becomes current: move to it at its
+    next workflow task (``auto-upgrade``) or stay on the version that started it (``pinned``)."""
+    rebuild_stuck_after: Annotated[int, Field(ge=1)] | None = None
+    """Workers rebuild a turn from its file after this many workflow tasks of its run
+    failed on non-determinism (None: never; operators run ``turns recover``)."""
 
     @field_validator("payload_key_env")
     @classmethod
@@ -369,11 +430,12 @@ def _check_tool_table(name: str, t: ToolTable) -> None:
         raise ValueError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
     if name in BUILTIN_NAMES:
         given = t.model_dump(exclude_none=True)
-        if set(given) - {"description", "permission"}:
+        if set(given) - {"description", "permission", "fast", "fast_timeout"}:
             raise ValueError(
-                f"{where}: {name} is a built-in tool; only its description and permission "
-                "can be changed"
+                f"{where}: {name} is a built-in tool; only its description, permission, "
+                "fast and fast_timeout can be changed"
             )
+        _check_fast(where, t, "sync")
         return
     execution = t.execution or ("sync" if t.callable is not None else None)
     if execution is None:
@@ -384,6 +446,20 @@ def _check_tool_table(name: str, t: ToolTable) -> None:
         raise ValueError(
             f"{where}: an async tool has no callable; its result arrives with `turns complete`"
         )
+    _check_fast(where, t, execution)
+
+
+def _check_fast(where: str, t: ToolTable, execution: str) -> None:
+    """``fast`` is for sync tools; ``fast_timeout`` is a bound within the local-activity limit."""
+    if t.fast and execution != "sync":
+        raise ValueError(
+            f"{where}.fast: an async tool cannot be fast (its result arrives later as an "
+            "input); remove fast or make the tool sync"
+        )
+    if t.fast_timeout is not None:
+        problem = fast_problem(True, "sync", t.fast_timeout)
+        if problem is not None:
+            raise ValueError(f"{where}.fast_timeout: {problem.removeprefix('fast_timeout ')}")
 
 
 def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None:
@@ -478,10 +554,12 @@ def import_callable(name: str, target: str, search: Path) -> Any:
 
 def _tool_from_table(name: str, t: ToolTable, base: Tool | None, root: Path) -> Tool:
     where = f"tools.{name}"
-    if base is not None:  # a built-in: only description and permission change
+    if base is not None:  # a built-in: only description, permission and fast change
         return base.with_(
             description=t.description if t.description is not None else base.description,
             permission=t.permission or base.permission,
+            fast=t.fast if t.fast is not None else base.fast,
+            fast_timeout=t.fast_timeout if t.fast_timeout is not None else base.fast_timeout,
         )
     permission = t.permission or "ask"  # fail closed
     if t.callable is None:
@@ -513,7 +591,14 @@ def _tool_from_table(name: str, t: ToolTable, base: Tool | None, root: Path) -> 
         changes["requires_human"] = t.requires_human
     if isinstance(target, Tool) and t.permission is None:
         changes["permission"] = target.permission  # declared next to the function
-    return declared.with_(**changes)
+    if t.fast is not None:
+        changes["fast"] = t.fast
+    if t.fast_timeout is not None:
+        changes["fast_timeout"] = t.fast_timeout
+    try:
+        return declared.with_(**changes)
+    except ToolDeclarationError as exc:
+        raise ConfigError(f"{where}.fast: {exc}") from None
 
 
 def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
@@ -580,7 +665,23 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         max_concurrent_subagents=file.subagents.max_concurrent,
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
+        versioning=worker_versioning(file.temporal, env),
+        rebuild_stuck_after=_rebuild_after(file.temporal, env),
     )
+
+
+def _rebuild_after(file: TemporalTable, env: Mapping[str, str]) -> int | None:
+    given = env.get("TURNS_REBUILD_STUCK_AFTER")
+    if given is None or given == "":
+        return file.rebuild_stuck_after
+    if given in ("0", "off"):
+        return None
+    if not given.isdigit():
+        raise ConfigError(
+            f"TURNS_REBUILD_STUCK_AFTER is {given!r}; it is a number of failed workflow "
+            "tasks (1 or more), or 0/off"
+        )
+    return int(given)
 
 
 __all__ = [
@@ -597,6 +698,7 @@ __all__ = [
     "SubagentsTable",
     "TemporalTable",
     "ToolTable",
+    "WorkerVersioning",
     "TurnsFile",
     "import_callable",
     "load_config",

@@ -162,7 +162,7 @@ const index = {
     const body = document.getElementById("turns");
     const rows = r.body.turns.map((t) => h("tr", {},
       h("td", {}, h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId)),
-      h("td", {}, badge(t.status)),
+      h("td", {}, badge(t.status), t.stuck ? [" ", h("span", { class: "badge badge-stuck", title: t.stuck }, "stuck")] : []),
       h("td", { class: "prompt" }, t.input || ""),
       h("td", {}, (t.agent || "?") + " · " + (t.model || "?")),
       h("td", {}, t.session || ""),
@@ -271,6 +271,11 @@ const turn = {
     status.className = "badge badge-" + v.status;
     document.getElementById("meta").textContent =
       "agent " + v.agent + " · model " + v.model + (v.session ? " · session " + v.session : "");
+    const stuck = document.getElementById("stuck");
+    stuck.hidden = !v.stuck;
+    stuck.textContent = v.stuck
+      ? "Stuck: " + v.stuck.cause + ". Inputs sent now are not applied. Fix: " + v.stuck.fix + " (rebuilds the run from the turn's file), or roll the workers back."
+      : "";
     turn.renderPending(v);
     turn.renderTimeline(v.state);
     turn.renderOutcome(v.state);
