@@ -35,7 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.changed_workflow import BROKEN, changed_workflow
 from tests.harness import Harness, sync_tool
 from tests.webui import running_ui
-from turnclient.lib.replaycheck import open_turn_ids, replay_turns
+from turnclient.cli.replaycheck import open_turn_ids, replay_turns
 from turnclient.lib.stuck import NON_DETERMINISM, stuck_run
 from turnclient.runtime.config import ConfigError, WorkerVersioning, load_config
 from turnclient.runtime.connection import Runtime

@@ -599,7 +599,7 @@ def list_turns(args: argparse.Namespace) -> int:
 )
 def replay(args: argparse.Namespace) -> int:
     async def body() -> int:
-        from turnclient.lib.replaycheck import open_turn_ids, replay_turns, sample
+        from turnclient.cli.replaycheck import open_turn_ids, replay_turns, sample
         from turnclient.runtime.connection import ConnectOptions, temporal
 
         runtime = open_runtime()
