@@ -80,6 +80,7 @@ PASSTHROUGH = (
     "turncore_temporal.activities.contract",
     "turncore_temporal.activities.failures",
     "turncore_temporal.activities.payloads",
+    "turncore_temporal.workflows._types",
 )
 
 
@@ -364,14 +365,20 @@ async def serving(
 ) -> AsyncIterator[Worker]:
     """Run a worker in this process for the block; it is shut down when the block ends."""
     worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown)
+    if runtime.mcp is not None:
+        runtime.mcp.serve()
     task = asyncio.create_task(worker.run())
     try:
         yield worker
     finally:
-        if not task.done():
-            await worker.shutdown()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        try:
+            if not task.done():
+                await worker.shutdown()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            if runtime.mcp is not None:  # the stdio servers this worker started stop with it
+                await runtime.mcp.close()
 
 
 PENDING_EVERY = 15.0

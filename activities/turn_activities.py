@@ -32,7 +32,7 @@ from turncore.advance import (
     input_events,
     outcome_of,
 )
-from turncore.agents import AgentResolver
+from turncore.agents import AgentResolver, ListedTools, resolve_listed
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
 from turncore.elision import elide_event
@@ -167,6 +167,8 @@ class TurnDependencies:
     agents: AgentResolver | None = None
     """Resolves sub-agents for ``spawn_agent`` (absent: the tool reports it is unavailable)."""
     ids: TurnIdGenerator | None = None
+    listed: ListedTools | None = None
+    """Tools sub-agents get from elsewhere (MCP servers), listed as a child is created."""
 
 
 class TurnActivities(TurnActivityContract):
@@ -330,7 +332,7 @@ class TurnActivities(TurnActivityContract):
             return CreateChildResult(error="sub-agents are not configured in this runtime")
         agent_id, prompt = request
         try:
-            resolved = d.agents.resolve(RequestedAgent(agent_id=agent_id))
+            resolved = await resolve_listed(d.agents, d.listed, RequestedAgent(agent_id=agent_id))
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
         parent = state.definition

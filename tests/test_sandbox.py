@@ -103,6 +103,7 @@ _DECIDING_MODULES = (
     "activities/payloads.py",
     "activities/failures.py",
     "workflows/turn.py",
+    "workflows/_types.py",
 )
 _FORBIDDEN_MODULES = {"random", "secrets", "uuid", "time"}
 _FORBIDDEN_ATTRIBUTES = {"now", "utcnow", "today", "urandom", "getenv", "environ"}

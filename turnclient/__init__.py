@@ -27,7 +27,7 @@ from turncore.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from turnclient.lib.listing import TurnSummary
-    from turnclient.runtime.config import Agent, ConfigError
+    from turnclient.runtime.config import Agent, ConfigError, McpServer
     from turnclient.runtime.connection import Runtime
     from turnclient.turns import TurnResult, Turns
     from turncore.errors import (
@@ -35,6 +35,7 @@ if TYPE_CHECKING:
         InvalidInputError,
         InvalidTurnIdError,
         RejectedInputError,
+        StuckTurnError,
         TurnError,
         TurnNotFoundError,
     )
@@ -46,6 +47,7 @@ if TYPE_CHECKING:
 _EXPORTS = {
     "Agent": "turnclient.runtime.config",
     "ConfigError": "turnclient.runtime.config",
+    "McpServer": "turnclient.runtime.config",
     "Turns": "turnclient.turns",
     "TurnResult": "turnclient.turns",
     "TurnSummary": "turnclient.lib.listing",
@@ -61,6 +63,7 @@ _EXPORTS = {
     "InvalidInputError": "turncore.errors",
     "InvalidTurnIdError": "turncore.errors",
     "RejectedInputError": "turncore.errors",
+    "StuckTurnError": "turncore.errors",
     "TurnError": "turncore.errors",
     "TurnNotFoundError": "turncore.errors",
 }
@@ -72,7 +75,9 @@ __all__ = [
     "DependencyError",
     "InvalidInputError",
     "InvalidTurnIdError",
+    "McpServer",
     "RejectedInputError",
+    "StuckTurnError",
     "ModelCallRequest",
     "Runtime",
     "Tool",

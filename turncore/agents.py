@@ -68,3 +68,46 @@ class StaticAgentResolver:
             model=model,
             tools=tools,
         )
+
+
+class ListedTools(Protocol):
+    """Tools an agent gets from elsewhere (MCP servers), listed once when a turn is created.
+
+    ``tools_for`` does the I/O (bounded by its own timeout) and raises
+    ``DependencyError`` naming what is down or wrong; its descriptors are
+    snapshotted into ``turn_created`` like any other (§6.3, §6.4).
+    """
+
+    async def tools_for(self, agent_id: str) -> list[ToolDescriptor]: ...
+
+
+async def resolve_listed(
+    resolver: AgentResolver, listed: ListedTools | None, agent: RequestedAgent
+) -> ResolvedAgent:
+    """``resolver.resolve(agent)`` plus the tools ``listed`` gives the agent, after its own.
+
+    Two tools advertised under one name (across servers, or beside a configured
+    tool) are a ``DependencyError`` naming both tool ids: the model could not
+    tell them apart.
+    """
+    return await with_listed(resolver.resolve(agent), listed)
+
+
+async def with_listed(resolved: ResolvedAgent, listed: ListedTools | None) -> ResolvedAgent:
+    """``resolved`` plus the tools ``listed`` gives its agent (see ``resolve_listed``)."""
+    if listed is None:
+        return resolved
+    extra = await listed.tools_for(resolved.agent_id)
+    if not extra:
+        return resolved
+    by_name: dict[str, str] = {}
+    for t in [*resolved.tools, *extra]:
+        other = by_name.get(t.name)
+        if other is not None:
+            raise DependencyError(
+                f"agent {resolved.agent_id!r}: two tools are advertised under the name "
+                f"{t.name!r}: {other} and {t.tool_id}; set a prefix on the MCP server "
+                "([mcp.NAME] prefix) or deny one of them"
+            )
+        by_name[t.name] = t.tool_id
+    return resolved.model_copy(update={"tools": [*resolved.tools, *extra]})

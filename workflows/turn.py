@@ -30,7 +30,6 @@ import dataclasses
 import json
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, assert_never
 
@@ -99,6 +98,7 @@ from turncore_temporal.activities.payloads import (
     ToolCallInput,
     ValidateDependenciesInput,
 )
+from turncore_temporal.workflows._types import Flags, Queued, TurnWorkflowInput
 
 TURN_STATUS = SearchAttributeKey.for_keyword("TurnStatus")
 TURN_AGENT = SearchAttributeKey.for_keyword("TurnAgent")
@@ -146,38 +146,6 @@ _I = TypeVar("_I")
 _R = TypeVar("_R")
 
 
-@dataclass
-class TurnWorkflowInput:
-    turn_id: str
-    model_call_timeout_seconds: float = 600.0
-    tool_timeout_seconds: float = 3600.0
-    heartbeat_timeout_seconds: float = 30.0
-    cancel: dict[str, Any] | None = None
-    """A cancel input to apply on start (cancelling a turn whose workflow is gone)."""
-    max_history_events: int = 5000
-    """Continue as new (reloading from the file) once history grows past this,
-    or earlier when Temporal suggests it."""
-    rejected_inputs: list[dict[str, Any]] = field(default_factory=list)
-    """Carried across continue-as-new so the state query keeps listing them."""
-    max_concurrent_children: int = 8
-    """How many ``spawn_agent`` children run at once; further calls wait for a slot."""
-
-
-@dataclass
-class _Queued:
-    input: ExternalDelivery
-    waiter: asyncio.Future[dict[str, Any]] | None = None
-
-
-@dataclass
-class _Flags:
-    reload: bool = False
-    woken: int = 0
-    strikes: int = 0
-    """Model call attempts in a row that ended without a result."""
-    rejected: list[dict[str, Any]] = field(default_factory=list)
-
-
 def _ts() -> str:
     return format_ts(workflow.now())
 
@@ -187,14 +155,14 @@ class TurnWorkflow:
     def __init__(self) -> None:
         self._turn_id = ""
         self._reducer: TurnReducer | None = None
-        self._queue: deque[_Queued] = deque()
+        self._queue: deque[Queued] = deque()
         self._settle_waiters: list[asyncio.Future[dict[str, Any]]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
         self._model_handle: workflow.ActivityHandle[ModelCallResult] | None = None
         self._tools: list[ToolDescriptor] | None = None
         """An inherited snapshot's materialized tools, once a tool call needed them."""
         self._cancel: CancelInput | None = None
-        self._flags = _Flags()
+        self._flags = Flags()
         self._allowed: set[str] = set()
         """Calls the permission checker allowed outright, until their invocation is appended."""
         self._input = TurnWorkflowInput(turn_id="")
@@ -877,7 +845,7 @@ class TurnWorkflow:
                 self._settle_waiters.append(waiter)
             self._wake()
             return
-        self._queue.append(_Queued(parsed, waiter))
+        self._queue.append(Queued(parsed, waiter))
         self._wake()
 
     def _signal(self, name: str, args: Sequence[Any]) -> None:
@@ -923,7 +891,7 @@ class TurnWorkflow:
         self._enqueue(parsed, waiter)
         return await waiter
 
-    async def _apply_input(self, queued: _Queued) -> None:
+    async def _apply_input(self, queued: Queued) -> None:
         staged = queued.input
         try:
             advance.check_input(self._state, queued.input)

@@ -82,7 +82,7 @@ class _Parser(argparse.ArgumentParser):
 ORDER = (
     *("validate", "state", "show", "log", "inspect", "repair", "db", "export", "import"),
     *("run", "chat", "approve", "deny", "complete", "progress", "cancel", "recover"),
-    *("watch", "list", "dev", "worker", "config", "completion", "codec-server", "ui"),
+    *("watch", "list", "dev", "worker", "config", "mcp", "completion", "codec-server", "ui"),
 )
 """The order of ``turns --help``: reading a file first, then running and deciding,
 watching, serving and configuring. A command missing here is listed last."""

@@ -43,7 +43,7 @@ from temporalio.service import RPCError, RPCStatusCode
 from turnclient.lib.stuck import StuckRun, stuck_run
 from turnclient.lib.summary import message_preview
 from turncore.advance import check_input, outcome_of
-from turncore.agents import AgentResolver
+from turncore.agents import AgentResolver, ListedTools, with_listed
 from turncore.context import ContextResolver
 from turncore.errors import (
     ExpiredDeliveryError,
@@ -240,10 +240,13 @@ class TurnClient:
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
+        listed: ListedTools | None = None,
         stuck_poll_seconds: float = STUCK_POLL_SECONDS,
         deliver_window_seconds: float = DELIVER_WINDOW_SECONDS,
     ) -> None:
         self._client = client
+        self._listed = listed
+        """Tools agents get from elsewhere (MCP servers), listed when a turn is created."""
         self._repo = repository
         self._resolver = resolver
         self._ids = ids or TurnIdGenerator()
@@ -314,6 +317,9 @@ class TurnClient:
             # Only an ended turn can be continued (§6.6): refused here, before
             # any file is written, rather than failing the new turn later.
             await self._closed_predecessor(context.previous_turn_id)
+        # The agent's MCP servers are listed here, once; a server that is down
+        # fails the creation (DependencyError naming it) before any file exists.
+        resolved = await with_listed(resolved, self._listed)
         snapshot = await asyncio.to_thread(
             self._contexts.snapshot_for, resolved, context, request.session_id
         )

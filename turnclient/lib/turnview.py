@@ -35,8 +35,8 @@ def _permission_reason(call: ToolCallState) -> str | None:
 def pending_inputs(state: TurnState) -> dict[str, Any]:
     """What the turn waits for from outside, with what a person needs to decide.
 
-    ``permissions``: approvals (tool name, input, the permission request and
-    why it needs a person); ``asyncTools``: async tool calls awaiting a
+    ``permissions``: approvals (tool name, input, the permission request, its
+    ``label`` — ``MCP SERVER · TOOL`` for an MCP tool — and why it needs a person); ``asyncTools``: async tool calls awaiting a
     result, with their progress so far (``ask_human`` questions among them,
     the question in ``question``).
     """
@@ -52,6 +52,7 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
                 "toolName": call.tool_name,
                 "input": call.input,
                 "request": call.permission.required.request,
+                "label": render.permission_label(call.tool_name, call.permission.required.request),
             }
             reason = _permission_reason(call)
             if reason:

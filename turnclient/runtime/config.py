@@ -88,10 +88,17 @@ class Agent:
     """``provider/model``; None means the configured ``default_model``."""
     reasoning_effort: Effort | None = None
     description: str = ""
+    mcp: tuple[str | McpServer, ...] = ()
+    """MCP servers whose tools the agent gets, listed when a turn is created: names of
+    ``[mcp.NAME]`` tables, or ``McpServer`` objects, which a runtime adds under their names."""
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(t if isinstance(t, str) else t.name for t in self.tools)
+
+    @property
+    def mcp_names(self) -> tuple[str, ...]:
+        return tuple(m if isinstance(m, str) else m.name for m in self.mcp)
 
 
 AgentConfig = Agent
@@ -186,6 +193,39 @@ class Config:
     """Worker deployment versioning (``[temporal]``); None: unversioned workers."""
     rebuild_stuck_after: int | None = None
     """``[temporal] rebuild_stuck_after`` / ``TURNS_REBUILD_STUCK_AFTER``: the self-heal."""
+    mcp: dict[str, McpServer] = field(default_factory=dict)
+    """``[mcp.NAME]``: MCP servers agents attach with ``mcp = [...]``."""
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """``[mcp.NAME]``: an MCP server, over stdio (``command``) or streamable HTTP (``url``)."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    """Names of environment variables passed to the stdio server (besides a safe default set)."""
+    cwd: Path | None = None
+    url: str | None = None
+    headers_env: Mapping[str, str] = field(default_factory=dict)
+    """HTTP header name to the environment variable holding its value."""
+    timeout: float = 60.0
+    """Seconds one call may take before it is an error result."""
+    permission: Literal["ask", "none"] = "ask"
+    allow: tuple[str, ...] = ()
+    """Tools (server names) that need no permission."""
+    deny: tuple[str, ...] = ()
+    """Tools (server names) never advertised."""
+    prefix: str | None = None
+    """Advertise ``PREFIX_TOOL`` instead of ``TOOL``."""
+
+    @property
+    def where(self) -> str:
+        """How the server is reached, for messages (no header values, no env values)."""
+        if self.command is not None:
+            return "stdio: " + " ".join([self.command, *self.args])
+        return str(self.url)
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -251,6 +291,81 @@ class AgentTable(_Table):
     tools: list[str] | None = None
     reasoning_effort: Effort | None = None
     description: str | None = None
+    mcp: list[str] | None = None
+
+
+class McpTable(_Table):
+    """``[mcp.NAME]``."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: list[str] = []
+    cwd: str | None = None
+    url: str | None = None
+    headers_env: dict[str, str] = {}
+    timeout: Annotated[float, Field(gt=0, le=3600)] | Annotated[int, Field(gt=0, le=3600)] = 60
+    permission: Literal["ask", "none"] = "ask"
+    allow: list[str] = []
+    deny: list[str] = []
+    prefix: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> McpTable:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(
+                "give either command (a stdio server) or url (a streamable HTTP server), "
+                f"{'not both' if self.command is not None else 'one of them'}"
+            )
+        if self.url is not None:
+            if not re.match(r"https?://[^/\s]+", self.url):
+                raise ValueError("url must be an http:// or https:// URL")
+            for key in ("args", "env", "cwd"):
+                if getattr(self, key):
+                    raise ValueError(f"{key} applies only to a stdio server (command)")
+        elif self.headers_env:
+            raise ValueError("headers_env applies only to an HTTP server (url)")
+        if self.command is not None and not self.command.strip():
+            raise ValueError("command must not be empty")
+        for name in self.env:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"env: {name!r} is not a variable name (letters, digits, '_')")
+        for header, variable in self.headers_env.items():
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header):
+                raise ValueError(f"headers_env: {header!r} is not an HTTP header name")
+            if not ENV_NAME.fullmatch(variable):
+                # Never repeat the value: it may be the secret itself.
+                raise ValueError(
+                    f"headers_env.{header} names an environment variable (letters, digits, "
+                    "'_'), not the header's value: put the value in that variable"
+                )
+        if self.prefix is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.prefix):
+            raise ValueError("prefix is 1-32 letters, digits, '_' or '-'")
+        both = sorted(set(self.allow) & set(self.deny))
+        if both:
+            raise ValueError(f"{', '.join(both)} is both allowed and denied")
+        return self
+
+    def server(self, name: str, root: Path) -> McpServer:
+        cwd = None
+        if self.cwd is not None:
+            cwd = Path(self.cwd) if Path(self.cwd).is_absolute() else root / self.cwd
+        return McpServer(
+            name=name,
+            command=self.command,
+            args=tuple(self.args),
+            env=tuple(self.env),
+            cwd=cwd,
+            url=self.url,
+            headers_env=dict(self.headers_env),
+            timeout=float(self.timeout),
+            permission=self.permission,
+            allow=tuple(self.allow),
+            deny=tuple(self.deny),
+            prefix=self.prefix,
+        )
+
+
+MCP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class PermissionsTable(_Table):
@@ -369,6 +484,7 @@ class TurnsFile(_Table):
     temporal: TemporalTable = TemporalTable()
     prices: dict[str, dict[str, Any]] = {}
     """``[prices.PROVIDER]``; each table's rules live with the pricer (``cost.py``)."""
+    mcp: dict[str, McpTable] = {}
 
     _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
     _prices: dict[str, ProviderPrice] = PrivateAttr(default_factory=dict)
@@ -399,6 +515,10 @@ class TurnsFile(_Table):
             _check_tool_names(f"{where}.tools", a.tools or [], tools)
             if a.model is not None:
                 _check_model_ref(f"{where}.model", a.model, self._providers)
+            _check_mcp_names(f"{where}.mcp", a.mcp or [], set(self.mcp))
+        for name in self.mcp:
+            if not MCP_NAME.fullmatch(name):
+                raise ValueError(f"mcp.{name}: a server name is 1-64 letters, digits, '_' or '-'")
         if self.default_model is not None:
             _check_model_ref("default_model", self.default_model, self._providers)
         agents = set(BUILTIN_AGENTS) | set(self.agents)
@@ -409,8 +529,7 @@ class TurnsFile(_Table):
             )
         for key in ("allow", "deny"):
             for n in getattr(self.permissions, key):
-                if n not in tools:
-                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+                _check_permission_name(f"permissions.{key}", n, tools, set(self.mcp))
         for name, table in self.prices.items():
             if name != "scripted" and name not in self._providers:
                 known = ", ".join(sorted({*self._providers, "scripted"}))
@@ -470,6 +589,55 @@ def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None
             )
     if len(set(names)) != len(names):
         raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_permission_name(where: str, name: str, tools: set[str], servers: set[str]) -> None:
+    """A tool name, or ``mcp:SERVER/TOOL`` (``mcp:SERVER/*``: all of a server's tools)."""
+    if name.startswith("mcp:"):
+        server, sep, tool = name[4:].partition("/")
+        if not sep or not tool:
+            raise ValueError(f"{where}: {name!r} is not mcp:SERVER/TOOL or mcp:SERVER/*")
+        if server not in servers:
+            listed = ", ".join(sorted(servers)) or "none"
+            raise ValueError(f"{where}: unknown MCP server {server!r} (configured: {listed})")
+        return
+    if name not in tools:
+        raise ValueError(f"{where}: unknown tool {name!r}")
+
+
+def _check_mcp_server(server: McpServer) -> None:
+    """A Python ``McpServer`` by the rules of its ``[mcp.NAME]`` table."""
+    where = f"mcp.{server.name}"
+    if not MCP_NAME.fullmatch(server.name):
+        raise ValueError(f"{where}: a server name is 1-64 letters, digits, '_' or '-'")
+    table: dict[str, Any] = {
+        "command": server.command,
+        "args": list(server.args),
+        "env": list(server.env),
+        "cwd": str(server.cwd) if server.cwd is not None else None,
+        "url": server.url,
+        "headers_env": dict(server.headers_env),
+        "timeout": server.timeout,
+        "permission": server.permission,
+        "allow": list(server.allow),
+        "deny": list(server.deny),
+        "prefix": server.prefix,
+    }
+    try:
+        McpTable.model_validate(table, strict=True)
+    except ValidationError as exc:
+        raise ValueError(
+            "; ".join(_describe(e, where) for e in exc.errors(include_url=False))
+        ) from None
+
+
+def _check_mcp_names(where: str, names: Sequence[str], known: set[str]) -> None:
+    for n in names:
+        if n not in known:
+            listed = ", ".join(sorted(known)) or "none; add an [mcp.NAME] table"
+            raise ValueError(f"{where}: unknown MCP server {n!r} (configured: {listed})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where} lists a server twice")
 
 
 def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
@@ -610,6 +778,7 @@ def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
         model=t.model if t.model is not None else start.model,
         reasoning_effort=t.reasoning_effort or start.reasoning_effort,
         description=t.description or start.description,
+        mcp=tuple(t.mcp) if t.mcp is not None else start.mcp,
     )
 
 
@@ -665,6 +834,7 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         max_concurrent_subagents=file.subagents.max_concurrent,
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
+        mcp={name: table.server(name, root) for name, table in file.mcp.items()},
         versioning=worker_versioning(file.temporal, env),
         rebuild_stuck_after=_rebuild_after(file.temporal, env),
     )
@@ -692,6 +862,8 @@ __all__ = [
     "AgentTable",
     "Config",
     "ConfigError",
+    "McpServer",
+    "McpTable",
     "PermissionsTable",
     "StorageConfig",
     "StorageTable",
@@ -744,7 +916,16 @@ def with_python(
         known[t.name] = t
     merged = dict(config.agents)
     named: set[str] = set()
+    servers = dict(config.mcp)
     try:
+        for server in (m for a in agents for m in a.mcp if isinstance(m, McpServer)):
+            _check_mcp_server(server)
+            existing_server = servers.get(server.name)
+            if existing_server is not None and existing_server != server:
+                raise ValueError(
+                    f"mcp.{server.name}: two different MCP servers are named {server.name!r}"
+                )
+            servers[server.name] = server
         for a in agents:
             if a.name in named:  # a Python agent may replace a file's, not another Python one
                 raise ValueError(f"agents.{a.name}: two agents are named {a.name!r}")
@@ -753,13 +934,13 @@ def with_python(
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
             if a.model is not None:
                 _check_model_ref(f"agents.{a.name}.model", a.model, config.providers)
-            merged[a.name] = replace(a, tools=a.tool_names)
+            _check_mcp_names(f"agents.{a.name}.mcp", a.mcp_names, set(servers))
+            merged[a.name] = replace(a, tools=a.tool_names, mcp=a.mcp_names)
         if default_model is not None:
             _check_model_ref("default_model", default_model, config.providers)
         for key, names in (("allow", allow), ("deny", deny)):
             for n in names:
-                if n not in known:
-                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+                _check_permission_name(f"permissions.{key}", n, set(known), set(servers))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     agent = default_agent or config.default_agent
@@ -771,6 +952,7 @@ def with_python(
         config,
         agents=merged,
         tools=known,
+        mcp=servers,
         default_agent=agent,
         default_model=default_model or config.default_model,
         auto_allow=(*config.auto_allow, *allow),
@@ -791,6 +973,7 @@ def _check_agent_fields(agent: Agent) -> None:
         "tools": list(agent.tool_names),
         "reasoning_effort": agent.reasoning_effort,
         "description": agent.description,
+        "mcp": list(agent.mcp_names),
     }
     try:
         AgentTable.model_validate(table, strict=True)

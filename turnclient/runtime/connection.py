@@ -34,12 +34,19 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime as TemporalRuntime
 
 from turnclient.builtins.demo import DEMO_MODEL, demo_model
+from turnclient.builtins.mcp import (
+    TOOL_ID_PREFIX,
+    McpListing,
+    McpPermissionChecker,
+    McpPool,
+    mcp_rule_names,
+)
 from turnclient.lib.api import TurnClient, iso_now
 from turnclient.lib.deltaspool import DeltaSpool, spool_dir
 from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
 from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
 from turnclient.runtime.storage import open_repository
-from turncore.agents import AgentDefinition, StaticAgentResolver
+from turncore.agents import AgentDefinition, ListedTools, StaticAgentResolver
 from turncore.context import ContextResolver, ElisionPolicy
 from turncore.errors import DependencyError, InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
@@ -67,6 +74,9 @@ log = logging.getLogger("turnclient")
 class RuleClassifier:
     """The ``--auto-permission`` classifier: ``[permissions] allow``/``deny`` by tool name.
 
+    An MCP tool also matches ``mcp:SERVER/TOOL`` and ``mcp:SERVER/*``, read from
+    its permission request (the MCP metadata the checker put there).
+
     Everything else is deferred to a human (or denied when none is available).
     """
 
@@ -79,9 +89,10 @@ class RuleClassifier:
     ) -> Sequence[PermissionClassification]:
         out: list[PermissionClassification] = []
         for r in batch.requests:
-            if r.tool_name in self._deny:
+            names = {r.tool_name, *mcp_rule_names(r.request)}
+            if names & self._deny:
                 decision, reason = "deny", "listed in [permissions] deny of turns.toml"
-            elif r.tool_name in self._allow:
+            elif names & self._allow:
                 decision, reason = "allow", "listed in [permissions] allow of turns.toml"
             else:
                 decision, reason = "defer", "not listed in [permissions] of turns.toml"
@@ -106,6 +117,10 @@ class Runtime:
     contexts: ContextResolver
     hub: LiveHub
     deps: TurnDependencies
+    mcp: McpPool | None = None
+    """This process's sessions to MCP servers (None: no ``[mcp.*]``); ``serving`` closes it."""
+    listing: McpListing | None = None
+    """Lists the MCP tools of an agent when a turn is created."""
 
     @property
     def work_dir(self) -> Path:
@@ -152,6 +167,21 @@ class Runtime:
         catalog["spawn_agent"] = spawn_agent_descriptor()
         declarations[SPAWN_AGENT_TOOL_ID] = "none"
 
+        checker: PermissionChecker = DeclaredPermissionChecker(declarations)
+        pool: McpPool | None = None
+        listing: McpListing | None = None
+        if config.mcp:
+            # MCP tools are snapshotted per turn (toolId mcp:SERVER/TOOL); this
+            # process runs them through its own sessions, gated fail-closed.
+            pool = McpPool(config.mcp, env)
+            registry.register_family(TOOL_ID_PREFIX, pool.tool_for)
+            checker = McpPermissionChecker(checker, config.mcp)
+            listing = McpListing(
+                config.mcp, {name: a.mcp_names for name, a in config.agents.items()}, env, pool
+            )
+        else:  # a turn snapshotted elsewhere with MCP tools: refused, naming the server
+            registry.register_family(TOOL_ID_PREFIX, McpPool({}, env).tool_for)
+
         default_model = (
             parse_model_ref(config.default_model) if config.default_model is not None else None
         )
@@ -177,9 +207,10 @@ class Runtime:
             # Deltas also go to the work dir's spool, so watchers in other
             # processes on this host (the web UI, `turns watch`) see them live.
             hub=LiveHub(mirror=DeltaSpool(spool_dir(root))),
-            checker=DeclaredPermissionChecker(declarations),
+            checker=checker,
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
+            listed=listing,
         )
         return cls(
             config=config,
@@ -191,6 +222,8 @@ class Runtime:
             contexts=deps.contexts,
             hub=deps.hub,
             deps=deps,
+            mcp=pool,
+            listing=listing,
         )
 
     def turn_client(self, client: Client) -> TurnClient:
@@ -202,6 +235,7 @@ class Runtime:
             hub=self.hub,
             workflow_options=self.workflow_options,
             contexts=self.contexts,
+            listed=self.listing,
         )
 
     @property
@@ -247,6 +281,7 @@ def turn_dependencies(
     classifier: PermissionClassifier,
     context_policy: ElisionPolicy | None = None,
     hub: LiveHub | None = None,
+    listed: ListedTools | None = None,
 ) -> TurnDependencies:
     """What the activities need, from the resolved parts of a runtime.
 
@@ -270,6 +305,7 @@ def turn_dependencies(
         hub=hub if hub is not None else LiveHub(),
         agents=agents,
         ids=TurnIdGenerator(),
+        listed=listed,
     )
 
 

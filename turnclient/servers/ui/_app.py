@@ -715,7 +715,13 @@ def create_app(
     """The ASGI app; ``token`` is required on every request when given."""
     # No live hub: the UI reads deltas from the work dir's spool (whoever runs the
     # call), so a hub subscription per decision would only queue what nobody reads.
-    turns = TurnClient(client, runtime.repository, runtime.resolver, task_queue=runtime.task_queue)
+    turns = TurnClient(
+        client,
+        runtime.repository,
+        runtime.resolver,
+        task_queue=runtime.task_queue,
+        listed=runtime.listing,  # an agent's MCP tools are listed when the UI creates a turn
+    )
     ctx = UiContext(runtime, client, turns, decision_wait=decision_wait, body_timeout=body_timeout)
 
     def get(path: str, handler: Callable[[UiContext, Request], Awaitable[Response]]) -> Route:

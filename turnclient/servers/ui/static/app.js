@@ -144,7 +144,7 @@ const index = {
     const list = h("ul", { class: "waiting" });
     for (const t of r.body.turns) {
       const items = [
-        ...t.permissions.map((p) => h("li", {}, "Approve ", h("strong", {}, p.toolName), " (", p.toolCallId, ")", h("pre", {}, json(p.input)))),
+        ...t.permissions.map((p) => h("li", {}, "Approve ", h("strong", {}, p.label || p.toolName), " (", p.toolCallId, ")", h("pre", {}, json(p.input)))),
         ...t.asyncTools.map((p) => h("li", {}, "Answer ", h("strong", {}, p.toolName), " (", p.toolCallId, ")", p.question ? h("p", {}, p.question) : h("pre", {}, json(p.input)))),
       ];
       list.append(h("li", { class: "card" },
@@ -341,7 +341,7 @@ const turn = {
       turn.decide(card, status, p.toolCallId, "deny", reason.value.trim() ? { reason: reason.value.trim() } : {});
     };
     const card = h("article", { class: "card pending", tabindex: "-1", "data-key": "permission:" + p.toolCallId, "aria-labelledby": id + "-h" },
-      h("h3", { id: id + "-h" }, "Approve ", p.toolName, "? ", h("code", {}, p.toolCallId)),
+      h("h3", { id: id + "-h" }, "Approve ", p.label || p.toolName, "? ", h("code", {}, p.toolCallId)),
       p.reason ? h("p", {}, "Why it asks: ", p.reason) : null,
       h("p", {}, "Input"), h("pre", { class: "input" }, json(p.input)),
       h("form", { class: "row", onsubmit: deny },
