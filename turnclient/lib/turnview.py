@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from turncore.jsonvalue import JsonValue
 from turncore.reducer import ToolCallState, TurnState
 
 
@@ -18,6 +19,16 @@ def status_of(state: TurnState) -> str:
     if state.suspension is not None:
         return "suspended"
     return "running"
+
+
+def permission_label(tool_name: str, request: JsonValue) -> str:
+    """What an approval is about: ``MCP SERVER · TOOL`` for an MCP tool's request (its
+    ``kind: "mcp"`` metadata), the tool's advertised name otherwise."""
+    if isinstance(request, dict) and request.get("kind") == "mcp":
+        server, tool = request.get("server"), request.get("tool")
+        if isinstance(server, str) and isinstance(tool, str):
+            return f"MCP {server} · {tool}"
+    return tool_name
 
 
 def _permission_reason(call: ToolCallState) -> str | None:
@@ -52,7 +63,7 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
                 "toolName": call.tool_name,
                 "input": call.input,
                 "request": call.permission.required.request,
-                "label": render.permission_label(call.tool_name, call.permission.required.request),
+                "label": permission_label(call.tool_name, call.permission.required.request),
             }
             reason = _permission_reason(call)
             if reason:
