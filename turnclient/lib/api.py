@@ -154,6 +154,11 @@ def open_turn_message(state: TurnState) -> str:
     )
 
 
+NO_PROGRESS_SECONDS = 60.0
+"""How long a follower rides runs that hand over (continue as new) without a new
+event in the turn's file before it gives up; a turn that keeps appending is
+followed across any number of runs, for as long as it takes."""
+
 STUCK_POLL_SECONDS = 1.0
 """How often a command waiting on a run checks whether its workflow task keeps failing."""
 
@@ -240,6 +245,7 @@ class TurnClient:
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
+        no_progress_seconds: float = NO_PROGRESS_SECONDS,
         listed: ListedTools | None = None,
         stuck_poll_seconds: float = STUCK_POLL_SECONDS,
         deliver_window_seconds: float = DELIVER_WINDOW_SECONDS,
@@ -257,6 +263,7 @@ class TurnClient:
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
+        self._no_progress = no_progress_seconds
         self._stuck_poll = stuck_poll_seconds
         self._deliver_window = deliver_window_seconds
         # Reads predecessors for §6.7 inheritance at creation (files only).
@@ -528,10 +535,14 @@ class TurnClient:
         that applied it is rejected, never silently dropped. A run whose
         workflow task keeps failing ends the wait with ``StuckTurnError``
         (``_exchange``).
+
+        There is no deadline on the whole follow: a turn that keeps appending is
+        followed across any number of runs. Only runs that hand over without a
+        new line in the file for ``no_progress_seconds`` end it (``_Progress``).
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60.0
         resend_until = loop.time() + self._rpc_deadline
+        progress = _Progress(self._repo, turn_id, self._no_progress)
         while True:
             handle = self._client.get_workflow_handle(turn_id)
             # One id per delivery: a retry after a lost answer attaches to the
@@ -565,13 +576,13 @@ class TurnClient:
                     return closed
                 raw = {"continuedAsNew": True}  # a newer run is there: ask it again
                 if name != "settle":
+                    await progress.check(f"{name} to be applied")
                     await asyncio.sleep(0.05)
                     continue
             if not raw.get("continuedAsNew"):
                 return raw
             name, arg = "settle", None  # the input (if any) was applied; wait for a settle point
-            if asyncio.get_running_loop().time() > deadline:
-                raise InfrastructureError(f"turn {turn_id} kept handing over between runs for 60 s")
+            await progress.check("a settle point (suspended or ended)")
             await asyncio.sleep(0.05)
 
     async def _exchange(
@@ -842,6 +853,40 @@ class TurnClient:
         finally:
             if deltas is not None and self._hub is not None:
                 self._hub.detach(turn_id, deltas)
+
+
+class _Progress:
+    """Whether a turn whose runs hand over is still getting anywhere.
+
+    Progress is a new line in the turn's file (the truth, DESIGN §1), looked at
+    each time a run hands over: every line resets the clock, so a turn is
+    followed for as long as it appends. Runs that keep continuing as new with
+    no new line for ``patience`` seconds (a defect: the workflow hands over only
+    after appending) end the follow with an error; nothing is sent or written.
+    """
+
+    def __init__(self, repo: TurnRepository, turn_id: str, patience: float) -> None:
+        self._repo = repo
+        self._turn_id = turn_id
+        self._patience = patience
+        self._lines = -1
+        self._since = 0.0
+
+    async def check(self, waiting_for: str) -> None:
+        lines = await asyncio.to_thread(self._repo.line_count, self._turn_id)
+        now = asyncio.get_running_loop().time()
+        if lines != self._lines:
+            self._lines, self._since = lines, now
+            return
+        if now - self._since >= self._patience:
+            turn_id = self._turn_id
+            size = f"{lines} line" if lines == 1 else f"{lines} lines"
+            raise InfrastructureError(
+                f"turn {turn_id}: no progress for {self._patience:g} s: its workflow runs kept "
+                f"continuing as new without a new event (the file stays at {size}) while "
+                f"this waited for {waiting_for}; nothing was changed. See where it stands with "
+                f"`turns inspect {turn_id}`; once its worker is fixed, `turns recover {turn_id}`"
+            )
 
 
 def _unlisted_keyword(agent_id: str, model: str, session_id: str | None) -> str | None:
