@@ -2,11 +2,12 @@
 
 Every module of the project (turncore, turnclient, and turncore_temporal's
 workflows/, activities/ and worker.py) is parsed with ``ast``; nothing is
-imported. An import counts wherever it is written: at module level, inside a
-function (a deferred import still depends on its module; deferring only
-moves the cost) and under ``TYPE_CHECKING`` (the type checker follows it, and
-a cycle there is a cycle in the design). So the graph these tests check is
-every dependency the code states.
+imported. An import counts wherever it is written: at module level or
+inside a function (a deferred import still depends on its module; deferring
+only moves the cost, so a cycle through one is still a cycle). Imports under
+``TYPE_CHECKING`` count for the layout table's rows (a folder may not even
+name a type from a folder above it) but not for cycles: they never run, and
+two modules that only name each other's types do not depend on each other.
 
 Private means a leading underscore: a module may not import another module's
 ``_name`` (nor read it as ``module._name``), and a private module
@@ -98,13 +99,24 @@ class Import:
     target: str  # the project module imported (or imported from)
     names: tuple[str, ...]  # the names taken from it (empty for `import x`)
     line: int
+    typing_only: bool  # under `if TYPE_CHECKING:`
 
 
 def imports(mods: dict[str, Module]) -> Iterator[Import]:
     """Every import of a project module, wherever it is written."""
     for mod in mods.values():
         package = mod.name if mod.path.name == "__init__.py" else mod.name.rpartition(".")[0]
-        for node in ast.walk(ast.parse(mod.path.read_text(), str(mod.path))):
+        tree = ast.parse(mod.path.read_text(), str(mod.path))
+        typing_only = {
+            id(inner)
+            for node in ast.walk(tree)
+            if isinstance(node, ast.If)
+            and ast.unparse(node.test) in ("TYPE_CHECKING", "typing.TYPE_CHECKING")
+            for stmt in node.body
+            for inner in ast.walk(stmt)
+        }
+        for node in ast.walk(tree):
+            only = id(node) in typing_only
             if isinstance(node, ast.ImportFrom):
                 if node.level:
                     base = package.split(".")[: len(package.split(".")) - node.level + 1]
@@ -115,15 +127,15 @@ def imports(mods: dict[str, Module]) -> Iterator[Import]:
                 for alias in node.names:
                     sub = f"{source}.{alias.name}"
                     if sub in mods:  # `from package import module`
-                        yield Import(mod.name, sub, (), node.lineno)
+                        yield Import(mod.name, sub, (), node.lineno, only)
                     else:
                         taken.append(alias.name)
                 if taken and source in mods:
-                    yield Import(mod.name, source, tuple(taken), node.lineno)
+                    yield Import(mod.name, source, tuple(taken), node.lineno, only)
             elif isinstance(node, ast.Import):
                 for alias in node.names:
                     if alias.name in mods:
-                        yield Import(mod.name, alias.name, (), node.lineno)
+                        yield Import(mod.name, alias.name, (), node.lineno, only)
 
 
 def test_the_layout_table_names_every_package_and_only_real_folders() -> None:
@@ -156,7 +168,7 @@ def test_no_import_cycle() -> None:
     mods = modules()
     graph: dict[str, set[str]] = {name: set() for name in mods}
     for imp in imports(mods):
-        if imp.target != imp.importer:
+        if imp.target != imp.importer and not imp.typing_only:
             graph[imp.importer].add(imp.target)
     cycles = _cycles(graph)
     assert not cycles, "modules that import each other, directly or around a loop:\n" + "\n".join(

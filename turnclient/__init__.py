@@ -27,6 +27,7 @@ from turncore.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from turnclient.lib.listing import TurnSummary
+    from turnclient.runtime.app import App, AppError
     from turnclient.runtime.config import Agent, ConfigError, McpServer
     from turnclient.runtime.connection import Runtime
     from turnclient.turns import TurnResult, Turns
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Agent": "turnclient.runtime.config",
+    "App": "turnclient.runtime.app",
+    "AppError": "turnclient.runtime.app",
     "ConfigError": "turnclient.runtime.config",
     "McpServer": "turnclient.runtime.config",
     "Turns": "turnclient.turns",
@@ -71,6 +74,8 @@ _EXPORTS = {
 
 __all__ = [
     "Agent",
+    "App",
+    "AppError",
     "ConfigError",
     "DependencyError",
     "InvalidInputError",
