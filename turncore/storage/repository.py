@@ -706,11 +706,11 @@ class JsonlRepository(ABC):
                 tail = None  # another file now, or rewritten: start over
         if tail is None:
             identity, data = self._load(turn_id)
-            events, reducer, _ = _decode(data, where, turn_id)
+            events, reducer, _ = decode_log(data, where, turn_id)
             tail = _Tail(identity, len(data), len(events), reducer)
         elif data:
             # On error the half-advanced reducer is simply not put back.
-            events, _, _ = _decode(
+            events, _, _ = decode_log(
                 data, where, turn_id, first_line=tail.lines + 1, reducer=tail.reducer
             )
             tail.size += len(data)
