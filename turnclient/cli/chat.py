@@ -123,6 +123,7 @@ async def _answer(
 ) -> TurnOutcome:
     """Ask the human for every decision and answer the suspended turn needs, inline."""
     from turnclient.cli.render import permission_label
+
     while outcome.status == "suspended":
         input: TurnExternalInput | None = None
         for p in outcome.pending_permissions:
