@@ -9,7 +9,9 @@ TURNS_LOG_LEVEL (INFO), TURNS_MIGRATE (1: create or migrate the turn
 database's schema first, with [storage] kind = "postgres"; the URL is in
 the variable [storage] url_env names, TURNS_DATABASE_URL by default),
 TURNS_METRICS ([HOST]:PORT: serve Prometheus metrics there), TURNS_DEPLOYMENT_NAME /
-TURNS_BUILD_ID / TURNS_VERSIONING (worker deployment versioning), OTEL_* (traces,
+TURNS_BUILD_ID / TURNS_VERSIONING (worker deployment versioning), TURNS_APP
+(MODULE:ATTR: the app whose agents, tools and models to serve; also ``--app
+MODULE:ATTR`` on the command line, or app = in turns.toml), OTEL_* (traces,
 with turncore[otel]). See docs/operations.md.
 """
 
@@ -607,13 +609,44 @@ def _metrics_from_env() -> str | None:
         raise ConfigError(f"TURNS_METRICS: {exc}") from None
 
 
-def main() -> int:
-    """Run the worker; a configuration or storage problem is one line on stderr, exit 1."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker; a configuration or storage problem is one line on stderr, exit 1.
+
+    ``--app MODULE:ATTR`` names the app to serve (as ``TURNS_APP``); a name that
+    does not load (no such module or attribute, not an app) is exit 2.
+    """
+    import argparse
+
+    from turnclient.runtime.app import AppError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m turncore_temporal.worker",
+        description="Serve turns: a worker configured by the environment (see the module doc).",
+    )
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="serve this app's agents, tools and models (default $TURNS_APP, or app = in "
+        "turns.toml)",
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.app is not None:
+        from pathlib import Path
+
+        from turnclient.runtime.app import load_app
+        from turnclient.runtime.config import work_dir_from_env
+
+        try:  # loaded here first, so a problem names --app rather than TURNS_APP
+            load_app(args.app, [Path.cwd(), work_dir_from_env()], "--app")
+        except AppError as exc:
+            print(f"turncore worker: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2 if exc.usage else 1
+        os.environ["TURNS_APP"] = args.app
     try:
         asyncio.run(run_worker_from_env())
     except TurnError as exc:  # ConfigError, an unreachable turn database, ...
         print(f"turncore worker: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, AppError) and exc.usage else 1
     return 0
 
 

@@ -918,8 +918,16 @@ class TurnWorkflow:
                 # recorded histories are unchanged. A value that is missing or
                 # does not match is rejected here, like a stale input.
                 await self._append_built(staged=staged)
+        except _Unserviceable as exc:
+            # This worker lacks the turn's model or a tool: nothing is written, and
+            # the caller hears a dependency error (exit 1, HTTP 503) naming it, not a
+            # rejection it would retry. The same update failure, so no new command.
+            self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
+            if queued.waiter is not None and not queued.waiter.done():
+                queued.waiter.set_exception(dependency_failure(str(exc)))
+            return
         except RejectedInputError as exc:
-            # Valid when it arrived, stale (or unserviceable) by its turn in the queue.
+            # Valid when it arrived, stale by its turn in the queue.
             self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
             if queued.waiter is not None and not queued.waiter.done():
                 queued.waiter.set_exception(rejection(str(exc)))
@@ -1175,9 +1183,13 @@ class TurnWorkflow:
             if is_dependency_failure(exc):
                 message = f"turn {self._turn_id} cannot advance: {cause(exc)}"
                 if reject:
-                    raise RejectedInputError(message) from exc
+                    raise _Unserviceable(message) from exc
                 raise dependency_failure(message) from exc
             raise
+
+
+class _Unserviceable(Exception):
+    """An input cannot be applied because this worker lacks a live dependency (§15.3)."""
 
 
 def _count(name: str, description: str, attributes: dict[str, str] | None = None) -> None:

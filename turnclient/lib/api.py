@@ -14,7 +14,7 @@ import functools
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
@@ -43,7 +43,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from turnclient.lib.stuck import StuckRun, stuck_run
 from turnclient.lib.summary import message_preview
 from turncore.advance import check_input, outcome_of
-from turncore.agents import AgentResolver, ListedTools, with_listed
+from turncore.agents import (
+    AgentResolver,
+    ListedTools,
+    StaticAgentResolver,
+    fallback_composition,
+    with_listed,
+)
 from turncore.context import ContextResolver
 from turncore.errors import (
     ExpiredDeliveryError,
@@ -245,12 +251,15 @@ class TurnClient:
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
+        serves: Callable[[TurnState], None] | None = None,
         no_progress_seconds: float = NO_PROGRESS_SECONDS,
         listed: ListedTools | None = None,
         stuck_poll_seconds: float = STUCK_POLL_SECONDS,
         deliver_window_seconds: float = DELIVER_WINDOW_SECONDS,
     ) -> None:
         self._client = client
+        self._serves = serves
+        """Raises ``DependencyError`` when this process's worker cannot run the turn."""
         self._listed = listed
         """Tools agents get from elsewhere (MCP servers), listed when a turn is created."""
         self._repo = repository
@@ -313,6 +322,10 @@ class TurnClient:
 
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
+        if isinstance(self._resolver, StaticAgentResolver):
+            # The agent's fallback models travel in the file (requested composition).
+            fallbacks = self._resolver.fallbacks_for(request.agent)
+            request = replace(request, agent=fallback_composition(request.agent, fallbacks))
         context = request.context if request.context is not None else []
         refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
         if refused is not None:
@@ -461,6 +474,12 @@ class TurnClient:
                 return outcome
             if input is not None:
                 check_input(state, input)
+            if self._serves is not None and (input is None or input.type != "cancel"):
+                # A worker in this process would take the turn's next task and fail it:
+                # say what is missing now, before anything is sent (cancelling needs
+                # no model or tool, so it always goes through).
+                await asyncio.to_thread(self._serves, state)
+            if input is not None:
                 input = await self._stage_if_large(turn_id, input)
             cancel = input.to_wire() if input is not None and input.type == "cancel" else None
             started = await self._ensure_running(turn_id, state.definition, cancel)
