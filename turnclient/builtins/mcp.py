@@ -94,8 +94,10 @@ def _sdk() -> Any:
     try:
         import mcp
     except ImportError:
+        from turnclient.runtime.extras import install_hint
+
         raise DependencyError(
-            "MCP servers ([mcp.*] in turns.toml) need the MCP SDK: pip install 'turncore[mcp]'"
+            f"MCP servers ([mcp.*] in turns.toml) need the MCP SDK: {install_hint('mcp')}"
         ) from None
     return mcp
 
