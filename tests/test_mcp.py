@@ -20,7 +20,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.webui import running_ui
-from turnclient import Agent, ConfigError, McpServer, RejectedInputError, Turns
+from turnclient import Agent, ConfigError, McpServer, Turns
 from turnclient.builtins.mcp import call_result
 from turnclient.cli.render import continue_commands
 from turnclient.lib.api import CreateTurnInput, TurnClient
@@ -759,9 +759,10 @@ async def test_a_worker_without_the_server_refuses_the_turn_and_changes_nothing(
     before = path.read_bytes()
     without = '[agents.helper]\nsystem_prompt = "You help."\nmodel = "scripted/mcp"\n'
     async with turns_for(temporal_env, work, without, call, env=queue) as turns:
-        # §15.3: the decision is refused, naming the missing server; nothing is written.
-        with pytest.raises(RejectedInputError, match="needs MCP server 'tools'"):
+        # §15.3: the decision is refused, naming the missing server once; nothing is written.
+        with pytest.raises(DependencyError) as refused:
             await turns.approve(result.turn_id, "c1")
+        assert str(refused.value).count("need MCP server 'tools'") == 1
     assert path.read_bytes() == before
     assert _log(log) == []
 
