@@ -122,7 +122,7 @@ async def _answer(
     turns: TurnClient, runtime: Runtime, turn_id: str, outcome: TurnOutcome
 ) -> TurnOutcome:
     """Ask the human for every decision and answer the suspended turn needs, inline."""
-    from turnclient.cli.render import permission_label
+    from turnclient.lib.turnview import permission_label
 
     while outcome.status == "suspended":
         input: TurnExternalInput | None = None
