@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import anyio
-from mcp.server.mcpserver import MCPServer
+from mcp.server.mcpserver import Context, MCPServer
 from mcp.server.mcpserver.exceptions import ToolError
 from mcp.server.mcpserver.utilities.types import Image
 from mcp_types import BlobResourceContents, EmbeddedResource, TextContent
@@ -84,6 +84,13 @@ def build(log: Path) -> MCPServer:
             raise
         note("finished slow")
         return f"slept {seconds}"
+
+    @server.tool()
+    async def steps(count: int, ctx: Context) -> str:
+        """Report progress COUNT times, then answer."""
+        for i in range(count):
+            await ctx.report_progress(i + 1, count, f"step {i + 1}")
+        return f"{count} steps"
 
     @server.tool()
     def crash() -> str:

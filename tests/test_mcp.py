@@ -85,7 +85,7 @@ def turns_for(
         work,
         client=temporal.client,
         env=process_env,
-        models={"mcp": calling(*calls)},
+        models={"mcp": calling(*calls), **kwargs.pop("models", {})},
         **kwargs,
     )
 
@@ -144,7 +144,7 @@ async def test_listing_snapshot_and_a_call_with_approval(
         snapshot = events[0].agent.resolved  # type: ignore[union-attr]
         assert isinstance(snapshot, ResolvedAgent)
         by_name = {t.name: t for t in snapshot.tools}
-        assert set(by_name) == {"echo", "weather", "fail", "picture", "document", "slow"}
+        assert set(by_name) == {"echo", "weather", "fail", "picture", "document", "slow", "steps"}
         echo = by_name["echo"]
         assert echo.tool_id == "mcp:tools/echo"
         assert echo.description == "Echo the text back."
@@ -179,8 +179,10 @@ async def test_allowed_calls_errors_images_and_resources(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     log = tmp_path / "server.log"
-    toml = _stdio("tools", log, allow=["weather", "fail", "picture", "document"]) + _agent("tools")
+    allowed = ["steps", "weather", "fail", "picture", "document"]
+    toml = _stdio("tools", log, allow=allowed) + _agent("tools")
     calls = [
+        {"toolCallId": "s", "toolName": "steps", "input": {"count": 2}},
         {"toolCallId": "w", "toolName": "weather", "input": {"city": "Oslo"}},
         {"toolCallId": "f", "toolName": "fail", "input": {"reason": "no"}},
         {"toolCallId": "p", "toolName": "picture", "input": {}},
@@ -192,6 +194,13 @@ async def test_allowed_calls_errors_images_and_resources(
         events = await turns.events(result.turn_id)
         assert not [e for e in events if e.type == "tool_permission_required"]
         results = _results(events)
+        # MCP progress notifications are the call's durable progress.
+        progress = [e.progress for e in events if e.type == "tool_progress"]
+        assert progress == [
+            {"progress": 1, "total": 2, "message": "step 1"},
+            {"progress": 2, "total": 2, "message": "step 2"},
+        ]
+        assert results["s"].output == {"result": "2 steps"}
         assert results["w"].output == {"city": "Oslo", "celsius": 21}
         assert not results["w"].is_error
         assert results["f"].is_error
@@ -213,12 +222,16 @@ async def test_a_crash_a_hang_and_the_turn_goes_on(
         _stdio("tools", log, permission="none")
         + _stdio("hang", hung, permission="none", timeout=2, prefix="h")
         + _agent("tools", "hang")
+        + '[agents.after]\nsystem_prompt = "p"\nmodel = "scripted/after"\nmcp = ["tools"]\n'
     )
     calls = [
         {"toolCallId": "c", "toolName": "crash", "input": {}},
         {"toolCallId": "s", "toolName": "h_slow", "input": {"seconds": 60}},
     ]
-    async with turns_for(temporal_env, tmp_path / "w", toml, *calls) as turns:
+    after = calling({"toolCallId": "e", "toolName": "echo", "input": {"text": "back"}})
+    async with turns_for(
+        temporal_env, tmp_path / "w", toml, *calls, models={"after": after}
+    ) as turns:
         result = await turns.run("go", agent="helper")
         assert result.status == "completed"
         results = _results(await turns.events(result.turn_id))
@@ -230,6 +243,10 @@ async def test_a_crash_a_hang_and_the_turn_goes_on(
         await _until(lambda: "cancelled slow" in _log(hung), "the server to see the cancel")
         assert _log(log) == ["crash called"]
         assert _log(hung) == ["started slow", "cancelled slow"]
+        # The worker starts the crashed stdio server again for the next call.
+        again = await turns.run("again", agent="after")
+        assert _results(await turns.events(again.turn_id))["e"].output == {"result": "back"}
+        assert _log(log) == ["crash called", "echo back"]
 
 
 async def test_cancelling_the_turn_cancels_the_call_at_the_server(

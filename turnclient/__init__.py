@@ -28,6 +28,7 @@ from turncore._lazy import lazy_exports
 if TYPE_CHECKING:
     from turnclient.lib.listing import TurnSummary
     from turnclient.lib.turns import TurnResult, Turns
+    from turnclient.runtime.app import App, AppError
     from turnclient.runtime.config import Agent, ConfigError, McpServer
     from turnclient.runtime.connection import Runtime
     from turncore.errors import (
@@ -46,6 +47,8 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Agent": "turnclient.runtime.config",
+    "App": "turnclient.runtime.app",
+    "AppError": "turnclient.runtime.app",
     "ConfigError": "turnclient.runtime.config",
     "McpServer": "turnclient.runtime.config",
     "Turns": "turnclient.lib.turns",
@@ -71,6 +74,8 @@ _EXPORTS = {
 
 __all__ = [
     "Agent",
+    "App",
+    "AppError",
     "ConfigError",
     "DependencyError",
     "InvalidInputError",

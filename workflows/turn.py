@@ -134,6 +134,9 @@ _SUBAGENT_RESULT_FROM_FILE = "subagent-result-from-file"
 """Runs from here on have the append activity build a ``spawn_agent`` result from the
 child's file: the child's outcome reaches the workflow elided."""
 
+_HAND_OVER_AFTER_PROGRESS = "hand-over-after-progress"
+"""Runs from here on continue as new only after they added to the file: a run whose
+reload alone outgrows the history budget works on instead of handing over in a loop."""
 _CHECKED_WITH_MODEL = "permissions-checked-with-the-model-call"
 """Runs from here on take the checker's answers from the model activity's result."""
 _FAST_TOOLS = "fast-tools-as-local-activities"
@@ -174,6 +177,8 @@ class TurnWorkflow:
         flight, so a retried batch found there is that append's earlier attempt."""
         self._ended_before = False
         """The file was already terminal when this run loaded it (nothing to count)."""
+        self._loaded_events = 0
+        """Events this run's first load found: a run hands over only after adding some."""
         self._child_slots = asyncio.Semaphore(8)
         self._fast: dict[str, float] = {}
         self._prechecked: dict[str, CheckOutcome] = {}
@@ -207,6 +212,7 @@ class TurnWorkflow:
             # dependencies (§22).
             await self._reload(validate=self._cancel is None)
             self._ended_before = self._state.terminal is not None
+            self._loaded_events = self._reducer.event_count if self._reducer is not None else 0
             if self._reducer is not None and self._reducer.event_count == 1:
                 _count("turncore_turns_started", "Turns that began advancing")
             await self._drive()
@@ -304,10 +310,15 @@ class TurnWorkflow:
         if self._running or (self._model_handle is not None and not self._model_handle.done()):
             return False
         info = workflow.info()
-        return (
+        if not (
             info.is_continue_as_new_suggested()
             or info.get_current_history_length() > self._input.max_history_events
-        )
+        ):
+            return False
+        # A new run reloads the file, and that alone adds history: a run that
+        # hands over before adding anything could hand over forever.
+        added = self._reducer is not None and self._reducer.event_count > self._loaded_events
+        return added or not workflow.patched(_HAND_OVER_AFTER_PROGRESS)
 
     async def _continue_as_new(self) -> None:
         """Hand the turn to a fresh run; it reloads everything from the file.
@@ -907,8 +918,16 @@ class TurnWorkflow:
                 # recorded histories are unchanged. A value that is missing or
                 # does not match is rejected here, like a stale input.
                 await self._append_built(staged=staged)
+        except _Unserviceable as exc:
+            # This worker lacks the turn's model or a tool: nothing is written, and
+            # the caller hears a dependency error (exit 1, HTTP 503) naming it, not a
+            # rejection it would retry. The same update failure, so no new command.
+            self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
+            if queued.waiter is not None and not queued.waiter.done():
+                queued.waiter.set_exception(dependency_failure(str(exc)))
+            return
         except RejectedInputError as exc:
-            # Valid when it arrived, stale (or unserviceable) by its turn in the queue.
+            # Valid when it arrived, stale by its turn in the queue.
             self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
             if queued.waiter is not None and not queued.waiter.done():
                 queued.waiter.set_exception(rejection(str(exc)))
@@ -1164,9 +1183,13 @@ class TurnWorkflow:
             if is_dependency_failure(exc):
                 message = f"turn {self._turn_id} cannot advance: {cause(exc)}"
                 if reject:
-                    raise RejectedInputError(message) from exc
+                    raise _Unserviceable(message) from exc
                 raise dependency_failure(message) from exc
             raise
+
+
+class _Unserviceable(Exception):
+    """An input cannot be applied because this worker lacks a live dependency (§15.3)."""
 
 
 def _count(name: str, description: str, attributes: dict[str, str] | None = None) -> None:

@@ -539,7 +539,7 @@ class McpTool:
                 "The tool was not called.",
                 is_error=True,
             )
-        call = asyncio.create_task(self._call(client, input))
+        call = asyncio.create_task(self._call(client, input, context))
         stop = asyncio.create_task(context.cancelled.wait())
         try:
             await asyncio.wait({call, stop}, return_when=asyncio.FIRST_COMPLETED)
@@ -554,8 +554,22 @@ class McpTool:
             raise asyncio.CancelledError
         return call
 
-    async def _call(self, client: Client, input: dict[str, JsonValue]) -> CallToolResult:
+    async def _call(
+        self, client: Client, input: dict[str, JsonValue], context: ToolContext
+    ) -> CallToolResult:
         from mcp_types import CallToolRequest, CallToolRequestParams, CallToolResult
+
+        async def on_progress(progress: float, total: float | None, message: str | None) -> None:
+            # MCP progress notifications become the call's tool_progress events.
+            update: dict[str, JsonValue] = {"progress": progress}
+            if total is not None:
+                update["total"] = total
+            if message:
+                update["message"] = message
+            try:
+                await context.report_progress(update)
+            except Exception as exc:  # e.g. progress arriving after the result: not the call's
+                log.warning("MCP server %s: progress not recorded: %s", self._server.name, exc)
 
         # send_request, not call_tool: the SDK's call_tool lists the server's
         # tools to validate structured output, and nothing lists during a turn.
@@ -563,6 +577,7 @@ class McpTool:
             CallToolRequest(params=CallToolRequestParams(name=self._tool, arguments=input)),
             CallToolResult,
             request_read_timeout_seconds=self._server.timeout,
+            progress_callback=on_progress,
         )
         return result
 

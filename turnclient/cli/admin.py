@@ -247,9 +247,11 @@ def config(args: argparse.Namespace) -> int:
         from turnclient.runtime.connection import uses_embedded
 
         cfg = load_config(current_work_dir())
+        origin = cfg.origins.get
         doc = {
             "workDir": str(cfg.work_dir),
             "configFile": str(cfg.source) if cfg.source else None,
+            "app": cfg.app,
             "workspace": str(cfg.workspace),
             "taskQueue": cfg.task_queue,
             "temporal": "embedded" if uses_embedded() else os.environ.get("TEMPORAL_ADDRESS"),
@@ -262,6 +264,7 @@ def config(args: argparse.Namespace) -> int:
                     "tools": list(a.tool_names),
                     "mcp": list(a.mcp_names),
                     "reasoningEffort": a.reasoning_effort,
+                    "origin": origin(f"agents.{n}"),
                 }
                 for n, a in cfg.agents.items()
             },
@@ -271,8 +274,12 @@ def config(args: argparse.Namespace) -> int:
                     "execution": t.execution,
                     "permission": t.permission,
                     "requiresHuman": t.requires_human,
+                    "origin": origin(f"tools.{n}"),
                 }
                 for n, t in cfg.tools.items()
+            },
+            "models": {
+                f"scripted/{n}": {"origin": origin(f"models.scripted/{n}")} for n in cfg.models
             },
             "providers": {
                 n: {
@@ -280,6 +287,7 @@ def config(args: argparse.Namespace) -> int:
                     "baseUrl": p.base_url,
                     "apiKeyEnv": p.api_key_env,
                     "apiKeySet": bool(p.api_key_env and os.environ.get(p.api_key_env)),
+                    "origin": origin(f"providers.{n}"),
                 }
                 for n, p in cfg.providers.items()
             },
@@ -290,29 +298,45 @@ def config(args: argparse.Namespace) -> int:
             return EXIT_OK
         print(f"work dir      {doc['workDir']}")
         print(f"turns.toml    {doc['configFile'] or '(none: built-in defaults)'}")
+        print(f"app           {cfg.app or '(none: --app, TURNS_APP or app = in turns.toml)'}")
         print(f"workspace     {doc['workspace']}")
         print(f"temporal      {doc['temporal']} · task queue {doc['taskQueue']}")
         print(f"storage       {_storage_line(_storage_summary(cfg))}")
-        print(f"default agent {doc['defaultAgent']} · default model {doc['defaultModel'] or '-'}")
+        chosen = f" (from {origin('default_model')})" if doc["defaultModel"] else ""
+        print(
+            f"default agent {doc['defaultAgent']} · default model {doc['defaultModel'] or '-'}"
+            f"{chosen}"
+        )
         print("agents")
         for n, a in cfg.agents.items():
+            models = " → ".join(a.models) or "(default model)"
             servers = f" · mcp: {', '.join(a.mcp_names)}" if a.mcp else ""
             print(
-                f"  {n:<12} {a.model or '(default model)'} · tools: {', '.join(a.tool_names) or 'none'}"
-                f"{servers}"
+                f"  {n:<12} {models} · tools: {', '.join(a.tool_names) or 'none'}"
+                f"{servers} · from {origin(f'agents.{n}') or '?'}"
             )
         print("tools")
         for n, t in cfg.tools.items():
             human = ", needs a human" if t.requires_human else ""
-            print(f"  {n:<12} {t.tool_id} · {t.execution} · permission {t.permission}{human}")
+            print(
+                f"  {n:<12} {t.tool_id} · {t.execution} · permission {t.permission}{human}"
+                f" · from {origin(f'tools.{n}') or '?'}"
+            )
         print("providers")
         print("  scripted     built in (demo, or a JSON script file)")
+        for name in cfg.models:
+            print(
+                f"    scripted/{name}  a Python function · from {origin(f'models.scripted/{name}')}"
+            )
         for n, p in cfg.providers.items():
             key = ""
             if p.api_key_env:
                 state = "set" if os.environ.get(p.api_key_env) else "NOT set"
                 key = f" · key ${p.api_key_env} {state}"
-            print(f"  {n:<12} {p.kind} · {p.base_url or 'default endpoint'}{key}")
+            print(
+                f"  {n:<12} {p.kind} · {p.base_url or 'default endpoint'}{key}"
+                f" · from {origin(f'providers.{n}') or '?'}"
+            )
         if cfg.mcp:
             print("mcp servers")
             for n, m in cfg.mcp.items():

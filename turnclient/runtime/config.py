@@ -40,6 +40,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -51,6 +52,7 @@ from turnclient.lib.cost import PriceConfigError, ProviderPrice
 from turncore.context import ElisionPolicy
 from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
+from turncore.model.scripted import ScriptFunction
 from turncore.tools import (
     TOOL_NAME,
     Tool,
@@ -84,8 +86,9 @@ class Agent:
     name: str
     system_prompt: str
     tools: tuple[str | Tool, ...] = ()
-    model: str | None = None
-    """``provider/model``; None means the configured ``default_model``."""
+    model: str | Sequence[str] | None = None
+    """``provider/model``, or a list of them: the first, then each next one when the one
+    before fails with a transient or unavailable error; None: the ``default_model``."""
     reasoning_effort: Effort | None = None
     description: str = ""
     mcp: tuple[str | McpServer, ...] = ()
@@ -95,6 +98,13 @@ class Agent:
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(t if isinstance(t, str) else t.name for t in self.tools)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model, then its fallbacks (empty: the default model)."""
+        if self.model is None:
+            return ()
+        return (self.model,) if isinstance(self.model, str) else tuple(self.model)
 
     @property
     def mcp_names(self) -> tuple[str, ...]:
@@ -189,6 +199,14 @@ class Config:
     """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
     prices: dict[str, ProviderPrice] = field(default_factory=dict)
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    app: str | None = None
+    """The app loaded (``MODULE:ATTR`` from ``--app``, ``TURNS_APP`` or ``app =``), if any."""
+    models: Mapping[str, ScriptFunction] = field(default_factory=dict)
+    """Python functions served as ``scripted/NAME`` (an app's or ``Turns(models=…)``)."""
+    origins: Mapping[str, str] = field(default_factory=dict)
+    """Where each agent, tool and Python model came from, by key path (``agents.NAME``,
+    ``tools.NAME``, ``models.scripted/NAME``): ``built-in``, ``turns.toml``, ``app
+    MODULE:ATTR`` or ``Python``."""
     versioning: WorkerVersioning | None = None
     """Worker deployment versioning (``[temporal]``); None: unversioned workers."""
     rebuild_stuck_after: int | None = None
@@ -287,11 +305,22 @@ class AgentTable(_Table):
     """``[agents.NAME]``."""
 
     system_prompt: str | None = None
-    model: str | None = None
+    model: str | list[str] | None = None
+    """``provider/model``, or a fallback list of them (tried in order)."""
     tools: list[str] | None = None
     reasoning_effort: Effort | None = None
     description: str | None = None
     mcp: list[str] | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _a_list_names_models_once(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list names no model: give one or more PROVIDER/MODEL")
+            if len(set(value)) != len(value):
+                raise ValueError("a fallback list names a model twice")
+        return value
 
 
 class McpTable(_Table):
@@ -470,6 +499,8 @@ class TemporalTable(_Table):
 class TurnsFile(_Table):
     """The whole ``turns.toml``."""
 
+    app: str | None = None
+    """``MODULE:ATTR`` of the app whose agents, tools and models every process loads."""
     default_agent: str | None = None
     default_model: str | None = None
     task_queue: str | None = None
@@ -498,8 +529,10 @@ class TurnsFile(_Table):
         return self._prices
 
     @model_validator(mode="after")
-    def _cross_references(self) -> TurnsFile:
+    def _cross_references(self, info: ValidationInfo) -> TurnsFile:
         """What one table says about another, and about the built-ins."""
+        # Providers from the environment first (OPENAI_*, ANTHROPIC_*); a table overrides.
+        self._providers.update((info.context or {}).get("providers", {}))
         for name, table in self.providers.items():
             try:
                 self._providers[name] = ProviderConfig.from_table(name, table)
@@ -513,8 +546,7 @@ class TurnsFile(_Table):
             if a.system_prompt is None and name not in BUILTIN_AGENTS:
                 raise ValueError(f"{where} needs a system_prompt")
             _check_tool_names(f"{where}.tools", a.tools or [], tools)
-            if a.model is not None:
-                _check_model_ref(f"{where}.model", a.model, self._providers)
+            _check_models(f"{where}.model", a.model, self._providers)
             _check_mcp_names(f"{where}.mcp", a.mcp or [], set(self.mcp))
         for name in self.mcp:
             if not MCP_NAME.fullmatch(name):
@@ -589,6 +621,18 @@ def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None
             )
     if len(set(names)) != len(names):
         raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_models(
+    where: str, model: str | Sequence[str] | None, providers: Mapping[str, ProviderConfig]
+) -> None:
+    """An agent's model, or each model of its fallback list (named by its index)."""
+    if model is None or isinstance(model, str):
+        if model is not None:
+            _check_model_ref(where, model, providers)
+        return
+    for i, ref in enumerate(model):
+        _check_model_ref(f"{where}[{i}]", ref, providers)
 
 
 def _check_permission_name(where: str, name: str, tools: set[str], servers: set[str]) -> None:
@@ -692,12 +736,71 @@ def _describe(error: ErrorDetails, table: str = "") -> str:
     return f"{path}: {error['msg']}" if path else str(error["msg"])
 
 
-def parse_file(data: Mapping[str, Any]) -> TurnsFile:
-    """The validated file, or a ``ConfigError`` naming every problem's key path."""
+def parse_file(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> TurnsFile:
+    """The validated file, or a ``ConfigError`` naming every problem's key path.
+
+    ``env`` gives the providers the environment configures (``env_providers``);
+    without it the file's tables are the only providers.
+    """
+    providers = env_providers(env) if env is not None else {}
     try:
-        return TurnsFile.model_validate(data, strict=True)  # TOML has types: no coercion
+        return TurnsFile.model_validate(data, strict=True, context={"providers": providers})
     except ValidationError as exc:
         raise ConfigError("; ".join(_describe(e) for e in exc.errors(include_url=False))) from None
+
+
+# ---------------------------------------------------------------- providers from the environment
+
+OPENAI_DEFAULT_MODEL = "openai/gpt-4.1"
+ANTHROPIC_DEFAULT_MODEL = "anthropic/claude-sonnet-4-5"
+
+
+def env_providers(env: Mapping[str, str]) -> dict[str, ProviderConfig]:
+    """``openai`` and ``anthropic`` as the providers' own SDKs read the environment.
+
+    ``openai``: ``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` (with ``/v1``, as the
+    OpenAI SDK takes it) points it at a compatible server (vLLM, Ollama,
+    LiteLLM), spoken to through Chat Completions, which they all serve; with no
+    base URL it is OpenAI's Responses API. A compatible server given without a
+    key is called without one. ``anthropic``: ``ANTHROPIC_API_KEY``;
+    ``ANTHROPIC_BASE_URL`` without ``/v1``, as the Anthropic SDK takes it. A
+    ``[providers.NAME]`` table replaces either. Both always exist, so a turn on
+    ``openai/MODEL`` without the key fails naming the variable to set.
+    """
+    out: dict[str, ProviderConfig] = {}
+    for name, build in (("openai", _openai_from_env), ("anthropic", _anthropic_from_env)):
+        try:
+            out[name] = build(env)
+        except ProviderConfigError as exc:
+            variable = "OPENAI_BASE_URL" if name == "openai" else "ANTHROPIC_BASE_URL"
+            raise ConfigError(f"{variable}: {exc}") from None
+    return out
+
+
+def _openai_from_env(env: Mapping[str, str]) -> ProviderConfig:
+    base = env.get("OPENAI_BASE_URL") or None
+    keyless = base is not None and not env.get("OPENAI_API_KEY")
+    return ProviderConfig(
+        kind="openai-chat" if base is not None else "openai-responses",
+        base_url=base,
+        api_key_env=None if keyless else "OPENAI_API_KEY",
+    )
+
+
+def _anthropic_from_env(env: Mapping[str, str]) -> ProviderConfig:
+    base = env.get("ANTHROPIC_BASE_URL") or None
+    if base is not None and not base.rstrip("/").endswith("/v1"):
+        base = base.rstrip("/") + "/v1"
+    return ProviderConfig(kind="anthropic", base_url=base, api_key_env="ANTHROPIC_API_KEY")
+
+
+def env_default_model(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(model, the variable that chose it) for agents that name none: by whichever key is set."""
+    if env.get("OPENAI_API_KEY"):
+        return OPENAI_DEFAULT_MODEL, "OPENAI_API_KEY"
+    if env.get("ANTHROPIC_API_KEY"):
+        return ANTHROPIC_DEFAULT_MODEL, "ANTHROPIC_API_KEY"
+    return None
 
 
 # ---------------------------------------------------------------- resolving tools
@@ -785,8 +888,18 @@ def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
 # ---------------------------------------------------------------- loading
 
 
-def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """The configuration of a work dir: built-ins, then ``turns.toml`` over them."""
+def load_config(
+    work_dir: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    app: str | None = None,
+    with_app: bool = True,
+) -> Config:
+    """The configuration of a work dir: built-ins, then ``turns.toml``, then the app.
+
+    The app is ``app`` (``--app``), else ``TURNS_APP``, else ``app =`` in the
+    file; ``with_app=False`` leaves it out (a ``Turns`` is an app itself).
+    """
     env = os.environ if env is None else env
     root = Path(work_dir).absolute()
     path = Path(env["TURNS_CONFIG"]).absolute() if env.get("TURNS_CONFIG") else root / CONFIG_FILE
@@ -803,25 +916,66 @@ def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None 
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} cannot be read: {exc}") from None
     try:
-        return _build(root, source, parse_file(data), env)
+        file = parse_file(data, env)
+        config = _build(root, source, file, env)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    if not with_app:
+        return config
+    from turnclient.runtime.app import APP_ENV, load_app
+
+    if app is not None:
+        spec, where = app, "--app"
+    elif env.get(APP_ENV):
+        spec, where = env[APP_ENV], APP_ENV
+    elif file.app is not None:
+        spec, where = file.app, f"{path}: app ="
+    else:
+        return config
+    loaded = load_app(spec, [Path.cwd(), root], where)
+    return with_python(
+        replace(config, app=spec),
+        agents=loaded.agents,
+        tools=loaded.tools,
+        models=loaded.models,
+        default_agent=loaded.default_agent,
+        default_model=loaded.default_model,
+        allow=loaded.allow,
+        deny=loaded.deny,
+        origin=f"app {spec}",
+    )
 
 
 def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, str]) -> Config:
     workspace = Path(file.workspace or "workspace")
     workspace = workspace if workspace.is_absolute() else root / workspace
     tools = builtin_tools(workspace)
+    origins = {f"tools.{n}": "built-in" for n in tools}
+    origins.update({f"agents.{n}": "built-in" for n in BUILTIN_AGENTS})
     for name, table in file.tools.items():
+        origins[f"tools.{name}"] = (
+            "built-in, changed in turns.toml" if name in tools else CONFIG_FILE
+        )
         tools[name] = _tool_from_table(name, table, tools.get(name), root)
+    for name in file.provider_configs:
+        origins[f"providers.{name}"] = CONFIG_FILE if name in file.providers else "environment"
+    default_model = file.default_model
+    if default_model is not None:
+        origins["default_model"] = CONFIG_FILE
+    elif (chosen := env_default_model(env)) is not None:
+        default_model, variable = chosen
+        origins["default_model"] = f"environment ({variable} is set)"
     agents = dict(BUILTIN_AGENTS)
     for name, a in file.agents.items():
+        origins[f"agents.{name}"] = (
+            "built-in, changed in turns.toml" if name in agents else CONFIG_FILE
+        )
         agents[name] = _agent_from_table(name, a, agents.get(name))
     return Config(
         work_dir=root,
         source=source,
         default_agent=file.default_agent or "demo",
-        default_model=file.default_model,
+        default_model=default_model,
         task_queue=env.get("TURNS_TASK_QUEUE") or file.task_queue or DEFAULT_TASK_QUEUE,
         workspace=workspace,
         agents=agents,
@@ -834,6 +988,7 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         max_concurrent_subagents=file.subagents.max_concurrent,
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
+        origins=origins,
         mcp={name: table.server(name, root) for name, table in file.mcp.items()},
         versioning=worker_versioning(file.temporal, env),
         rebuild_stuck_after=_rebuild_after(file.temporal, env),
@@ -893,8 +1048,15 @@ def with_python(
     default_model: str | None = None,
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
+    models: Mapping[str, ScriptFunction] | None = None,
+    origin: str = "Python",
 ) -> Config:
     """``config`` plus agents and tools defined in Python, checked by the file's rules.
+
+    ``origin`` says where they come from (``app MODULE:ATTR`` or ``Python``):
+    an agent that ``turns.toml`` also defines is refused naming both places,
+    and ``Config.origins`` records it for ``turns config``. ``models`` adds
+    Python functions served as ``scripted/NAME``.
 
     ``allow``/``deny`` add tool names to ``[permissions]``: what the
     ``auto_permission`` classifier allows or denies without a human.
@@ -904,15 +1066,20 @@ def with_python(
     or provider that does not exist.
     """
     known = dict(config.tools)
+    origins = dict(config.origins)
     for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
         existing = known.get(t.name)
         # One name, one tool: a second one (another function, or the same one with
         # another permission) would silently run instead of the first for every agent.
         if existing is not None and not _same_tool(existing, t):
+            where = origins.get(f"tools.{t.name}")
+            also = f" ({where} and {origin})" if where and where != origin else ""
             raise ConfigError(
-                f"tools.{t.name}: two different tools are named {t.name!r}; give one "
+                f"tools.{t.name}: two different tools are named {t.name!r}{also}; give one "
                 "another name (tool(fn, name=...)) or list the same Tool object"
             )
+        if existing is None:
+            origins[f"tools.{t.name}"] = origin
         known[t.name] = t
     merged = dict(config.agents)
     named: set[str] = set()
@@ -927,13 +1094,21 @@ def with_python(
                 )
             servers[server.name] = server
         for a in agents:
-            if a.name in named:  # a Python agent may replace a file's, not another Python one
+            if a.name in named:  # a Python agent may replace a built-in, not another one
                 raise ValueError(f"agents.{a.name}: two agents are named {a.name!r}")
+            if origins.get(f"agents.{a.name}") == CONFIG_FILE:
+                # Which one would a turn get? Neither silently: the user renames one.
+                raise ValueError(
+                    f"agents.{a.name}: defined twice, as [agents.{a.name}] in "
+                    f"{config.source or CONFIG_FILE} and in {origin}; rename one of them"
+                )
             named.add(a.name)
+            origins[f"agents.{a.name}"] = (
+                f"built-in, replaced by {origin}" if a.name in BUILTIN_AGENTS else origin
+            )
             _check_agent_fields(a)
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
-            if a.model is not None:
-                _check_model_ref(f"agents.{a.name}.model", a.model, config.providers)
+            _check_models(f"agents.{a.name}.model", a.model, config.providers)
             _check_mcp_names(f"agents.{a.name}.mcp", a.mcp_names, set(servers))
             merged[a.name] = replace(a, tools=a.tool_names, mcp=a.mcp_names)
         if default_model is not None:
@@ -948,10 +1123,14 @@ def with_python(
         raise ConfigError(
             f"default_agent {agent!r} is not an agent (known: {', '.join(sorted(merged))})"
         )
+    for name in models or {}:
+        origins[f"models.scripted/{name}"] = origin
     return replace(
         config,
         agents=merged,
         tools=known,
+        models={**config.models, **(models or {})},
+        origins=origins,
         mcp=servers,
         default_agent=agent,
         default_model=default_model or config.default_model,
@@ -969,7 +1148,9 @@ def _check_agent_fields(agent: Agent) -> None:
     """A Python agent's fields, by the rules of its ``[agents.NAME]`` table (types, efforts)."""
     table = {
         "system_prompt": agent.system_prompt,
-        "model": agent.model,
+        "model": agent.model
+        if agent.model is None or isinstance(agent.model, str)
+        else list(agent.model),
         "tools": list(agent.tool_names),
         "reasoning_effort": agent.reasoning_effort,
         "description": agent.description,

@@ -45,6 +45,7 @@ from turnclient.lib.api import TurnClient, iso_now
 from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
 from turnclient.runtime.deltaspool import DeltaSpool, spool_dir
 from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
+from turnclient.runtime.extras import install_hint
 from turnclient.runtime.storage import open_repository
 from turncore.agents import AgentDefinition, ListedTools, StaticAgentResolver
 from turncore.context import ContextResolver, ElisionPolicy
@@ -69,6 +70,11 @@ from turncore_temporal.activities.turn_activities import ModelResolver, TurnDepe
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 log = logging.getLogger("turnclient")
+
+MISSING_DEPENDENCY_HINT = (
+    "name the app that defines it (--app MODULE:ATTR or TURNS_APP), or run with "
+    "--no-worker where a worker that has it serves the task queue"
+)
 
 
 class RuleClassifier:
@@ -154,6 +160,8 @@ class Runtime:
         repository = open_repository(config, env, migrate=migrate)
         models = ModelRegistry(config.providers, env=env, base_dir=root)
         models.register_function(DEMO_MODEL, demo_model)
+        for name, fn in config.models.items():
+            models.register_function(name, fn)  # an app's Python models: scripted/NAME
 
         config.workspace.mkdir(parents=True, exist_ok=True)
         # One declaration per tool: the catalog (what agents snapshot), the
@@ -191,7 +199,8 @@ class Runtime:
                     agent_id=name,
                     system_prompt=a.system_prompt,
                     tools=a.tool_names,
-                    model=parse_model_ref(a.model) if a.model is not None else None,
+                    model=parse_model_ref(a.models[0]) if a.models else None,
+                    fallbacks=tuple(parse_model_ref(m) for m in a.models[1:]),
                 )
                 for name, a in config.agents.items()
             },
@@ -226,7 +235,9 @@ class Runtime:
             listing=listing,
         )
 
-    def turn_client(self, client: Client) -> TurnClient:
+    def turn_client(self, client: Client, *, serving: bool = False) -> TurnClient:
+        """A client of the work dir's turns; ``serving``: this process also runs a worker,
+        so an advance this process could not serve is refused at once (``check_serves``)."""
         return TurnClient(
             client,
             self.repository,
@@ -235,8 +246,36 @@ class Runtime:
             hub=self.hub,
             workflow_options=self.workflow_options,
             contexts=self.contexts,
+            serves=self.check_serves if serving else None,
             listed=self.listing,
         )
+
+    def check_serves(self, state: TurnState) -> None:
+        """``DependencyError`` (one line, with the fix) unless this process can run the turn:
+        its snapshotted model and tools must resolve here, as the worker checks (§15.3)."""
+        here = f"turn {state.definition.turn_id} cannot advance in this process"
+        try:
+            agent = self.contexts.resolve_agent(state.definition)
+        except DependencyError as exc:
+            raise DependencyError(f"{here}: {exc}") from None
+        # Everything an app brings (its Python models, its tools), named together.
+        missing: list[str] = []
+        if agent.model.provider == "scripted":
+            try:
+                self.models.resolve(agent.model)
+            except DependencyError as exc:
+                missing.append(str(exc))
+        for tool in agent.tools:
+            try:
+                self.tools.check(tool)
+            except DependencyError as exc:
+                missing.append(str(exc))
+        if missing:
+            raise DependencyError(f"{here}: {'; '.join(missing)}; {MISSING_DEPENDENCY_HINT}")
+        try:
+            self.models.resolve(agent.model)
+        except DependencyError as exc:  # a provider's key or table: its message says which
+            raise DependencyError(f"{here}: {exc}") from None
 
     @property
     def workflow_options(self) -> dict[str, Any]:
@@ -412,7 +451,7 @@ def _payload_codec(key_env: str, env: Mapping[str, str] | None) -> PayloadCodec:
     except ImportError:  # the codec needs the encryption extra
         raise ConfigError(
             "turns.toml [temporal] payload_key_env turns on payload encryption, which needs "
-            "the cryptography package: pip install 'turncore[encryption]'"
+            f"the cryptography package: {install_hint('encryption')}"
         ) from None
     try:
         codec = codec_from_env(key_env, env)
