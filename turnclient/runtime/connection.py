@@ -272,7 +272,8 @@ class Runtime:
             except DependencyError as exc:
                 missing.append(str(exc))
         if missing:
-            raise DependencyError(f"{here}: {'; '.join(missing)}; {MISSING_DEPENDENCY_HINT}")
+            named = "; ".join(dict.fromkeys(missing))  # an MCP server's tools share one message
+            raise DependencyError(f"{here}: {named}; {MISSING_DEPENDENCY_HINT}")
         try:
             self.models.resolve(agent.model)
         except DependencyError as exc:  # a provider's key or table: its message says which
