@@ -118,10 +118,13 @@ __all__ = [
     "FileTurnRepository",
     "InMemoryTurnRepository",
     "JsonlRepository",
+    "LockTable",
+    "LogWriter",
     "RepairRefusedError",
     "RemovedTail",
     "RepairReport",
     "TurnRepository",
+    "decode_log",
     "read_path",
     "repair_torn_tail",
     "validate_log",
@@ -150,6 +153,11 @@ class TurnRepository(Protocol):
 
     def read_after(self, turn_id: str, offset: int) -> list[TurnEvent]:
         """The events after line ``offset``, for followers (each line validated)."""
+        ...
+
+    def reduced(self, turn_id: str) -> TurnReducer:
+        """``TurnReducer.of(read(turn_id))``, reading only what was appended since
+        this process last reduced the turn; the caller's own copy."""
         ...
 
     def append(
@@ -438,7 +446,7 @@ class _BoundValidators(dict[str, Callable[[Any], Any]]):
 _VALIDATE = _BoundValidators()
 
 
-def _decode(
+def decode_log(
     data: bytes,
     where: str,
     turn_id: str | None,
@@ -555,7 +563,7 @@ def _untimed(event: TurnEvent) -> dict[str, Any]:
 # ---------------------------------------------------------------- locks and cache
 
 
-class _LockTable:
+class LockTable:
     """One re-entrant lock per key, alive while anyone holds or waits on it."""
 
     def __init__(self) -> None:
@@ -575,7 +583,7 @@ class _LockTable:
 
 # Files are shared by every FileTurnRepository in the process, so their
 # in-process locks are too (keyed by absolute path).
-_FILE_LOCKS = _LockTable()
+_FILE_LOCKS = LockTable()
 
 
 @dataclass(slots=True)
@@ -588,7 +596,7 @@ class _Tail:
     reducer: TurnReducer
 
 
-class _Writer(ABC):
+class LogWriter(ABC):
     """Exclusive access to one turn's bytes for the length of an append."""
 
     identity: Hashable
@@ -606,8 +614,9 @@ class _Writer(ABC):
 # ---------------------------------------------------------------- shared logic
 
 
-class _JsonlRepository(ABC):
-    """Everything above the bytes; subclasses store them."""
+class JsonlRepository(ABC):
+    """Every repository's common base (file, memory, PostgreSQL): everything
+    above the bytes; subclasses store them."""
 
     def __init__(self) -> None:
         self._tails: OrderedDict[str, _Tail] = OrderedDict()
@@ -639,8 +648,14 @@ class _JsonlRepository(ABC):
         identity, data = self._load(turn_id)
         return identity, data[start:]
 
+    def _sized_from(self, turn_id: str, start: int) -> tuple[Hashable, int, bytes]:
+        """``_load_from`` and the size of the whole log, so a reader can tell a log
+        that shrank (rewritten in place) from one that did not grow."""
+        identity, data = self._load_from(turn_id, start)
+        return identity, start + len(data), data
+
     @abstractmethod
-    def _writer(self, turn_id: str) -> AbstractContextManager[_Writer]: ...
+    def _writer(self, turn_id: str) -> AbstractContextManager[LogWriter]: ...
 
     @abstractmethod
     def _has(self, turn_id: str) -> bool: ...
@@ -666,9 +681,46 @@ class _JsonlRepository(ABC):
         """Every event, each line validated strictly and the whole log reduced."""
         validate_turn_id(turn_id)
         identity, data = self._load(turn_id)
-        events, reducer, _ = _decode(data, self._where(turn_id), turn_id)
+        events, reducer, _ = decode_log(data, self._where(turn_id), turn_id)
         self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
         return events
+
+    def reduced(self, turn_id: str) -> TurnReducer:
+        """The whole log validated and reduced, as ``TurnReducer.of(read(turn_id))``.
+
+        Only the lines appended since this process last reduced the turn (a
+        read, an append or this) are read and validated: the reduced prefix is
+        cached by storage identity, byte size and line count, and shared with
+        the append gate. Activities call this once per model call and per tool
+        call, so a long turn's iterations cost the same at call 500 as at call
+        50. The caller gets its own copy (``TurnReducer.copy``: the settled
+        records are shared, never changed).
+        """
+        validate_turn_id(turn_id)
+        where = self._where(turn_id)
+        tail = self._take_tail(turn_id)
+        data = b""
+        if tail is not None:
+            identity, size, data = self._sized_from(turn_id, tail.size)
+            if identity != tail.identity or size < tail.size:
+                tail = None  # another file now, or rewritten: start over
+        if tail is None:
+            identity, data = self._load(turn_id)
+            events, reducer, _ = decode_log(data, where, turn_id)
+            tail = _Tail(identity, len(data), len(events), reducer)
+        elif data:
+            # On error the half-advanced reducer is simply not put back.
+            events, _, _ = decode_log(
+                data, where, turn_id, first_line=tail.lines + 1, reducer=tail.reducer
+            )
+            tail.size += len(data)
+            tail.lines += len(events)
+        # The cached reducer makes the copies of settled records that every
+        # state built from it shares (``TurnReducer.state``); the caller's copy
+        # builds its own state on those.
+        _ = tail.reducer.state
+        self._put_tail(turn_id, tail)
+        return tail.reducer.copy(fresh_state=True)
 
     def read_after(self, turn_id: str, offset: int) -> list[TurnEvent]:
         """The complete lines after line ``offset``, each validated (DESIGN §7).
@@ -757,7 +809,7 @@ class _JsonlRepository(ABC):
                         f"{where}: the caller knew {known_offset} lines but the file has only {count}"
                     )
                 landed = (
-                    self._landed(writer, where, batch, known_offset)
+                    self._landed(writer, where, batch, known_offset, count)
                     if count > known_offset
                     else None
                 )
@@ -848,7 +900,7 @@ class _JsonlRepository(ABC):
         errors), so only a log the runtime can load is imported. An existing
         turn is never replaced (``TurnExistsError``).
         """
-        _, _, turn_id = _decode(data, where, None)
+        _, _, turn_id = decode_log(data, where, None)
         with self._lock(turn_id):
             self._store_new(turn_id, data)
         return turn_id
@@ -909,18 +961,18 @@ class _JsonlRepository(ABC):
             while len(self._tails) > TAIL_CACHE_SIZE:
                 self._tails.popitem(last=False)
 
-    def _catch_up(self, turn_id: str, writer: _Writer, where: str) -> _Tail:
+    def _catch_up(self, turn_id: str, writer: LogWriter, where: str) -> _Tail:
         """The reduced log as it is now, reusing the cached prefix when it is still valid."""
         size = writer.size()
         tail = self._take_tail(turn_id)
         if tail is None or tail.identity != writer.identity or tail.size > size:
             data = writer.read_from(0)
-            events, reducer, _ = _decode(data, where, turn_id)
+            events, reducer, _ = decode_log(data, where, turn_id)
             return _Tail(writer.identity, len(data), len(events), reducer)
         if tail.size < size:
             data = writer.read_from(tail.size)
             # On error the half-advanced reducer is simply not put back.
-            events, _, _ = _decode(
+            events, _, _ = decode_log(
                 data, where, turn_id, first_line=tail.lines + 1, reducer=tail.reducer
             )
             tail.size += len(data)
@@ -928,12 +980,12 @@ class _JsonlRepository(ABC):
         return tail
 
     def _landed(
-        self, writer: _Writer, where: str, batch: list[TurnEvent], known_offset: int
+        self, writer: LogWriter, where: str, batch: list[TurnEvent], known_offset: int, lines: int
     ) -> tuple[int, list[TurnEvent]] | None:
         """Where the batch ends and how it reads on file, if it already follows line
         ``known_offset`` (``ts`` aside); the first such place counts."""
         ours = [_untimed(_encode(e, where, known_offset + 1 + i)[1]) for i, e in enumerate(batch)]
-        raw = writer.read_from(0).split(b"\n")[known_offset:-1]
+        raw = _last_lines(writer, lines - known_offset)
         width = len(ours)
         for i in range(len(raw) - width + 1):
             # Cheap prefilter on the event type before decoding a window.
@@ -950,8 +1002,23 @@ class _JsonlRepository(ABC):
         return None
 
 
-JsonlRepository = _JsonlRepository
-"""The public name of every repository's common base (file, memory, PostgreSQL)."""
+def _last_lines(writer: LogWriter, count: int) -> list[bytes]:
+    """The last ``count`` lines of a log of whole lines, read from its end.
+
+    The workflow's known offset trails the file by the lines running tools
+    wrote since it last looked, a few at most: reading from the end keeps an
+    append's idempotency check O(those lines), not O(file).
+    """
+    if count <= 0:
+        return []
+    size = writer.size()
+    chunk = 64 * 1024
+    while True:
+        start = max(0, size - chunk)
+        raw = writer.read_from(start).split(b"\n")[:-1]
+        if start == 0 or len(raw) > count:  # past the first, possibly partial, piece
+            return raw[-count:]
+        chunk *= 4
 
 
 # ---------------------------------------------------------------- files
@@ -982,7 +1049,7 @@ def _read_shared(path: Path) -> tuple[Hashable, bytes]:
         return (st.st_dev, st.st_ino), f.read()
 
 
-class _FileWriter(_Writer):
+class _FileWriter(LogWriter):
     def __init__(self, fd: int, where: str) -> None:
         self._fd = fd
         self._where = where
@@ -1017,7 +1084,7 @@ class _FileWriter(_Writer):
             ) from exc
 
 
-class FileTurnRepository(_JsonlRepository):
+class FileTurnRepository(JsonlRepository):
     """Turn files under ``work_dir/storage/turns/YYYY/MM/DD/<turnId>.jsonl``."""
 
     def __init__(self, work_dir: str | os.PathLike[str]) -> None:
@@ -1087,20 +1154,24 @@ class FileTurnRepository(_JsonlRepository):
             raise InfrastructureError(f"{path}: could not read the turn file: {exc}") from exc
 
     def _load_from(self, turn_id: str, start: int) -> tuple[Hashable, bytes]:
+        identity, _, data = self._sized_from(turn_id, start)
+        return identity, data
+
+    def _sized_from(self, turn_id: str, start: int) -> tuple[Hashable, int, bytes]:
         path = self.path_for(turn_id)
         try:
             with _open_regular(path) as f:
                 fcntl.flock(f.fileno(), fcntl.LOCK_SH)
                 st = os.fstat(f.fileno())
                 f.seek(start)
-                return (st.st_dev, st.st_ino), f.read()
+                return (st.st_dev, st.st_ino), st.st_size, f.read()
         except FileNotFoundError:
             raise self._missing(turn_id) from None
         except OSError as exc:
             raise InfrastructureError(f"{path}: could not read the turn file: {exc}") from exc
 
     @contextmanager
-    def _writer(self, turn_id: str) -> Iterator[_Writer]:
+    def _writer(self, turn_id: str) -> Iterator[LogWriter]:
         path = self.path_for(turn_id)
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
@@ -1181,7 +1252,7 @@ class FileTurnRepository(_JsonlRepository):
 
 def validate_log(data: bytes, where: str, turn_id: str | None = None) -> list[TurnEvent]:
     """Validate a whole turn log held in memory, as a read would (``turns export``)."""
-    return _decode(data, where, turn_id)[0]
+    return decode_log(data, where, turn_id)[0]
 
 
 def read_path(path: str | os.PathLike[str]) -> list[TurnEvent]:
@@ -1199,7 +1270,7 @@ def read_path(path: str | os.PathLike[str]) -> list[TurnEvent]:
         raise InfrastructureError(f"{p}: could not read the turn file: {exc}") from exc
     stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else None
     expected = stem if stem is not None and is_turn_id(stem) else None
-    events, _, _ = _decode(data, str(p), expected)
+    events, _, _ = decode_log(data, str(p), expected)
     return events
 
 
@@ -1322,7 +1393,7 @@ def _refuse_unless_valid(data: bytes, p: Path) -> None:
     stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else None
     expected = stem if stem is not None and is_turn_id(stem) else None
     try:
-        _decode(data, str(p), expected)
+        decode_log(data, str(p), expected)
     except CorruptTurnError as exc:
         raise RepairRefusedError(
             f"{exc}; only a torn final line is repaired, so the file was left alone"
@@ -1338,7 +1409,7 @@ class _MemoryLog:
     buffer: bytearray
 
 
-class _MemoryWriter(_Writer):
+class _MemoryWriter(LogWriter):
     def __init__(self, log: _MemoryLog, guard: threading.Lock) -> None:
         self._buffer = log.buffer
         self._guard = guard
@@ -1356,7 +1427,7 @@ class _MemoryWriter(_Writer):
             self._buffer += data
 
 
-class InMemoryTurnRepository(_JsonlRepository):
+class InMemoryTurnRepository(JsonlRepository):
     """Turn logs held as bytes in memory, with the file repository's exact semantics.
 
     ``put_raw`` and ``raw`` reach the bytes directly, for tests and fixtures
@@ -1368,7 +1439,7 @@ class InMemoryTurnRepository(_JsonlRepository):
         self._logs: dict[str, _MemoryLog] = {}
         self._generations = itertools.count()
         self._guard = threading.Lock()
-        self._locks = _LockTable()
+        self._locks = LockTable()
         self._staged: dict[tuple[str, str], bytes] = {}
 
     def put_raw(self, turn_id: str, data: bytes) -> None:
@@ -1401,7 +1472,7 @@ class InMemoryTurnRepository(_JsonlRepository):
             return log.generation, bytes(log.buffer)
 
     @contextmanager
-    def _writer(self, turn_id: str) -> Iterator[_Writer]:
+    def _writer(self, turn_id: str) -> Iterator[LogWriter]:
         # Exclusion comes from the per-turn lock that append already holds.
         with self._guard:
             log = self._log(turn_id)
