@@ -66,25 +66,26 @@ def _stuck_of(state: TurnState) -> StuckRun | None:
     for this, and a server that does not answer within seconds leaves the turn
     unmarked rather than failing the command.
     """
+    if state.terminal is not None:
+        return None
+    embedded = not os.environ.get("TEMPORAL_ADDRESS")  # as runtime.connection.uses_embedded
+    server_file = current_work_dir() / "temporal" / "server.json"
+    if embedded and not server_file.exists():
+        return None  # no server up: nothing to ask, and no Temporal SDK to load
     import asyncio
 
     from temporalio.client import Client
     from temporalio.service import RPCError
 
     from turnclient.lib.stuck import stuck_run
-    from turnclient.runtime.connection import uses_embedded
     from turnclient.runtime.embedded import NAMESPACE, ServerInfo, is_server_process
 
-    if state.terminal is not None:
-        return None
     turn_id = state.definition.turn_id
 
     async def ask() -> StuckRun | None:
-        if uses_embedded():
+        if embedded:
             try:
-                info = ServerInfo.from_json(
-                    orjson.loads((current_work_dir() / "temporal" / "server.json").read_bytes())
-                )
+                info = ServerInfo.from_json(orjson.loads(server_file.read_bytes()))
             except (OSError, ValueError, KeyError, TypeError):
                 return None
             if not is_server_process(info.pid, info.db):
