@@ -119,14 +119,15 @@ async def _answer(
     turns: TurnClient, runtime: Runtime, turn_id: str, outcome: TurnOutcome
 ) -> TurnOutcome:
     """Ask the human for every decision and answer the suspended turn needs, inline."""
-
+    from turnclient.lib.turnview import permission_label
     from turncore.events import AsyncToolResultInput, PermissionDecisionInput, ToolResultData
 
     while outcome.status == "suspended":
         input: TurnExternalInput | None = None
         for p in outcome.pending_permissions:
             shown = orjson.dumps(_call_input(runtime, turn_id, p.tool_call_id)).decode()
-            reply = await _read(f"allow {p.tool_name} {shown}? [y/n/reason] ")
+            label = permission_label(p.tool_name, p.request)  # "MCP files · read_file"
+            reply = await _read(f"allow {label} {shown}? [y/n/reason] ")
             if reply is None:
                 return outcome
             reply = reply.strip()
