@@ -277,7 +277,10 @@ class Runtime:
         try:
             self.models.resolve(agent.model)
         except DependencyError as exc:  # a provider's key or table: its message says which
-            raise DependencyError(f"{here}: {exc}") from None
+            raise DependencyError(
+                f"{here}: {exc} (or run with --no-worker where a worker that has it serves "
+                "the task queue)"
+            ) from None
 
     @property
     def workflow_options(self) -> dict[str, Any]:
