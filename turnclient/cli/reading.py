@@ -61,6 +61,11 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- file commands
 
 
+def _server_file() -> Path:
+    """Where the work dir's embedded server says it runs (``turnclient.runtime.embedded``)."""
+    return current_work_dir() / "temporal" / "server.json"
+
+
 async def _running_server() -> Client | None:
     """A client of the Temporal server commands use, if one is up: never starts the
     embedded server (``show``, ``state`` and ``watch --no-worker`` read the file;
@@ -75,9 +80,7 @@ async def _running_server() -> Client | None:
     try:
         if uses_embedded():
             try:
-                info = ServerInfo.from_json(
-                    orjson.loads((current_work_dir() / "temporal" / "server.json").read_bytes())
-                )
+                info = ServerInfo.from_json(orjson.loads(_server_file().read_bytes()))
             except (OSError, ValueError, KeyError, TypeError):
                 return None
             if not is_server_process(info.pid, info.db):
@@ -96,14 +99,16 @@ def _stuck_of(state: TurnState) -> StuckRun | None:
     """The open turn's stuck run, asked of a Temporal server that is already up; None
     for an ended turn, or when no server answers within seconds (the file's view
     stands unmarked rather than the command failing)."""
+    if state.terminal is not None:
+        return None
+    if not os.environ.get("TEMPORAL_ADDRESS") and not _server_file().exists():
+        return None  # no embedded server up: nothing to ask, and no Temporal SDK to load
     import asyncio
 
     from temporalio.service import RPCError
 
     from turnclient.lib.stuck import stuck_run
 
-    if state.terminal is not None:
-        return None
     turn_id = state.definition.turn_id
 
     async def ask() -> StuckRun | None:
