@@ -100,8 +100,10 @@ async def test_approve_from_waiting_for_you_and_watch_it_complete(
     page = await open_page(browser, ui.url + "/")
     waiting = page.get_by_role("region", name="Waiting for you")
     await expect(waiting.get_by_role("link", name=turn_id)).to_be_visible(timeout=WAIT)
-    row = page.get_by_role("row").filter(has_text=turn_id)  # the session's server has others
+    # The session's server has other turns: the row whose link is this turn's.
+    row = page.get_by_role("row").filter(has=page.get_by_role("link", name=turn_id))
     await expect(row.get_by_text("suspended")).to_be_visible(timeout=WAIT)
+    await expect(row.get_by_text("approve write_file")).to_be_visible()
     await page.get_by_role("link", name=turn_id).first.click()
     await expect(page.get_by_role("heading", name=f"Turn {turn_id}")).to_be_visible(timeout=WAIT)
     await page.evaluate("window.__noReload = true")
@@ -324,7 +326,7 @@ async def test_start_a_turn_from_the_page_and_see_it_stream(
     await page.get_by_role("button", name="Start turn").click()
     await expect(page.get_by_role("region", name="Outcome")).to_contain_text("= 42", timeout=WAIT)
     await expect(page.get_by_role("status")).to_have_text("completed")
-    await expect(page.get_by_role("region", name="Usage")).to_contain_text("totalTokens")
+    await expect(page.get_by_role("region", name="Usage")).to_contain_text("total tokens")
 
 
 async def test_text_streams_live_from_a_worker_in_another_process(

@@ -11,11 +11,12 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import getpass
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 from temporalio.client import (
@@ -70,6 +71,7 @@ from turncore.events import (
 )
 from turncore.ids import MINT_ATTEMPTS, TurnIdGenerator, validate_turn_id
 from turncore.inputs import staged_form
+from turncore.jsonvalue import JsonValue
 from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.model.port import unsendable_media
@@ -152,6 +154,36 @@ LAG_GRACE = 10.0
 
 def iso_now() -> str:
     return format_ts(datetime.now(UTC))
+
+
+Via = Literal["web", "cli", "api", "classifier"]
+"""Which surface carried a decision: the web UI, the ``turns`` command, the library
+(``Turns`` and anything built on it), or the permission classifier."""
+
+
+def os_user() -> str | None:
+    """The name of the OS user running this process, or None where the OS has none."""
+    try:
+        return getpass.getuser() or None
+    except (KeyError, OSError):
+        return None  # a container's uid with no passwd entry and no $USER
+
+
+def decided(via: Via, by: str | None, reason: str | None = None) -> dict[str, JsonValue]:
+    """The ``metadata`` every decision carries: who (``by``), through what (``via``), when.
+
+    Goes into the permission decision's ``metadata`` (spec §11.2, recorded in
+    ``tool_permission_resolved``) and into an async result's ``metadata``
+    (``ToolResultData``). ``at`` is the deciding surface's clock, in the log's
+    timestamp format; ``by`` is left out when nobody can be named (a shared
+    token). A denial's stated ``reason`` rides beside them, where the loop reads it.
+    """
+    meta: dict[str, JsonValue] = {"via": via, "at": iso_now()}
+    if by:
+        meta["by"] = by
+    if reason:
+        meta["reason"] = reason
+    return meta
 
 
 def start_details(definition: TurnCreated) -> dict[str, Any]:
@@ -656,4 +688,14 @@ def _pending_of(outcome: TurnOutcome) -> list[str]:
     ]
 
 
-__all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "iso_now", "open_turn_message"]
+__all__ = [
+    "CreateTurnInput",
+    "Turn",
+    "TurnClient",
+    "TurnExecution",
+    "Via",
+    "decided",
+    "iso_now",
+    "open_turn_message",
+    "os_user",
+]

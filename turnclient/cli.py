@@ -1630,7 +1630,14 @@ def _suspended_outcome(state: TurnState) -> Any:
 def approve(args: argparse.Namespace) -> int:
     from turncore.events import PermissionDecisionInput
 
-    return _send(args, lambda: PermissionDecisionInput(tool_call_id=args.call, decision="allow"))
+    from .api import decided, os_user
+
+    return _send(
+        args,
+        lambda: PermissionDecisionInput(
+            tool_call_id=args.call, decision="allow", metadata=decided("cli", os_user())
+        ),
+    )
 
 
 @command(
@@ -1646,8 +1653,10 @@ def approve(args: argparse.Namespace) -> int:
 def deny(args: argparse.Namespace) -> int:
     from turncore.events import PermissionDecisionInput
 
+    from .api import decided, os_user
+
     def make() -> PermissionDecisionInput:
-        metadata = {"reason": args.reason} if args.reason else None
+        metadata = decided("cli", os_user(), args.reason)
         return PermissionDecisionInput(tool_call_id=args.call, decision="deny", metadata=metadata)
 
     return _send(args, make)
@@ -1678,11 +1687,14 @@ def complete(args: argparse.Namespace) -> int:
             args, EXIT_USAGE, "give the result with exactly one of --output JSON or --text TEXT"
         )
 
+    from .api import decided, os_user
+
     def make() -> AsyncToolResultInput:
         output = args.text if args.text is not None else args.output
-        return AsyncToolResultInput(
-            tool_call_id=args.call, result=ToolResultData(output=output, is_error=args.error)
+        result = ToolResultData(
+            output=output, is_error=args.error, metadata=decided("cli", os_user())
         )
+        return AsyncToolResultInput(tool_call_id=args.call, result=result)
 
     return _send(args, make)
 

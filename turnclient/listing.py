@@ -28,7 +28,7 @@ from turncore.reducer import TurnReducer
 from turncore.repository import TurnRepository
 
 from .summary import message_preview
-from .turnview import pending_inputs
+from .turnview import pending_inputs, timing
 
 SCAN_LIMIT = 5000
 """Most executions one page request reads from visibility."""
@@ -216,6 +216,8 @@ async def pending_across(client: Client, repository: TurnRepository) -> dict[str
                 "turnId": turn_id,
                 "agent": state.definition.agent.resolved.agent_id,
                 "prompt": message_preview(state.definition.input, 200),
+                "since": state.suspension.ts if state.suspension is not None else None,
+                **timing(state),
                 **waiting,
             }
         )

@@ -55,7 +55,7 @@ from turncore.messages import (
 )
 from turncore.reducer import ToolCallState, TurnState
 
-from .summary import clip, usage_text
+from .summary import clip, decided_text, usage_text
 
 PROG = "turns"
 
@@ -420,6 +420,9 @@ def _tool_lines(t: ToolCallState) -> list[str]:
         if p.resolved is not None:
             by = p.resolved.source.replace("_", " ")
             text += f" · {'allowed' if p.resolved.decision == 'allow' else 'denied'} by {by}"
+            who = decided_text(p.resolved.metadata)
+            if who:
+                text += f" [{who}]"
             if p.resolved.reason:
                 text += f": {clip(p.resolved.reason, 80)}"
         else:
@@ -431,6 +434,9 @@ def _tool_lines(t: ToolCallState) -> list[str]:
         r = t.result
         status = "error" if r.result.is_error else "ok"
         lines.append(f"      result      {status} ({r.source}): {preview(r.result.output, 400)}")
+        who = decided_text(r.result.metadata) if r.source == "async" else None
+        if who:
+            lines.append(f"      answered    {who}")
     elif t.invocation is not None and t.invocation.execution == "async":
         lines.append("      result      awaiting the external result")
     else:

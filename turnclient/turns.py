@@ -75,7 +75,7 @@ from turncore.reducer import TurnReducer, TurnState
 from turncore.tools import Tool
 from turncore_temporal.worker import serving
 
-from .api import CreateTurnInput, TurnClient
+from .api import CreateTurnInput, TurnClient, decided
 from .config import Agent, load_config, with_python, work_dir_from_env
 from .conversations import continuation
 from .listing import TurnSummary, latest_turns, pending_across
@@ -296,14 +296,22 @@ class Turns:
         """Advance the turn by at most one input until it settles; its outcome."""
         return await self._served(turn_id, self.client.advance_turn(turn_id, input).outcome)
 
-    async def approve(self, turn_id: str, tool_call_id: str) -> TurnOutcome:
+    async def approve(
+        self, turn_id: str, tool_call_id: str, *, by: str | None = None
+    ) -> TurnOutcome:
+        """Allow the call; ``by`` names who decided (recorded with ``via: api`` and the time)."""
         decision = _input(
-            "approve", lambda: PermissionDecisionInput(tool_call_id=tool_call_id, decision="allow")
+            "approve",
+            lambda: PermissionDecisionInput(
+                tool_call_id=tool_call_id, decision="allow", metadata=decided("api", by)
+            ),
         )
         return await self.advance(turn_id, decision)
 
-    async def deny(self, turn_id: str, tool_call_id: str, reason: str | None = None) -> TurnOutcome:
-        metadata = {"reason": reason} if reason else None
+    async def deny(
+        self, turn_id: str, tool_call_id: str, reason: str | None = None, *, by: str | None = None
+    ) -> TurnOutcome:
+        metadata = decided("api", by, reason)
         decision = _input(
             "deny",
             lambda: PermissionDecisionInput(
@@ -313,13 +321,23 @@ class Turns:
         return await self.advance(turn_id, decision)
 
     async def complete(
-        self, turn_id: str, tool_call_id: str, output: Any, *, is_error: bool = False
+        self,
+        turn_id: str,
+        tool_call_id: str,
+        output: Any,
+        *,
+        is_error: bool = False,
+        by: str | None = None,
     ) -> TurnOutcome:
-        """Supply the result of an async tool call (such as ``ask_human``)."""
+        """Supply the result of an async tool call (such as ``ask_human``); ``by`` as for
+        ``approve``."""
         result = _input(
             "complete",
             lambda: AsyncToolResultInput(
-                tool_call_id=tool_call_id, result=ToolResultData(output=output, is_error=is_error)
+                tool_call_id=tool_call_id,
+                result=ToolResultData(
+                    output=output, is_error=is_error, metadata=decided("api", by)
+                ),
             ),
         )
         return await self.advance(turn_id, result)

@@ -31,11 +31,12 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from turnclient.api import CreateTurnInput, TurnClient
+from turnclient.api import CreateTurnInput, TurnClient, decided, os_user
+from turnclient.cost import Pricer, turn_report
 from turnclient.deltaspool import spool_dir
 from turnclient.follow import Durable, Live, Settled, follow_turn
 from turnclient.listing import TurnListing, list_turns, pending_across
-from turnclient.turnview import pending_inputs, status_of, turn_view
+from turnclient.turnview import pending_inputs, status_of, timing, turn_view, waiting_labels
 from turncore.errors import (
     CorruptTurnError,
     DependencyError,
@@ -64,7 +65,8 @@ from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
 from turncore.surface import SurfaceProjector
 
-from ._security import Guard
+from ._security import USER, Guard
+from ._tokens import Tokens
 
 if TYPE_CHECKING:
     from turnclient.runtime import Runtime
@@ -224,6 +226,10 @@ class UiContext:
     decision_wait: float = DECISION_WAIT
     body_timeout: float = BODY_TIMEOUT
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    pricer: Pricer = field(default_factory=lambda: Pricer({}))
+    ended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What the list shows of turns that ended (cost, duration, labels): their files no
+    longer change, so each is read once (bounded: ``ENDED_CACHE`` turns)."""
 
     @property
     def spool(self) -> Path:
@@ -243,6 +249,9 @@ class UiContext:
 
         task.add_done_callback(done)
 
+
+ENDED_CACHE = 2000
+"""Most ended turns whose list details the UI keeps in memory."""
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -292,6 +301,19 @@ async def index_page(ctx: UiContext, request: Request) -> Response:
     return FileResponse(str(STATIC / "index.html"), media_type="text/html")
 
 
+async def favicon(ctx: UiContext, request: Request) -> Response:
+    return FileResponse(
+        str(STATIC / "favicon.ico"),
+        media_type="image/x-icon",
+        headers={"cache-control": "max-age=86400"},
+    )
+
+
+async def me_endpoint(ctx: UiContext, request: Request) -> Response:
+    """Who the server takes the caller for: the name its decisions will carry."""
+    return _json({"by": _user(request)})
+
+
 async def turn_page(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     if not await asyncio.to_thread(ctx.runtime.repository.exists, turn_id):
@@ -327,11 +349,43 @@ async def list_endpoint(ctx: UiContext, request: Request) -> Response:
         page_size=page_size,
         before=before,
     )
-    return _json(listing.to_wire())
+    rows = await asyncio.gather(*(_with_details(ctx, row) for row in listing.turns))
+    return _json({**listing.to_wire(), "turns": rows})
+
+
+async def _details(ctx: UiContext, turn_id: str) -> dict[str, Any]:
+    """What the list adds to visibility's row, from the turn's file: when it ran, how
+    long, its estimated cost and what it waits for in words. Empty for a turn this work
+    dir has no file of (another work dir on the same namespace) or cannot read."""
+    known = ctx.ended.get(turn_id)
+    if known is not None:
+        return known
+    try:
+        events = await asyncio.to_thread(ctx.runtime.repository.read, turn_id)
+    except TurnError:
+        return {}
+    state = TurnReducer.of(events).state
+    cost = ctx.pricer.turn_costs(state)[0]
+    details = {
+        **timing(state),
+        "cost": cost.to_json() if cost is not None else None,
+        "waitingFor": waiting_labels(state),
+    }
+    if state.terminal is not None:
+        if len(ctx.ended) >= ENDED_CACHE:
+            ctx.ended.pop(next(iter(ctx.ended)))
+        ctx.ended[turn_id] = details
+    return details
+
+
+async def _with_details(ctx: UiContext, row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, **(await _details(ctx, row["turnId"]))}
 
 
 async def pending_endpoint(ctx: UiContext, request: Request) -> Response:
-    return _json(await pending_across(ctx.client, ctx.runtime.repository))
+    doc = await pending_across(ctx.client, ctx.runtime.repository)
+    count = sum(len(t["permissions"]) + len(t["asyncTools"]) for t in doc["turns"])
+    return _json({**doc, "count": count})
 
 
 async def agents_endpoint(ctx: UiContext, request: Request) -> Response:
@@ -348,7 +402,7 @@ async def turn_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     events = await _events_of(ctx, turn_id)
     state = TurnReducer.of(events).state
-    return _json(turn_view(state, len(events)))
+    return _json(turn_view(state, len(events), turn_report(ctx.pricer, state)))
 
 
 async def turn_pending_endpoint(ctx: UiContext, request: Request) -> Response:
@@ -589,11 +643,22 @@ async def _decide(
     return _json({"turnId": turn_id, "status": "settled", "outcome": outcome.to_wire()})
 
 
+def _user(request: Request) -> str | None:
+    """Who is deciding: the tokens file's name for the token used, the OS user of a
+    loopback UI without a token, None behind the one shared token."""
+    user = getattr(request.state, USER, None)
+    return user if isinstance(user, str) else None
+
+
 async def approve_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
     await _body(ctx, request, _Empty)
+    metadata = decided("web", _user(request))
     return await _decide(
-        ctx, request, turn_id, PermissionDecisionInput(tool_call_id=call, decision="allow")
+        ctx,
+        request,
+        turn_id,
+        PermissionDecisionInput(tool_call_id=call, decision="allow", metadata=metadata),
     )
 
 
@@ -601,7 +666,7 @@ async def deny_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
     body = await _body(ctx, request, _Deny)
     reason = body.reason.strip() if body.reason else None
-    metadata = {"reason": reason} if reason else None
+    metadata = decided("web", _user(request), reason)
     return await _decide(
         ctx,
         request,
@@ -619,7 +684,8 @@ async def complete_endpoint(ctx: UiContext, request: Request) -> Response:
             400, "give the result as exactly one of output (any JSON) or text (a string)"
         )
     output = body.text if "text" in given else body.output
-    result = ToolResultData(output=output, is_error=body.is_error)
+    metadata = decided("web", _user(request))
+    result = ToolResultData(output=output, is_error=body.is_error, metadata=metadata)
     return await _decide(
         ctx, request, turn_id, AsyncToolResultInput(tool_call_id=call, result=result)
     )
@@ -683,14 +749,24 @@ def create_app(
     client: Client,
     *,
     token: str | None = None,
+    tokens: Tokens | None = None,
     decision_wait: float = DECISION_WAIT,
     body_timeout: float = BODY_TIMEOUT,
 ) -> Starlette:
-    """The ASGI app; ``token`` is required on every request when given."""
+    """The ASGI app; ``token`` (or any token of ``tokens``) is required on every request
+    when given. Decisions record who made them: the tokens file's name for the token
+    used, or, on loopback without a token, the OS user running the server."""
     # No live hub: the UI reads deltas from the work dir's spool (whoever runs the
     # call), so a hub subscription per decision would only queue what nobody reads.
     turns = TurnClient(client, runtime.repository, runtime.resolver, task_queue=runtime.task_queue)
-    ctx = UiContext(runtime, client, turns, decision_wait=decision_wait, body_timeout=body_timeout)
+    ctx = UiContext(
+        runtime,
+        client,
+        turns,
+        decision_wait=decision_wait,
+        body_timeout=body_timeout,
+        pricer=Pricer(runtime.config.providers, runtime.config.prices),
+    )
 
     def get(path: str, handler: Callable[[UiContext, Request], Awaitable[Response]]) -> Route:
         return Route(path, _guarded(handler, ctx), methods=["GET", "HEAD"])
@@ -701,6 +777,8 @@ def create_app(
     calls = "/api/turns/{turn_id}/calls/{call_id}"
     routes = [
         get("/", index_page),
+        get("/favicon.ico", favicon),
+        get("/api/me", me_endpoint),
         get("/turns/{turn_id}", turn_page),
         get("/api/turns", list_endpoint),
         post("/api/turns", create_endpoint),
@@ -725,7 +803,8 @@ def create_app(
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     app.state.ui = ctx
-    app.add_middleware(Guard, token=token)
+    local = os_user() if token is None and tokens is None else None
+    app.add_middleware(Guard, token=token, tokens=tokens, local_user=local)
     return app
 
 
