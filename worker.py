@@ -31,7 +31,9 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
+from turnclient.config import ConfigError
 from turnclient.embedded import is_server_process
+from turnclient.notify import Notifier, NotifyConfigError, Webhook, notify_dir
 from turnclient.runtime import ConnectOptions, Runtime, Temporal, temporal
 from turnclient.storage import MIGRATE_ENV
 from turncore.errors import TurnError
@@ -134,16 +136,43 @@ def build_turn_worker(
 async def serving(
     runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
 ) -> AsyncIterator[Worker]:
-    """Run a worker in this process for the block; it is shut down when the block ends."""
-    worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown)
-    task = asyncio.create_task(worker.run())
+    """Run a worker in this process for the block; it is shut down when the block ends.
+
+    With ``[notify]`` configured, the worker also sends the webhook notifications
+    of the turns it advances (``turnclient.notify``), from its own task, for the
+    block; a webhook that cannot be resolved (a variable unset, a URL that is
+    not http(s)) is a ``ConfigError`` before the worker starts.
+    """
+    notifier = notifier_for(runtime)
+    deps = runtime.deps
+    if notifier is not None:
+        deps = dataclasses.replace(deps, on_appended=notifier.observe)
+    worker = build_worker(
+        client, deps, task_queue=runtime.task_queue, graceful_shutdown=graceful_shutdown
+    )
+    async with contextlib.AsyncExitStack() as stack:
+        if notifier is not None:
+            await stack.enter_async_context(notifier.running())
+        task = asyncio.create_task(worker.run())
+        try:
+            yield worker
+        finally:
+            if not task.done():
+                await worker.shutdown()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+
+
+def notifier_for(runtime: Runtime, env: Mapping[str, str] | None = None) -> Notifier | None:
+    """The webhook notifier ``[notify]`` asks for, or None; raises ``ConfigError``."""
+    table = runtime.config.notify
+    if table is None:
+        return None
     try:
-        yield worker
-    finally:
-        if not task.done():
-            await worker.shutdown()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        webhook = Webhook.resolve(table, os.environ if env is None else env)
+    except NotifyConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    return Notifier(webhook, notify_dir(runtime.work_dir), runtime.repository)
 
 
 PENDING_EVERY = 15.0

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -147,6 +147,10 @@ def _elided(events: Sequence[TurnEvent]) -> list[TurnEvent]:
 LOAD_PAGE_BYTES = 128 * 1024
 
 
+AppendObserver = Callable[[str, int, Sequence[TurnEvent]], Awaitable[None]]
+"""Called with (turn id, the batch's last line number, its lines) after each append."""
+
+
 @dataclass
 class TurnDependencies:
     repository: TurnRepository
@@ -160,6 +164,9 @@ class TurnDependencies:
     agents: AgentResolver | None = None
     """Resolves sub-agents for ``spawn_agent`` (absent: the tool reports it is unavailable)."""
     ids: TurnIdGenerator | None = None
+    on_appended: AppendObserver | None = None
+    """Told of every batch the append activity lands (turn id, last line number, the
+    lines as on file) — webhook notifications; it must not raise or block for long."""
 
 
 class TurnActivities(TurnActivityContract):
@@ -172,7 +179,10 @@ class TurnActivities(TurnActivityContract):
         return await asyncio.to_thread(self._d.repository.read, turn_id)
 
     async def _append(self, turn_id: str, events: Sequence[TurnEvent]) -> int:
-        return await asyncio.to_thread(self._d.repository.append, turn_id, list(events))
+        end = await asyncio.to_thread(self._d.repository.append, turn_id, list(events))
+        if self._d.on_appended is not None:
+            await self._d.on_appended(turn_id, end, events)
+        return end
 
     async def _state(self, turn_id: str) -> TurnState:
         return TurnReducer.of(await self._read(turn_id)).state
@@ -207,6 +217,11 @@ class TurnActivities(TurnActivityContract):
         # An earlier attempt landed (a replayed workflow task stamped the batch
         # anew): the workflow folds the lines as they are on file.
         on_file = outcome.landed if outcome.landed is not None else derived
+        if self._d.on_appended is not None:
+            # A retried append whose lines had landed reports them again: the observer
+            # makes the same deliveries from the same line numbers, so nothing is lost
+            # when the first attempt died before it was told.
+            await self._d.on_appended(input.turn_id, outcome.end, on_file or events)
         return AppendResult(offset=outcome.end, events=_elided(on_file))
 
     async def _staged_events(self, input: AppendInput, staged: StagedInput) -> list[TurnEvent]:

@@ -53,6 +53,7 @@ from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagre
 from .builtin_tools import BUILTIN_NAMES, builtin_tools
 from .cost import PriceConfigError, ProviderPrice
 from .demo import DEMO_MODEL
+from .notify import NotifyTable
 
 CONFIG_FILE = "turns.toml"
 DEFAULT_WORK_DIR = ".turns"
@@ -140,6 +141,8 @@ class Config:
     """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
     prices: dict[str, ProviderPrice] = field(default_factory=dict)
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    notify: NotifyTable | None = None
+    """``[notify]``: webhooks a worker sends when a turn waits for a person (or ends)."""
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -309,6 +312,8 @@ class TurnsFile(_Table):
     temporal: TemporalTable = TemporalTable()
     prices: dict[str, dict[str, Any]] = {}
     """``[prices.PROVIDER]``; each table's rules live with the pricer (``cost.py``)."""
+    notify: NotifyTable | None = None
+    """``[notify]``: webhook notifications (``turnclient.notify``)."""
 
     _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
     _prices: dict[str, ProviderPrice] = PrivateAttr(default_factory=dict)
@@ -581,6 +586,7 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         max_concurrent_subagents=file.subagents.max_concurrent,
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
+        notify=file.notify,
     )
 
 
