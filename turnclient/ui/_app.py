@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
+from ag_ui.core import RunErrorEvent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from starlette.applications import Starlette
@@ -65,6 +66,8 @@ from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
 from turncore.surface import SurfaceProjector
 
+from ._agui import AgUiProjector
+from ._agui import to_sse as agui_sse
 from ._security import USER, Guard
 from ._tokens import Tokens
 
@@ -465,8 +468,8 @@ async def events_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     resume = _resume_point(request)
     fmt = request.query_params.get("format", "turn")
-    if fmt not in ("turn", "surface"):
-        raise HttpError(400, "format must be turn or surface")
+    if fmt not in _FORMATS:
+        raise HttpError(400, f"format must be one of {', '.join(_FORMATS)}")
     follow = request.query_params.get("follow", "0") not in ("0", "false", "")
     streaming = "text/event-stream" in request.headers.get("accept", "")
     events = await _events_of(ctx, turn_id)  # 404 before any stream starts
@@ -481,8 +484,20 @@ async def events_endpoint(ctx: UiContext, request: Request) -> Response:
     )
 
 
+_FORMATS = ("turn", "surface", "ag-ui")
+
+
 def _log_slice(events: list[Any], resume: _Resume, fmt: str) -> Response:
     after, skip = resume.after, resume.skip
+    if fmt == "ag-ui":
+        agui = AgUiProjector()
+        out: list[bytes] = []
+        for i, e in enumerate(events):
+            shown = agui.feed(e, i + 1)
+            if i >= after:
+                shown = shown[skip:] if i == after else shown
+                out += [m.model_dump_json(by_alias=True).encode() + b"\n" for m in shown]
+        return Response(b"".join(out), media_type="application/x-ndjson")
     if fmt == "surface":
         projector = SurfaceProjector()
         lines: list[bytes] = []
@@ -513,18 +528,31 @@ async def _event_stream(
     fmt: str,
 ) -> AsyncIterator[bytes]:
     yield b"retry: 1000\n\n"
-    projector: SurfaceProjector | None = None
+    projector: SurfaceProjector | AgUiProjector | None = None
     if fmt == "surface":
         # Item ids follow from every event before the resume point: replay them silently.
         projector = SurfaceProjector()
         for e in (await asyncio.to_thread(ctx.runtime.repository.read, turn_id))[: resume.after]:
             projector.feed(e)
+    elif fmt == "ag-ui":
+        # So do runs and open messages: replay what came before, silently, too.
+        projector = AgUiProjector()
+        before = await asyncio.to_thread(ctx.runtime.repository.read, turn_id)
+        for i, e in enumerate(before[: resume.after]):
+            projector.feed(e, i + 1)
+    delta_after, quiet = resume.deltas, None
+    if isinstance(projector, AgUiProjector) and resume.deltas[1] > 0:
+        # Resumed inside a streaming message: its text so far is the client's, not in
+        # the file. Read the call's deltas again from its first and feed the ones the
+        # client has to the projector silently, so the final text completes it exactly.
+        projector.reopen(resume.deltas[0])
+        delta_after, quiet = (resume.deltas[0], 0), resume.deltas
     items = follow_turn(
         ctx.runtime.repository,
         ctx.spool,
         turn_id,
         after=resume.after,
-        delta_after=resume.deltas,
+        delta_after=delta_after,
         until=until,
     )
     skip = resume.skip  # of the events made from line after + 1, already sent
@@ -550,11 +578,20 @@ async def _event_stream(
             try:
                 item = next_item.result()
             except StopAsyncIteration:
-                yield _sse("end", {"turnId": turn_id})
+                if fmt != "ag-ui":  # AG-UI's run end is the last event; the stream closes
+                    yield _sse("end", {"turnId": turn_id})
                 return
             finally:
                 next_item = None
             beat = loop.time()
+            if (
+                quiet is not None
+                and isinstance(item, Live)
+                and isinstance(projector, AgUiProjector)
+            ):
+                if (item.delta.model_call_index, item.seq) <= quiet:
+                    projector.feed(item.delta)  # the client has it
+                    continue
             if isinstance(item, Live):
                 deltas = (item.delta.model_call_index, item.seq)
             elif isinstance(item, Durable) and isinstance(item.event, _CALL_ENDS):
@@ -565,7 +602,10 @@ async def _event_stream(
             for chunk in chunks:
                 yield chunk
     except TurnError as exc:
-        yield _sse("error", {"error": str(exc)})
+        if fmt == "ag-ui":
+            yield agui_sse(RunErrorEvent(message=str(exc), code="turn_unreadable"), None)
+        else:
+            yield _sse("error", {"error": str(exc)})
     finally:
         if next_item is not None:
             next_item.cancel()
@@ -579,9 +619,11 @@ _CALL_ENDS = (ModelCallCompleted, ModelCallFailed)
 
 def _render(
     item: Durable | Live | Settled,
-    projector: SurfaceProjector | None,
+    projector: SurfaceProjector | AgUiProjector | None,
     deltas: tuple[int, int] | None,
 ) -> list[bytes]:
+    if isinstance(projector, AgUiProjector):
+        return _render_agui(item, projector, deltas)
     match item:
         case Durable(offset=offset, event=event):
             # Line N's id is N, or N:CALL:SEQ after deltas of the call still open.
@@ -610,6 +652,26 @@ def _render(
                 "offset": offset,
             }
             return [_sse("settled", view)]
+
+
+def _render_agui(
+    item: Durable | Live | Settled, projector: AgUiProjector, deltas: tuple[int, int] | None
+) -> list[bytes]:
+    """AG-UI's SSE framing (``data:`` lines; each event's ``type`` names it), with the
+    same resume ids as the other formats."""
+    match item:
+        case Durable(offset=offset, event=event):
+            at = str(offset) if deltas is None else f"{offset}:{deltas[0]}:{deltas[1]}"
+            made = projector.feed(event, offset)
+            return [
+                agui_sse(m, at if j == len(made) else f"{offset}:{j}")
+                for j, m in enumerate(made, 1)
+            ]
+        case Live(offset=offset, seq=seq, delta=delta):
+            position = f"{offset}:{delta.model_call_index}:{seq}"
+            return [agui_sse(m, position) for m in projector.feed(delta)]
+        case Settled():
+            return []  # the suspension or the terminal line carries the settle point
 
 
 # -- deciding ---------------------------------------------------------------
