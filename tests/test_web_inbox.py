@@ -360,3 +360,77 @@ async def test_the_list_and_the_turn_show_cost_and_duration(
         await expect(row.locator("td.duration")).to_have_text(re.compile(r"^\d+ (ms|s)$"))
         await still_same_page(page)
         await still_same_page(index)
+
+
+# ---------------------------------------------------------------- the README's picture
+
+SCREENSHOT = Path(__file__).resolve().parent.parent / "docs" / "ui.png"
+CHANGELOG = """# Changelog
+
+## 2.3.0
+- Approvals from the turn list, with who decided and when
+- Webhooks when a turn waits for a person
+- Cost and duration for every turn
+"""
+
+
+def _release_notes(request: Any) -> dict[str, Any]:
+    """A realistic turn: look around, read the changelog, then ask to write the notes."""
+    from turncore.model.scripted import call_index
+
+    match call_index(request.messages):
+        case 0:
+            return {
+                "text": "I'll check what the workspace has first.",
+                "toolCalls": [{"toolName": "list_dir", "input": {"path": "."}}],
+            }
+        case 1:
+            return {
+                "text": "There is a changelog; reading the 2.3.0 entry.",
+                "toolCalls": [{"toolName": "read_file", "input": {"path": "CHANGELOG.md"}}],
+            }
+        case 2:
+            notes = (
+                "# turncore 2.3\n\n- Approve, deny and answer from the inbox\n"
+                "- Webhooks when a turn waits for you\n- Cost and duration per turn\n"
+            )
+            return {
+                "text": "Here is a draft; saving it needs your approval.",
+                "toolCalls": [
+                    {
+                        "toolName": "write_file",
+                        "input": {"path": "RELEASE_NOTES.md", "content": notes},
+                    }
+                ],
+            }
+        case _:
+            return {"text": "Saved RELEASE_NOTES.md."}
+
+
+async def test_the_readme_screenshot_shows_a_realistic_turn(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, browser: BrowserContext
+) -> None:
+    from turnclient.demo import DEMO_MODEL
+
+    toml = "[prices.scripted]\ninput_per_mtok = 3.0\noutput_per_mtok = 15.0\n"
+    async with running_ui(temporal_env, tmp_path, toml=toml) as ui:
+        workspace = ui.runtime.config.workspace
+        workspace.mkdir(parents=True, exist_ok=True)
+        (workspace / "CHANGELOG.md").write_text(CHANGELOG)
+        ui.runtime.models.register_function(DEMO_MODEL, _release_notes)
+        turn_id, _ = await ui.suspended(
+            "Draft short release notes for 2.3 from the changelog and save them"
+        )
+        page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+        card = page.get_by_role("region", name="Waiting for you").get_by_role("article")
+        await expect(card).to_contain_text("RELEASE_NOTES.md", timeout=WAIT)
+        conversation = page.get_by_role("region", name="Conversation")
+        await expect(conversation).to_contain_text("Approvals from the turn list")
+        await expect(page.locator("#meta")).to_contain_text("cost ~$")
+        await expect(page).to_have_title(re.compile(r"^\(1\) "))
+        shot = tmp_path / "ui.png"
+        await page.screenshot(path=str(shot))
+        assert shot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+        if os.environ.get("TURNS_UPDATE_SCREENSHOT"):
+            SCREENSHOT.write_bytes(shot.read_bytes())
+        await still_same_page(page)

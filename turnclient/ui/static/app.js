@@ -156,7 +156,7 @@ function duration(v) {
 function money(cost) {
   if (!cost) return h("span", { class: "muted", title: "no price known for this model" }, "unknown");
   const amount = cost.amount;
-  const shown = amount === 0 ? "$0" : amount < 0.01 ? "<$0.01" : "$" + amount.toFixed(amount < 1 ? 3 : 2);
+  const shown = amount === 0 ? "$0" : amount < 0.0001 ? "<$0.0001" : amount < 0.01 ? "$" + amount.toPrecision(2) : "$" + amount.toFixed(amount < 1 ? 3 : 2);
   return h("span", { title: "estimated: " + amount + " " + cost.currency + " (" + cost.source + ")" }, "~" + shown);
 }
 
