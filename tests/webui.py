@@ -75,6 +75,7 @@ async def running_ui(
     task_queue: str | None = None,
     host: str = "127.0.0.1",
     body_timeout: float = BODY_TIMEOUT,
+    environ: dict[str, str] | None = None,
 ) -> AsyncIterator[Ui]:
     """``worker=False``: workers run elsewhere (another process on the same task queue);
     ``toml``: the work dir's ``turns.toml``."""
@@ -83,7 +84,7 @@ async def running_ui(
     if toml is not None:
         (home / "turns.toml").write_text(toml)
     queue = task_queue or f"ui-{uuid.uuid4()}"
-    runtime = Runtime.from_work_dir(home, env={"TURNS_TASK_QUEUE": queue})
+    runtime = Runtime.from_work_dir(home, env={"TURNS_TASK_QUEUE": queue, **(environ or {})})
     async with contextlib.AsyncExitStack() as stack:
         if worker:
             await stack.enter_async_context(serving(runtime, env.client))

@@ -1871,7 +1871,12 @@ async def _tail(
             conn = await stack.enter_async_context(temporal(runtime.work_dir, options=options))
             await stack.enter_async_context(serving(runtime, conn.client))
         stream = follow_turn(
-            runtime.repository, spool_dir(runtime.work_dir), turn_id, after=offset, until="terminal"
+            runtime.repository,
+            spool_dir(runtime.work_dir),
+            turn_id,
+            after=offset,
+            until="terminal",
+            deltas=runtime.delta_reader(turn_id),
         )
         async for item in stream:
             match item:

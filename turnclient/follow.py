@@ -32,7 +32,7 @@ from turncore.events import TurnDelta, TurnEvent
 from turncore.reducer import TurnReducer, TurnState
 from turncore.repository import TurnRepository
 
-from .deltaspool import DeltaSpoolReader, SpooledDelta
+from .deltaspool import DeltaReader, DeltaSpoolReader, SpooledDelta
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,7 @@ async def follow_turn(
     delta_after: tuple[int, int] = (-1, 0),
     until: Literal["settled", "terminal"] = "settled",
     poll: float = 0.05,
+    deltas: DeltaReader | None = None,
 ) -> AsyncGenerator[FollowItem, None]:
     """Yield the turn's stream from line ``after`` on (raises ``TurnNotFoundError``).
 
@@ -81,10 +82,15 @@ async def follow_turn(
     # The spool is read before the file, every round: the process running a
     # model call appends its durable step events before it spools the deltas
     # they open, so every delta read has its durable context read right after.
-    deltas = DeltaSpoolReader(spool, turn_id, delta_after)
-    # Read in the loop, not a thread: a spool is at most two small local files, and
-    # many watchers must not fill the default executor the repository reads need.
-    spooled = deltas.read()
+    reader: DeltaReader = deltas or DeltaSpoolReader(spool, turn_id, delta_after)
+
+    async def live() -> list[SpooledDelta]:
+        # A spool is read in the loop, not a thread: it is at most two small local
+        # files, and many watchers must not fill the default executor the repository
+        # reads need. A database reader does I/O: a thread.
+        return await asyncio.to_thread(reader.read) if reader.blocking else reader.read()
+
+    spooled = await live()
     events = await asyncio.to_thread(repository.read, turn_id)
     after = max(0, min(after, len(events)))
     reducer = TurnReducer.of(events[:after])
@@ -115,7 +121,7 @@ async def follow_turn(
             # else: its call is closed, and its durable record says it all
         waiting = keep
         await asyncio.sleep(poll)
-        spooled = deltas.read()
+        spooled = await live()
         backlog = await asyncio.to_thread(repository.read_after, turn_id, offset)
 
 

@@ -38,7 +38,7 @@ from turncore.context import ContextResolver, ElisionPolicy
 from turncore.errors import DependencyError, InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
 from turncore.ids import TurnIdGenerator
-from turncore.live import LiveHub
+from turncore.live import DeltaMirror, LiveHub
 from turncore.model import ModelRegistry, parse_model_ref
 from turncore.permissions import (
     DeclaredPermissionChecker,
@@ -57,9 +57,10 @@ from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 from .api import TurnClient, iso_now
 from .config import Config, ConfigError, load_config, work_dir_from_env
-from .deltaspool import DeltaSpool, spool_dir
+from .deltaspool import DeltaReader, DeltaSpool, DeltaSpoolReader, spool_dir
 from .demo import DEMO_MODEL, demo_model
 from .embedded import NAMESPACE, EmbeddedServer
+from .pgdeltas import BothMirrors, DatabaseDeltaReader, DatabaseDeltas, DeltaStore
 from .storage import open_repository
 
 log = logging.getLogger("turnclient")
@@ -176,8 +177,9 @@ class Runtime:
             registry,
             resolver,
             # Deltas also go to the work dir's spool, so watchers in other
-            # processes on this host (the web UI, `turns watch`) see them live.
-            hub=LiveHub(mirror=DeltaSpool(spool_dir(root))),
+            # processes on this host (the web UI, `turns watch`) see them live,
+            # and with PostgreSQL storage to the database, for those on other hosts.
+            hub=LiveHub(mirror=_delta_mirror(repository, root)),
             checker=DeclaredPermissionChecker(declarations),
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
@@ -193,6 +195,14 @@ class Runtime:
             hub=deps.hub,
             deps=deps,
         )
+
+    def delta_reader(self, turn_id: str, after: tuple[int, int] = (-1, 0)) -> DeltaReader:
+        """Where watchers read the turn's live deltas: the database with PostgreSQL
+        storage (whatever host runs the call), else this work dir's spool."""
+        store = _delta_store(self.repository)
+        if store is not None:
+            return DatabaseDeltaReader(store, turn_id, after)
+        return DeltaSpoolReader(spool_dir(self.work_dir), turn_id, after)
 
     def turn_client(self, client: Client) -> TurnClient:
         return TurnClient(
@@ -236,6 +246,17 @@ class Runtime:
         return self.resolver.model_for(
             agent, self.model_override(override) if override is not None else None
         )
+
+
+def _delta_store(repository: TurnRepository) -> DeltaStore | None:
+    """The repository as a live-delta store, if it is one (PostgreSQL)."""
+    return repository if hasattr(repository, "get_deltas") else None  # type: ignore[return-value]
+
+
+def _delta_mirror(repository: TurnRepository, root: Path) -> DeltaMirror:
+    spool = DeltaSpool(spool_dir(root))
+    store = _delta_store(repository)
+    return spool if store is None else BothMirrors(spool, DatabaseDeltas(store))
 
 
 def turn_dependencies(

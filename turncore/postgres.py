@@ -97,7 +97,7 @@ __all__ = [
 
 log = logging.getLogger("turncore.postgres")
 
-PG_SCHEMA_VERSION = 2
+PG_SCHEMA_VERSION = 3
 """The schema version this runtime reads and writes (``turncore_schema.version``)."""
 
 # Each entry migrates from version i to i + 1; they only ever get appended.
@@ -131,6 +131,20 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             data      bytea       NOT NULL CHECK (octet_length(data) = size),
             staged_at timestamptz NOT NULL DEFAULT now(),
             PRIMARY KEY (turn_id, digest)
+        )""",
+    ),
+    (
+        # 2 → 3: live deltas across hosts (never the log). UNLOGGED: deltas are
+        # ephemeral by design (best effort, dropped when their call closes), so
+        # they skip the WAL; a server crash empties the table, which loses only
+        # the text of calls that were streaming at that moment.
+        """CREATE UNLOGGED TABLE turn_live_deltas (
+            turn_id          text        NOT NULL,
+            model_call_index integer     NOT NULL CHECK (model_call_index >= 0),
+            seq              bigint      NOT NULL CHECK (seq >= 1),
+            delta            text        NOT NULL,
+            written_at       timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (turn_id, model_call_index, seq)
         )""",
     ),
 )
@@ -615,6 +629,60 @@ class PostgresTurnRepository(_JsonlRepository):
             ).fetchall()
         for turn_id, line in rows:
             yield turn_id, line.encode()
+
+    # -- live deltas (not the log: see turn_live_deltas) -----------------------
+
+    def put_deltas(self, rows: list[tuple[str, int, int, str]], keep: int) -> None:
+        """Store deltas (turn, model call, seq, JSON text) in one transaction, and drop
+        those of each call that fell ``keep`` or more behind its newest."""
+        with self._connection() as conn:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    """INSERT INTO turn_live_deltas (turn_id, model_call_index, seq, delta)
+                       VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING""",
+                    rows,
+                )
+            newest: dict[tuple[str, int], int] = {}
+            for turn_id, index, seq, _ in rows:
+                newest[(turn_id, index)] = max(seq, newest.get((turn_id, index), 0))
+            for (turn_id, index), seq in newest.items():
+                if seq > keep:
+                    conn.execute(
+                        """DELETE FROM turn_live_deltas
+                            WHERE turn_id = %s AND model_call_index = %s AND seq <= %s""",
+                        (turn_id, index, seq - keep),
+                    )
+
+    def drop_deltas(self, turn_id: str, model_call_index: int | None = None) -> None:
+        """Drop a call's deltas (its durable record says it all now); None: the turn's."""
+        with self._connection(reading=True) as conn:
+            if model_call_index is None:
+                conn.execute("DELETE FROM turn_live_deltas WHERE turn_id = %s", (turn_id,))
+            else:
+                conn.execute(
+                    "DELETE FROM turn_live_deltas WHERE turn_id = %s AND model_call_index = %s",
+                    (turn_id, model_call_index),
+                )
+
+    def drop_stale_deltas(self, older_than_seconds: float) -> None:
+        """Drop deltas a process that died left behind."""
+        with self._connection(reading=True) as conn:
+            conn.execute(
+                "DELETE FROM turn_live_deltas WHERE written_at < now() - make_interval(secs => %s)",
+                (older_than_seconds,),
+            )
+
+    def get_deltas(self, turn_id: str, after: tuple[int, int]) -> list[tuple[int, int, str]]:
+        """The turn's stored deltas after position ``after`` (model call, seq), in order."""
+        index, seq = after
+        with self._connection(reading=True) as conn:
+            rows = conn.execute(
+                """SELECT model_call_index, seq, delta FROM turn_live_deltas
+                    WHERE turn_id = %s AND (model_call_index, seq) > (%s, %s)
+                    ORDER BY model_call_index, seq""",
+                (turn_id, index, seq),
+            ).fetchall()
+        return [(int(i), int(n), str(d)) for i, n, d in rows]
 
     def _put_staged(self, turn_id: str, digest: str, data: bytes) -> None:
         with self._connection() as conn:

@@ -554,6 +554,7 @@ async def _event_stream(
         after=resume.after,
         delta_after=delta_after,
         until=until,
+        deltas=ctx.runtime.delta_reader(turn_id, delta_after),
     )
     skip = resume.skip  # of the events made from line after + 1, already sent
     # The last delta sent (or resumed after) of the model call still open: the ids of
