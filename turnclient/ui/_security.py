@@ -167,7 +167,11 @@ class Guard:
                 rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
                 name, secure = _cookie_of(scope, headers)
                 where = _same_site(scope) + (f"?{rest}" if rest else "")
-                await _redirect(secured, where, name, query["token"], secure=secure)
+                # Only a token that opens the UI becomes the cookie (the request may have
+                # passed by its header with anything at all in ?token=).
+                valid, _ = self._holder(query["token"])
+                cookie = query["token"] if valid else None
+                await _redirect(secured, where, name, cookie, secure=secure)
                 return
         await self._app(scope, receive, secured)
 
@@ -283,21 +287,16 @@ async def _deny(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _redirect(send: Send, location: str, name: str, token: str, *, secure: bool) -> None:
-    cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 303,
-            "headers": _plain(
-                [
-                    (b"location", location.encode("latin-1", "replace")),
-                    (b"set-cookie", cookie.encode("latin-1", "replace")),
-                    (b"content-length", b"0"),
-                ]
-            ),
-        }
-    )
+async def _redirect(
+    send: Send, location: str, name: str, token: str | None, *, secure: bool
+) -> None:
+    headers = [(b"location", location.encode("latin-1", "replace")), (b"content-length", b"0")]
+    if token is not None:
+        cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict" + (
+            "; Secure" if secure else ""
+        )
+        headers.append((b"set-cookie", cookie.encode("latin-1", "replace")))
+    await send({"type": "http.response.start", "status": 303, "headers": _plain(headers)})
     await send({"type": "http.response.body", "body": b""})
 
 
