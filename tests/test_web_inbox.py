@@ -434,3 +434,15 @@ async def test_the_readme_screenshot_shows_a_realistic_turn(
         if os.environ.get("TURNS_UPDATE_SCREENSHOT"):
             SCREENSHOT.write_bytes(shot.read_bytes())
         await still_same_page(page)
+
+
+async def test_the_favicon_is_served(ui: Ui) -> None:
+    r = await ui.http.get("/favicon.ico")
+    assert r.status_code == 200
+    assert r.headers["content-type"] == "image/x-icon"
+    assert r.content[:4] == b"\x00\x00\x01\x00"  # an ICO directory
+    assert b"\x89PNG" in r.content  # its images
+    svg = await ui.http.get("/static/favicon.svg")
+    assert svg.status_code == 200 and svg.headers["content-type"].startswith("image/svg+xml")
+    page = (await ui.http.get("/")).text
+    assert '<link rel="icon" href="/favicon.ico"' in page
