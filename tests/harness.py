@@ -19,8 +19,8 @@ import orjson
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from turnclient.api import CreateTurnInput, TurnClient
-from turnclient.runtime import turn_dependencies
+from turnclient.lib.api import CreateTurnInput, TurnClient
+from turnclient.runtime.connection import turn_dependencies
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.errors import DependencyError
 from turncore.events import (
@@ -43,7 +43,7 @@ from turncore.permissions import (
     PermissionClassifier,
 )
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import FileTurnRepository, TurnRepository
+from turncore.storage.repository import FileTurnRepository, TurnRepository
 from turncore.tools import ToolContext, ToolRegistry
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.worker import build_worker
@@ -116,6 +116,8 @@ class Harness:
     script: Sequence[ScriptItem] | Any
     tools: list[ToolDescriptor] = field(default_factory=list)
     implementations: dict[str, ToolFunction] = field(default_factory=dict)
+    fast: dict[str, float] = field(default_factory=dict)
+    """Implementations (by name) that run fast, with their bounds in seconds."""
     permissions: dict[str, str] = field(default_factory=dict)
     classifier: PermissionClassifier = field(default_factory=DeferAllClassifier)
     checker: PermissionChecker | None = None
@@ -126,6 +128,12 @@ class Harness:
     """Builds the activities (a ``TurnActivities`` subclass injects faults under the real names)."""
     repository: TurnRepository | None = None
     """Where turns are kept (default: files under ``work_dir``)."""
+    workflow: type | None = None
+    """The workflow class the worker runs (default: the installed one)."""
+    versioning: Any = None
+    """The worker's ``WorkerVersioning`` (default: unversioned)."""
+    rebuild_stuck_after: int | None = None
+    """The worker's self-heal (default: off)."""
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
@@ -135,6 +143,7 @@ class Harness:
         self.registry = ToolRegistry(
             {f"builtin:{n}": RawTool(fn) for n, fn in self.implementations.items()},
             {t.tool_id for t in self.tools if t.execution == "async"},
+            fast={f"builtin:{n}": bound for n, bound in self.fast.items()},
         )
         self.resolver = StaticAgentResolver(
             agents={
@@ -182,6 +191,10 @@ class Harness:
             self.deps,
             task_queue=self.task_queue,
             activities=self.activities(self.deps),
+            **({"workflow": self.workflow} if self.workflow is not None else {}),
+            versioning=self.versioning,
+            rebuild_stuck_after=self.rebuild_stuck_after,
+            turns=self.turns,
         )
         self._task = asyncio.create_task(self.worker.run())
 

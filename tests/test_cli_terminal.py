@@ -3,7 +3,7 @@
 Signals detach: a command that is stopped by Ctrl-C (once or repeatedly),
 SIGTERM or a closed terminal (SIGHUP) leaves its turn exactly as it is,
 exits quickly without a traceback, says how to go on, and never orphans the
-embedded server (its idle watchdog stops it).
+embedded server (its supervisor stops it).
 """
 
 from __future__ import annotations
@@ -137,7 +137,7 @@ def test_a_signal_detaches_quickly_and_leaves_the_turn_as_it_is(
     )
     written = [e["type"] for e in events(path)]
     assert written[-1] == "model_call_requested", (written, path.read_text(), err)
-    # The watchdog stops the embedded server once nothing uses it.
+    # The supervisor stops the embedded server once nothing uses it.
     wait_for("the idle server to stop", lambda: no_server(home), timeout=30)
 
     # The printed next step works: recover finishes the turn.
@@ -156,7 +156,7 @@ def test_the_embedded_server_outlives_a_command_by_its_idle_grace(home: Path) ->
     assert r.returncode == 0, r.stderr
     # The second command reused the idle server instead of starting another …
     assert json.loads((home / "temporal" / "server.json").read_text())["pid"] == server["pid"]
-    # … and left it to the watchdog, which stops it once it has been idle for
+    # … and left it to the supervisor, which stops it once it has been idle for
     # the grace.
     assert not no_server(home)
     wait_for("the idle server to stop", lambda: no_server(home), timeout=60)
@@ -470,8 +470,8 @@ def test_inspect_wire_shows_the_provider_body_with_the_key_redacted(home: Path) 
 
 
 def test_dev_serves_on_the_port_asked_for(home: Path) -> None:
-    from turnclient.cli import DEV_PORT
-    from turnclient.embedded import free_port
+    from turnclient.cli.serving import DEV_PORT
+    from turnclient.runtime.embedded import free_port
 
     assert DEV_PORT == 7233
     port = free_port()
@@ -494,7 +494,7 @@ def test_live_output_keeps_the_files_order_when_deltas_overtake_it() -> None:
     import io
 
     from tests.histories import History, created
-    from turnclient.render import StreamRenderer
+    from turnclient.cli.render import StreamRenderer
     from turncore.events import TextDelta
 
     h = History(created(human_available=False))
@@ -580,5 +580,5 @@ def test_chat_stops_at_its_prompt_and_says_how_to_continue(home: Path, sig: sign
         in err
     )
     assert events(path)[-1]["type"] == "turn_completed"  # nothing was cancelled or added
-    # The watchdog stops the embedded server once nothing uses it.
+    # The supervisor stops the embedded server once nothing uses it.
     wait_for("the idle server to stop", lambda: no_server(home), timeout=30)

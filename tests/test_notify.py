@@ -27,10 +27,10 @@ from starlette.routing import Route
 from temporalio.testing import WorkflowEnvironment
 
 from tests.webui import running_ui
-from turnclient.config import ConfigError
-from turnclient.notify import NotifyTable, Webhook, notify_dir, sign
-from turnclient.runtime import Runtime
-from turnclient.ui import web_ui
+from turnclient.runtime.config import ConfigError
+from turnclient.runtime.connection import Runtime
+from turnclient.runtime.notify import NotifyTable, Webhook, notify_dir, sign
+from turnclient.servers.ui import web_ui
 from turncore_temporal.worker import notifier_for
 
 SECRET = "whsec-test-0123456789"
@@ -161,7 +161,7 @@ async def test_a_receiver_that_never_answers_holds_up_nothing_and_is_given_up_on
     hook_env: Callable[[str], None],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="turnclient.notify")
+    caplog.set_level(logging.WARNING, logger="turnclient.runtime.notify")
     async with receiver(lambda n: None) as rec:
         hook_env(rec.url)
         config = toml(timeout_seconds=0.5, backoff_seconds=0.1, max_attempts=2)
@@ -188,7 +188,7 @@ async def test_a_receiver_answering_4xx_is_tried_once_and_logged_once(
     hook_env: Callable[[str], None],
     caplog: pytest.LogCaptureFixture,
 ) -> None:
-    caplog.set_level(logging.WARNING, logger="turnclient.notify")
+    caplog.set_level(logging.WARNING, logger="turnclient.runtime.notify")
     async with receiver(lambda n: 400) as rec:
         hook_env(rec.url)
         config = toml(backoff_seconds=0.05, max_attempts=10)

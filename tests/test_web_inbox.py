@@ -24,9 +24,9 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.test_web_browser import CHROMIUM, FLAGS, WAIT, open_page, still_same_page
 from tests.webui import Ui, running_ui
-from turnclient.api import os_user
 from turnclient.cli import main
-from turnclient.ui import Tokens, TokensFileError, UiConfigError, load_tokens
+from turnclient.lib.api import os_user
+from turnclient.servers.ui import Tokens, TokensFileError, UiConfigError, load_tokens
 
 SAVE = "Save 'hello' to notes.txt"  # the demo model asks to run write_file: an approval
 ASK = "Ask me for my name"  # the demo model calls ask_human: an async tool to answer
@@ -410,7 +410,7 @@ def _release_notes(request: Any) -> dict[str, Any]:
 async def test_the_readme_screenshot_shows_a_realistic_turn(
     temporal_env: WorkflowEnvironment, tmp_path: Path, browser: BrowserContext
 ) -> None:
-    from turnclient.demo import DEMO_MODEL
+    from turnclient.builtins.demo import DEMO_MODEL
 
     toml = "[prices.scripted]\ninput_per_mtok = 3.0\noutput_per_mtok = 15.0\n"
     async with running_ui(temporal_env, tmp_path, toml=toml) as ui:

@@ -1,0 +1,200 @@
+"""``turns chat``: a conversation in the terminal.
+
+Each line you type is a new turn that continues the previous one (§6.6), so
+the whole chat is one session (named after its first turn unless you
+continue an existing conversation). Text streams as it is generated. A tool
+call that needs approval is asked inline (``y`` allows; ``n`` or anything
+else denies, and what you typed becomes the reason the model reads); an
+``ask_human`` question (or any async tool that needs a human) is answered
+with the next line. Ctrl-D ends the chat; every turn is in its file, and
+``turns chat --continue LAST_TURN`` picks the conversation up again.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import sys
+from typing import TYPE_CHECKING, Any
+
+import orjson
+
+from turnclient.cli.common import (
+    EXIT_OK,
+    EXIT_SUSPENDED,
+    NO_WORKER,
+    PROG,
+    arg,
+    between_turns,
+    command,
+    open_runtime,
+    resolve_turn_id,
+    run_async,
+)
+from turnclient.cli.running import continuation_of, follow_to_end, turn_request, worker_session
+from turncore.events import (
+    AsyncToolResultInput,
+    PermissionDecisionInput,
+    ToolResultData,
+    TurnExternalInput,
+    TurnOutcome,
+)
+from turncore.reducer import reduce_turn
+
+if TYPE_CHECKING:
+    from turnclient.lib.api import TurnClient
+    from turnclient.runtime.connection import Runtime
+
+ALLOW = ("y", "yes")
+
+
+async def _read(prompt: str) -> str | None:
+    """One line from stdin after ``prompt``; None at end of input (Ctrl-D)."""
+    sys.stdout.write(prompt)
+    sys.stdout.flush()
+    line = str(await asyncio.to_thread(sys.stdin.readline))
+    if not line:
+        sys.stdout.write("\n")
+        return None
+    return line.rstrip("\n")
+
+
+def run_chat(args: argparse.Namespace) -> int:
+    async def body() -> int:
+        runtime = open_runtime()
+        last = resolve_turn_id(args.continue_from) if args.continue_from else None
+        # Refused now, before any server starts, if it has not ended.
+        start = await continuation_of(runtime, None, continue_from=last)
+        agent = args.agent or start.agent or runtime.config.default_agent
+        async with worker_session(args, runtime) as (_, turns):
+            print(
+                f"chat with {agent} · Ctrl-D ends · approvals: y / n / a reason to deny",
+                flush=True,
+            )
+            while True:
+                if last is not None:
+                    between_turns(f"continue this conversation with: {_again(last)}")
+                line = await _read("you> ")
+                if line is None:
+                    break
+                if not line.strip():
+                    continue
+                after = await continuation_of(runtime, None, continue_from=last)
+                request, _, model = turn_request(args, runtime, line, after)
+                turn_id = await turns.create_turn(request)
+                last = turn_id
+                outcome = await _advance(turns, runtime, turn_id, None, model.label())
+                outcome = await _answer(turns, runtime, turn_id, outcome)
+                if outcome.status == "suspended":
+                    print(
+                        f"turn {turn_id} still waits for an external result; finish it with "
+                        f"`turns complete {turn_id} CALL --output JSON` (or `turns cancel "
+                        f"{turn_id}`), then continue with `turns chat --continue {turn_id}`",
+                        flush=True,
+                    )
+                    return EXIT_SUSPENDED
+        if last is not None:
+            print(f"continue this conversation with: {_again(last)}", flush=True)
+        return EXIT_OK
+
+    return run_async(args, body)
+
+
+async def _advance(
+    turns: TurnClient,
+    runtime: Runtime,
+    turn_id: str,
+    input: TurnExternalInput | None,
+    model: str | None = None,
+) -> TurnOutcome:
+    from turnclient.cli.render import StreamRenderer, wants_color
+
+    renderer = StreamRenderer(sys.stdout, model=model, color=wants_color(sys.stdout))
+    if input is not None:
+        renderer.prime(reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id)))
+    outcome = await follow_to_end(turns, turn_id, input, renderer)
+    if outcome.status == "completed":
+        sys.stdout.write("\n")
+    return outcome
+
+
+async def _answer(
+    turns: TurnClient, runtime: Runtime, turn_id: str, outcome: TurnOutcome
+) -> TurnOutcome:
+    """Ask the human for every decision and answer the suspended turn needs, inline."""
+    from turnclient.lib.api import decided, os_user  # loaded only when a turn waits
+
+    while outcome.status == "suspended":
+        input: TurnExternalInput | None = None
+        for p in outcome.pending_permissions:
+            shown = orjson.dumps(_call_input(runtime, turn_id, p.tool_call_id)).decode()
+            reply = await _read(f"allow {p.tool_name} {shown}? [y/n/reason] ")
+            if reply is None:
+                return outcome
+            reply = reply.strip()
+            if reply.lower() in ALLOW:
+                input = PermissionDecisionInput(
+                    tool_call_id=p.tool_call_id,
+                    decision="allow",
+                    metadata=decided("cli", os_user()),
+                )
+            else:
+                reason = None if reply.lower() in ("", "n", "no") else reply
+                input = PermissionDecisionInput(
+                    tool_call_id=p.tool_call_id,
+                    decision="deny",
+                    metadata=decided("cli", os_user(), reason),
+                )
+            break
+        if input is None:
+            for a in outcome.pending_async_tools:
+                declared = runtime.config.tools.get(a.tool_name)
+                if declared is None or not declared.requires_human:
+                    continue  # an external system answers it
+                question = a.input.get("question") if isinstance(a.input, dict) else None
+                reply = await _read(f"{question or a.tool_name} > ")
+                if reply is None:
+                    return outcome
+                input = AsyncToolResultInput(
+                    tool_call_id=a.tool_call_id,
+                    result=ToolResultData(
+                        output=reply, is_error=False, metadata=decided("cli", os_user())
+                    ),
+                )
+                break
+        if input is None:
+            return outcome  # only external tools remain
+        outcome = await _advance(turns, runtime, turn_id, input)
+    return outcome
+
+
+def _again(turn_id: str) -> str:
+    return f"{PROG} chat --continue {turn_id}"
+
+
+def _call_input(runtime: Runtime, turn_id: str, tool_call_id: str) -> Any:
+    state = reduce_turn(runtime.repository.read(turn_id))
+    call = state.tool_call(tool_call_id)
+    return call.input if call is not None else None
+
+
+__all__ = ["run_chat"]
+
+
+@command(
+    "chat",
+    "talk with an agent in the terminal: each line is a turn continuing the last (Ctrl-D ends)",
+    arg(
+        "--agent", metavar="NAME", help="the agent (default: the conversation's, or default_agent)"
+    ),
+    arg("--model", metavar="PROVIDER/MODEL", help="override the agent's model"),
+    arg(
+        "--continue",
+        dest="continue_from",
+        metavar="TURN_ID",
+        help="continue the conversation after this ended turn",
+    ),
+    NO_WORKER,
+)
+def chat(args: argparse.Namespace) -> int:
+    return run_chat(args)

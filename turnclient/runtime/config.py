@@ -1,0 +1,806 @@
+"""``turns.toml``: agents, providers and tools, layered over built-in defaults.
+
+The file lives in the work dir (``TURNS_HOME``, default ``./.turns``), or
+wherever ``TURNS_CONFIG`` names; a missing file means the built-ins alone.
+Relative paths in it are taken from the work dir.
+
+The file is validated by pydantic models, one per table (``TurnsFile``,
+``AgentTable``, ``ToolTable``, ``PermissionsTable``; ``[context]`` is the
+``ElisionPolicy`` itself), each forbidding unknown keys, and one validator
+for what crosses tables (an agent naming an unknown tool or provider, a
+default agent that is not an agent...). Every problem is a ``ConfigError``
+naming the key path (``agents.coder.tools: unknown tool 'bash'``), so a typo
+never silently changes what an agent can do. To add a section, add a table
+model and a field of ``TurnsFile``.
+
+Layering: built-in tools and agents come first; ``[tools.NAME]`` and
+``[agents.NAME]`` with a built-in name override the given keys of that
+built-in (for a built-in tool only ``description`` and ``permission``); any
+other name adds a tool or an agent. A sync tool is ``callable =
+"module:function"``: its input schema is inferred from the function's
+signature (``turncore.tools.tool``); an ``input_schema`` given next to it
+must agree with the inferred one. See README "Configuration".
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import re
+import sys
+import tomllib
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Annotated, Any, Literal
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Field,
+    PrivateAttr,
+    ValidationError,
+    field_validator,
+    model_validator,
+)
+from pydantic_core import ErrorDetails
+
+from turnclient.builtins.demo import DEMO_MODEL
+from turnclient.builtins.tools import BUILTIN_NAMES, builtin_tools
+from turnclient.lib.cost import PriceConfigError, ProviderPrice
+from turnclient.runtime.notify import NotifyTable
+from turncore.context import ElisionPolicy
+from turncore.errors import DependencyError
+from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
+from turncore.tools import (
+    TOOL_NAME,
+    Tool,
+    ToolDeclarationError,
+    fast_problem,
+    schema_disagreement,
+    tool,
+)
+
+CONFIG_FILE = "turns.toml"
+DEFAULT_WORK_DIR = ".turns"
+DEFAULT_TASK_QUEUE = "turns"
+SPAWN_AGENT = "spawn_agent"
+"""The workflow-native sub-agent tool any agent may list."""
+EFFORTS = ("low", "medium", "high")
+Effort = Literal["low", "medium", "high"]
+
+
+class ConfigError(DependencyError):
+    """``turns.toml`` (or an agent defined in Python) is unusable; the message names the key."""
+
+
+@dataclass(frozen=True)
+class Agent:
+    """An agent: the same whether it comes from ``[agents.NAME]`` or from Python.
+
+    ``tools`` are tool names (built-ins, ``[tools.*]``, ``spawn_agent``) or
+    ``Tool`` objects, which a runtime then registers under their names.
+    """
+
+    name: str
+    system_prompt: str
+    tools: tuple[str | Tool, ...] = ()
+    model: str | None = None
+    """``provider/model``; None means the configured ``default_model``."""
+    reasoning_effort: Effort | None = None
+    description: str = ""
+
+    @property
+    def tool_names(self) -> tuple[str, ...]:
+        return tuple(t if isinstance(t, str) else t.name for t in self.tools)
+
+
+AgentConfig = Agent
+"""The name the configuration has always used for an agent."""
+
+
+DEMO_PROMPT = (
+    "You are the turncore demo agent. You answer by calling exactly one tool and "
+    "then quoting its result."
+)
+ASSISTANT_PROMPT = (
+    "You are a helpful assistant working in a sandboxed workspace directory. Use the tools "
+    "when they help; file paths are relative to the workspace. Answer concisely."
+)
+
+BUILTIN_AGENTS: dict[str, Agent] = {
+    "demo": Agent(
+        name="demo",
+        system_prompt=DEMO_PROMPT,
+        tools=BUILTIN_NAMES,
+        model=f"scripted/{DEMO_MODEL}",
+        description="the built-in demo: a scripted model that makes real tool calls, no key needed",
+    ),
+    "assistant": Agent(
+        name="assistant",
+        system_prompt=ASSISTANT_PROMPT,
+        tools=BUILTIN_NAMES,
+        description="a general assistant on default_model (or --model) with the built-in tools",
+    ),
+}
+
+
+VERSIONING_BEHAVIORS = ("auto-upgrade", "pinned")
+
+
+@dataclass(frozen=True)
+class WorkerVersioning:
+    """Temporal worker deployment versioning for the turn workflow's workers."""
+
+    deployment_name: str
+    build_id: str
+    behavior: str = "auto-upgrade"
+    """``auto-upgrade`` or ``pinned`` (``[temporal] versioning``)."""
+
+
+def worker_versioning(file: TemporalTable, env: Mapping[str, str]) -> WorkerVersioning | None:
+    """``[temporal] deployment_name``/``build_id``/``versioning``, each overridden by
+    ``TURNS_DEPLOYMENT_NAME``/``TURNS_BUILD_ID``/``TURNS_VERSIONING``; None when
+    neither a name nor a build id is set (unversioned workers)."""
+    name = env.get("TURNS_DEPLOYMENT_NAME") or file.deployment_name
+    build = env.get("TURNS_BUILD_ID") or file.build_id
+    behavior = env.get("TURNS_VERSIONING") or file.versioning
+    if behavior not in VERSIONING_BEHAVIORS:
+        raise ConfigError(
+            f"versioning is {behavior!r}; it is one of {', '.join(VERSIONING_BEHAVIORS)}"
+        )
+    if name is None and build is None:
+        return None
+    if not name or not build:
+        missing = (
+            "deployment_name (TURNS_DEPLOYMENT_NAME)" if not name else "build_id (TURNS_BUILD_ID)"
+        )
+        raise ConfigError(
+            f"worker versioning needs both a deployment name and a build id; {missing} is not set"
+        )
+    return WorkerVersioning(deployment_name=name, build_id=build, behavior=behavior)
+
+
+@dataclass(frozen=True)
+class Config:
+    work_dir: Path
+    source: Path | None
+    """The ``turns.toml`` that was read, if there was one."""
+    default_agent: str = "demo"
+    default_model: str | None = None
+    task_queue: str = DEFAULT_TASK_QUEUE
+    workspace: Path = Path()
+    agents: dict[str, Agent] = field(default_factory=dict)
+    providers: dict[str, ProviderConfig] = field(default_factory=dict)
+    tools: dict[str, Tool] = field(default_factory=dict)
+    auto_allow: tuple[str, ...] = ()
+    auto_deny: tuple[str, ...] = ()
+    context: ElisionPolicy = field(default_factory=ElisionPolicy)
+    storage: StorageConfig = field(default_factory=lambda: StorageConfig())
+    max_concurrent_subagents: int | None = None
+    """``[subagents] max_concurrent``; None: the workflow's default."""
+    payload_key_env: str | None = None
+    """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
+    prices: dict[str, ProviderPrice] = field(default_factory=dict)
+    """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    notify: NotifyTable | None = None
+    """``[notify]``: webhooks a worker sends when a turn waits for a person (or ends)."""
+    versioning: WorkerVersioning | None = None
+    """Worker deployment versioning (``[temporal]``); None: unversioned workers."""
+    rebuild_stuck_after: int | None = None
+    """``[temporal] rebuild_stuck_after`` / ``TURNS_REBUILD_STUCK_AFTER``: the self-heal."""
+
+
+def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
+    """``TURNS_HOME``; else the nearest ``.turns/`` upward from the current directory, as git
+    finds ``.git``; else ``./.turns`` (absolute), which the first command that writes creates.
+
+    So a command run in a subdirectory of a project uses the project's turns and
+    its Temporal database instead of silently starting a second, empty one.
+    """
+    env = os.environ if env is None else env
+    if env.get("TURNS_HOME"):
+        return Path(env["TURNS_HOME"]).absolute()
+    here = (cwd or Path.cwd()).absolute()
+    for folder in (here, *here.parents):
+        candidate = folder / DEFAULT_WORK_DIR
+        if candidate.is_dir():
+            return candidate
+    return here / DEFAULT_WORK_DIR
+
+
+# ---------------------------------------------------------------- the file's shape
+
+
+class _Table(BaseModel):
+    """A TOML table: strict types, and an unknown key named with the keys that exist."""
+
+    model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
+
+    @model_validator(mode="before")
+    @classmethod
+    def _known_keys(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            unknown = sorted(set(data) - set(cls.model_fields))
+            if unknown:
+                raise ValueError(
+                    f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
+                    f"(known: {', '.join(sorted(cls.model_fields))})"
+                )
+        return data
+
+
+class ToolTable(_Table):
+    """``[tools.NAME]``."""
+
+    execution: Literal["sync", "async"] | None = None
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    permission: Literal["none", "ask"] | None = None
+    requires_human: bool | None = None
+    callable: str | None = None
+    """``module:function`` of a sync tool (a typed function or a ``Tool``)."""
+    fast: bool | None = None
+    """A sync tool that finishes within ``fast_timeout``: it runs as a local activity."""
+    fast_timeout: float | None = None
+    """Seconds a fast tool may run (default 10, at most 30)."""
+
+
+class AgentTable(_Table):
+    """``[agents.NAME]``."""
+
+    system_prompt: str | None = None
+    model: str | None = None
+    tools: list[str] | None = None
+    reasoning_effort: Effort | None = None
+    description: str | None = None
+
+
+class PermissionsTable(_Table):
+    """``[permissions]``: what ``--auto-permission`` allows or denies by tool name."""
+
+    allow: list[str] = []
+    deny: list[str] = []
+
+
+# Where turn logs live (docs/operations.md, "Choosing turn storage"): the URL
+# itself is never in the file, only the name of the variable that holds it.
+DEFAULT_DATABASE_URL_ENV = "TURNS_DATABASE_URL"
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+
+
+@dataclass(frozen=True)
+class StorageConfig:
+    """``[storage]``: ``kind`` ``file`` (the default) or ``postgres``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str = DEFAULT_DATABASE_URL_ENV
+    """The environment variable holding the database URL (kind = "postgres")."""
+    pool_size: int = 16
+    """Connections each process may open to the database."""
+
+
+class StorageTable(_Table):
+    """``[storage]``."""
+
+    kind: Literal["file", "postgres"] = "file"
+    url_env: str | None = None
+    pool_size: int | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> StorageTable:
+        if self.url_env is not None:
+            if not ENV_NAME.fullmatch(self.url_env):
+                # Never repeat the value: it may be the URL, password included.
+                raise ValueError(
+                    "url_env names an environment variable (letters, digits, '_'), "
+                    "not the URL itself: put the URL in that variable"
+                )
+            if self.kind == "file":
+                raise ValueError('url_env applies only to kind = "postgres"')
+        if self.pool_size is not None and not 1 <= self.pool_size <= 1000:
+            raise ValueError("pool_size must be between 1 and 1000")
+        return self
+
+    def config(self) -> StorageConfig:
+        return StorageConfig(
+            kind=self.kind,
+            url_env=self.url_env or DEFAULT_DATABASE_URL_ENV,
+            pool_size=self.pool_size or 16,
+        )
+
+
+def parse_storage(value: Any) -> StorageConfig:
+    """A ``[storage]`` table on its own (as ``turns.toml`` would hold it)."""
+    try:
+        return StorageTable.model_validate(value, strict=True).config()
+    except ValidationError as exc:
+        raise ConfigError(
+            "; ".join(_describe(e, "storage") for e in exc.errors(include_url=False))
+        ) from None
+
+
+class SubagentsTable(_Table):
+    """``[subagents]``: how ``spawn_agent`` children run."""
+
+    max_concurrent: Annotated[int, Field(ge=1)] | None = None
+    """Children of one turn running at once (None: the workflow's default, 8)."""
+
+
+class TemporalTable(_Table):
+    """``[temporal]``: how this process talks to Temporal."""
+
+    payload_key_env: str | None = None
+    """The environment variable holding the payload encryption keys (off if None)."""
+    deployment_name: str | None = None
+    """Worker deployment versioning: the deployment's name (with ``build_id``; off if None)."""
+    build_id: str | None = None
+    """Worker deployment versioning: this code's build id (with ``deployment_name``)."""
+    versioning: Literal["auto-upgrade", "pinned"] = "auto-upgrade"
+    """What a versioned turn does when a new version becomes current: move to it at its
+    next workflow task (``auto-upgrade``) or stay on the version that started it (``pinned``)."""
+    rebuild_stuck_after: Annotated[int, Field(ge=1)] | None = None
+    """Workers rebuild a turn from its file after this many workflow tasks of its run
+    failed on non-determinism (None: never; operators run ``turns recover``)."""
+
+    @field_validator("payload_key_env")
+    @classmethod
+    def _a_name_not_a_key(cls, value: str | None) -> str | None:
+        if value is not None and not ENV_NAME.fullmatch(value):
+            # Never repeat the value: it may be the key itself.
+            raise ValueError(
+                "payload_key_env names an environment variable (letters, digits, '_'); "
+                "the key itself never goes in turns.toml"
+            )
+        return value
+
+
+class TurnsFile(_Table):
+    """The whole ``turns.toml``."""
+
+    default_agent: str | None = None
+    default_model: str | None = None
+    task_queue: str | None = None
+    workspace: str | None = None
+    agents: dict[str, AgentTable] = {}
+    providers: dict[str, dict[str, Any]] = {}
+    tools: dict[str, ToolTable] = {}
+    permissions: PermissionsTable = PermissionsTable()
+    context: ElisionPolicy = ElisionPolicy()
+    storage: StorageTable = StorageTable()
+    subagents: SubagentsTable = SubagentsTable()
+    temporal: TemporalTable = TemporalTable()
+    prices: dict[str, dict[str, Any]] = {}
+    """``[prices.PROVIDER]``; each table's rules live with the pricer (``cost.py``)."""
+    notify: NotifyTable | None = None
+    """``[notify]``: webhook notifications (``turnclient.runtime.notify``)."""
+
+    _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
+    _prices: dict[str, ProviderPrice] = PrivateAttr(default_factory=dict)
+
+    @property
+    def provider_configs(self) -> dict[str, ProviderConfig]:
+        return self._providers
+
+    @property
+    def prices_by_provider(self) -> dict[str, ProviderPrice]:
+        return self._prices
+
+    @model_validator(mode="after")
+    def _cross_references(self) -> TurnsFile:
+        """What one table says about another, and about the built-ins."""
+        for name, table in self.providers.items():
+            try:
+                self._providers[name] = ProviderConfig.from_table(name, table)
+            except ProviderConfigError as exc:
+                raise ValueError(f"providers.{name}: {exc}") from None
+        tools = set(BUILTIN_NAMES) | set(self.tools)
+        for name, t in self.tools.items():
+            _check_tool_table(name, t)
+        for name, a in self.agents.items():
+            where = f"agents.{name}"
+            if a.system_prompt is None and name not in BUILTIN_AGENTS:
+                raise ValueError(f"{where} needs a system_prompt")
+            _check_tool_names(f"{where}.tools", a.tools or [], tools)
+            if a.model is not None:
+                _check_model_ref(f"{where}.model", a.model, self._providers)
+        if self.default_model is not None:
+            _check_model_ref("default_model", self.default_model, self._providers)
+        agents = set(BUILTIN_AGENTS) | set(self.agents)
+        if self.default_agent is not None and self.default_agent not in agents:
+            raise ValueError(
+                f"default_agent {self.default_agent!r} is not an agent "
+                f"(known: {', '.join(sorted(agents))})"
+            )
+        for key in ("allow", "deny"):
+            for n in getattr(self.permissions, key):
+                if n not in tools:
+                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+        for name, table in self.prices.items():
+            if name != "scripted" and name not in self._providers:
+                known = ", ".join(sorted({*self._providers, "scripted"}))
+                raise ValueError(
+                    f"prices.{name}: no provider {name!r} is configured (known: {known})"
+                )
+            try:
+                self._prices[name] = ProviderPrice.from_table(f"prices.{name}", table)
+            except PriceConfigError as exc:
+                raise ValueError(str(exc)) from None
+        return self
+
+
+def _check_tool_table(name: str, t: ToolTable) -> None:
+    where = f"tools.{name}"
+    if not TOOL_NAME.fullmatch(name):
+        raise ValueError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
+    if name in BUILTIN_NAMES:
+        given = t.model_dump(exclude_none=True)
+        if set(given) - {"description", "permission", "fast", "fast_timeout"}:
+            raise ValueError(
+                f"{where}: {name} is a built-in tool; only its description, permission, "
+                "fast and fast_timeout can be changed"
+            )
+        _check_fast(where, t, "sync")
+        return
+    execution = t.execution or ("sync" if t.callable is not None else None)
+    if execution is None:
+        raise ValueError(f'{where}.execution must be "sync" or "async"')
+    if execution == "sync" and (t.callable is None or ":" not in t.callable):
+        raise ValueError(f'{where}: a sync tool needs callable = "module:function"')
+    if execution == "async" and t.callable is not None:
+        raise ValueError(
+            f"{where}: an async tool has no callable; its result arrives with `turns complete`"
+        )
+    _check_fast(where, t, execution)
+
+
+def _check_fast(where: str, t: ToolTable, execution: str) -> None:
+    """``fast`` is for sync tools; ``fast_timeout`` is a bound within the local-activity limit."""
+    if t.fast and execution != "sync":
+        raise ValueError(
+            f"{where}.fast: an async tool cannot be fast (its result arrives later as an "
+            "input); remove fast or make the tool sync"
+        )
+    if t.fast_timeout is not None:
+        problem = fast_problem(True, "sync", t.fast_timeout)
+        if problem is not None:
+            raise ValueError(f"{where}.fast_timeout: {problem.removeprefix('fast_timeout ')}")
+
+
+def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None:
+    for t in names:
+        if t not in known and t != SPAWN_AGENT:
+            raise ValueError(
+                f"{where}: unknown tool {t!r} (known: {', '.join(sorted([*known, SPAWN_AGENT]))})"
+            )
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
+    try:
+        descriptor = parse_model_ref(ref)
+    except ProviderConfigError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+    if descriptor.provider != "scripted" and descriptor.provider not in providers:
+        known = ", ".join(sorted({*providers, "scripted"}))
+        raise ValueError(
+            f"{where}: provider {descriptor.provider!r} is not configured "
+            f"(add [providers.{descriptor.provider}]; configured: {known})"
+        )
+
+
+_KINDS = {
+    "string_type": "a string",
+    "list_type": "a list",
+    "bool_type": "a boolean",
+    "dict_type": "a table",
+    "model_type": "a table",
+    "model_attributes_type": "a table",
+    "int_type": "an integer",
+    "float_type": "a number",
+}
+
+
+def _path(loc: Sequence[str | int]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if isinstance(part, int) else (f".{part}" if out else str(part))
+    return out
+
+
+def _describe(error: ErrorDetails, table: str = "") -> str:
+    """One pydantic error as the key path (under ``table``) and what is wrong there."""
+    loc = (table, *error["loc"]) if table else tuple(error["loc"])
+    path = _path(loc)
+    kind = error["type"]
+    if kind == "value_error":
+        message = str(error.get("ctx", {}).get("error", error["msg"]))
+        if message.startswith("unknown key"):
+            return f"{path or CONFIG_FILE}: {message}"
+        return f"{path}: {message}" if path else message
+    if kind in _KINDS:
+        return f"{path} must be {_KINDS[kind]}"
+    if kind == "literal_error":
+        expected = str(error.get("ctx", {}).get("expected", "")).replace("'", '"')
+        return f"{path} must be {expected}"
+    if kind == "extra_forbidden":  # tables that are not _Table, such as [context]
+        return f"{_path(loc[:-1]) or CONFIG_FILE}: unknown key {loc[-1]}"
+    return f"{path}: {error['msg']}" if path else str(error["msg"])
+
+
+def parse_file(data: Mapping[str, Any]) -> TurnsFile:
+    """The validated file, or a ``ConfigError`` naming every problem's key path."""
+    try:
+        return TurnsFile.model_validate(data, strict=True)  # TOML has types: no coercion
+    except ValidationError as exc:
+        raise ConfigError("; ".join(_describe(e) for e in exc.errors(include_url=False))) from None
+
+
+# ---------------------------------------------------------------- resolving tools
+
+
+def import_callable(name: str, target: str, search: Path) -> Any:
+    """What ``callable = "module:function"`` names (the work dir is importable)."""
+    module_name, _, attr = target.partition(":")
+    if str(search) not in sys.path:
+        sys.path.insert(0, str(search))
+    try:
+        module = importlib.import_module(module_name)
+        fn = getattr(module, attr)
+    except Exception as exc:
+        raise ConfigError(
+            f"tools.{name}: cannot load {target}: {type(exc).__name__}: {exc}"
+        ) from None
+    if not callable(fn) and not isinstance(fn, Tool):
+        raise ConfigError(f"tools.{name}: {target} is not callable")
+    return fn
+
+
+def _tool_from_table(name: str, t: ToolTable, base: Tool | None, root: Path) -> Tool:
+    where = f"tools.{name}"
+    if base is not None:  # a built-in: only description, permission and fast change
+        return base.with_(
+            description=t.description if t.description is not None else base.description,
+            permission=t.permission or base.permission,
+            fast=t.fast if t.fast is not None else base.fast,
+            fast_timeout=t.fast_timeout if t.fast_timeout is not None else base.fast_timeout,
+        )
+    permission = t.permission or "ask"  # fail closed
+    if t.callable is None:
+        return Tool.external(
+            name,
+            description=t.description or "",
+            input_schema=t.input_schema,
+            permission=permission,
+            requires_human=bool(t.requires_human),
+        )
+    target = import_callable(name, t.callable, root)
+    try:
+        if isinstance(target, Tool):
+            declared = target.with_(name=name, tool_id=f"user:{name}")
+        else:
+            declared = tool(target, name=name)
+    except ToolDeclarationError as exc:
+        raise ConfigError(f"{where}: {t.callable}: {exc}") from None
+    if declared.execution != "sync":
+        raise ConfigError(f'{where}: {t.callable} is declared async; set execution = "async"')
+    if t.input_schema is not None:
+        problem = schema_disagreement(t.input_schema, declared.input_schema)
+        if problem is not None:
+            raise ConfigError(f"{where}: {problem} ({t.callable})")
+    changes: dict[str, Any] = {"permission": permission}
+    if t.description is not None:
+        changes["description"] = t.description
+    if t.requires_human is not None:
+        changes["requires_human"] = t.requires_human
+    if isinstance(target, Tool) and t.permission is None:
+        changes["permission"] = target.permission  # declared next to the function
+    if t.fast is not None:
+        changes["fast"] = t.fast
+    if t.fast_timeout is not None:
+        changes["fast_timeout"] = t.fast_timeout
+    try:
+        return declared.with_(**changes)
+    except ToolDeclarationError as exc:
+        raise ConfigError(f"{where}.fast: {exc}") from None
+
+
+def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
+    start = base or Agent(name=name, system_prompt="")
+    return replace(
+        start,
+        system_prompt=t.system_prompt if t.system_prompt is not None else start.system_prompt,
+        tools=tuple(t.tools) if t.tools is not None else start.tools,
+        model=t.model if t.model is not None else start.model,
+        reasoning_effort=t.reasoning_effort or start.reasoning_effort,
+        description=t.description or start.description,
+    )
+
+
+# ---------------------------------------------------------------- loading
+
+
+def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
+    """The configuration of a work dir: built-ins, then ``turns.toml`` over them."""
+    env = os.environ if env is None else env
+    root = Path(work_dir).absolute()
+    path = Path(env["TURNS_CONFIG"]).absolute() if env.get("TURNS_CONFIG") else root / CONFIG_FILE
+    data: dict[str, Any] = {}
+    source: Path | None = None
+    if env.get("TURNS_CONFIG") and not path.is_file():
+        raise ConfigError(f"TURNS_CONFIG names {path}, which is not a file")
+    if path.exists():
+        source = path
+        try:
+            data = tomllib.loads(path.read_text(encoding="utf-8"))
+        except tomllib.TOMLDecodeError as exc:
+            raise ConfigError(f"{path} is not valid TOML: {exc}") from None
+        except (OSError, UnicodeDecodeError) as exc:
+            raise ConfigError(f"{path} cannot be read: {exc}") from None
+    try:
+        return _build(root, source, parse_file(data), env)
+    except ConfigError as exc:
+        raise ConfigError(f"{path}: {exc}") from None
+
+
+def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, str]) -> Config:
+    workspace = Path(file.workspace or "workspace")
+    workspace = workspace if workspace.is_absolute() else root / workspace
+    tools = builtin_tools(workspace)
+    for name, table in file.tools.items():
+        tools[name] = _tool_from_table(name, table, tools.get(name), root)
+    agents = dict(BUILTIN_AGENTS)
+    for name, a in file.agents.items():
+        agents[name] = _agent_from_table(name, a, agents.get(name))
+    return Config(
+        work_dir=root,
+        source=source,
+        default_agent=file.default_agent or "demo",
+        default_model=file.default_model,
+        task_queue=env.get("TURNS_TASK_QUEUE") or file.task_queue or DEFAULT_TASK_QUEUE,
+        workspace=workspace,
+        agents=agents,
+        providers=file.provider_configs,
+        tools=tools,
+        auto_allow=tuple(file.permissions.allow),
+        auto_deny=tuple(file.permissions.deny),
+        context=file.context,
+        storage=file.storage.config(),
+        max_concurrent_subagents=file.subagents.max_concurrent,
+        payload_key_env=file.temporal.payload_key_env,
+        prices=file.prices_by_provider,
+        notify=file.notify,
+        versioning=worker_versioning(file.temporal, env),
+        rebuild_stuck_after=_rebuild_after(file.temporal, env),
+    )
+
+
+def _rebuild_after(file: TemporalTable, env: Mapping[str, str]) -> int | None:
+    given = env.get("TURNS_REBUILD_STUCK_AFTER")
+    if given is None or given == "":
+        return file.rebuild_stuck_after
+    if given in ("0", "off"):
+        return None
+    if not given.isdigit():
+        raise ConfigError(
+            f"TURNS_REBUILD_STUCK_AFTER is {given!r}; it is a number of failed workflow "
+            "tasks (1 or more), or 0/off"
+        )
+    return int(given)
+
+
+__all__ = [
+    "BUILTIN_AGENTS",
+    "CONFIG_FILE",
+    "Agent",
+    "AgentConfig",
+    "AgentTable",
+    "Config",
+    "ConfigError",
+    "PermissionsTable",
+    "StorageConfig",
+    "StorageTable",
+    "SubagentsTable",
+    "TemporalTable",
+    "ToolTable",
+    "WorkerVersioning",
+    "TurnsFile",
+    "import_callable",
+    "load_config",
+    "parse_file",
+    "parse_storage",
+    "with_python",
+    "work_dir_from_env",
+]
+
+
+# ---------------------------------------------------------------- agents and tools from Python
+
+
+def with_python(
+    config: Config,
+    *,
+    agents: Sequence[Agent] = (),
+    tools: Sequence[Tool] = (),
+    default_agent: str | None = None,
+    default_model: str | None = None,
+    allow: Sequence[str] = (),
+    deny: Sequence[str] = (),
+) -> Config:
+    """``config`` plus agents and tools defined in Python, checked by the file's rules.
+
+    ``allow``/``deny`` add tool names to ``[permissions]``: what the
+    ``auto_permission`` classifier allows or denies without a human.
+
+    A ``Tool`` listed in an agent's ``tools`` is registered under its name; two
+    different tools under one name are refused, as is an agent naming a tool
+    or provider that does not exist.
+    """
+    known = dict(config.tools)
+    for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
+        existing = known.get(t.name)
+        # One name, one tool: a second one (another function, or the same one with
+        # another permission) would silently run instead of the first for every agent.
+        if existing is not None and not _same_tool(existing, t):
+            raise ConfigError(
+                f"tools.{t.name}: two different tools are named {t.name!r}; give one "
+                "another name (tool(fn, name=...)) or list the same Tool object"
+            )
+        known[t.name] = t
+    merged = dict(config.agents)
+    named: set[str] = set()
+    try:
+        for a in agents:
+            if a.name in named:  # a Python agent may replace a file's, not another Python one
+                raise ValueError(f"agents.{a.name}: two agents are named {a.name!r}")
+            named.add(a.name)
+            _check_agent_fields(a)
+            _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
+            if a.model is not None:
+                _check_model_ref(f"agents.{a.name}.model", a.model, config.providers)
+            merged[a.name] = replace(a, tools=a.tool_names)
+        if default_model is not None:
+            _check_model_ref("default_model", default_model, config.providers)
+        for key, names in (("allow", allow), ("deny", deny)):
+            for n in names:
+                if n not in known:
+                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+    except ValueError as exc:
+        raise ConfigError(str(exc)) from None
+    agent = default_agent or config.default_agent
+    if agent not in merged:
+        raise ConfigError(
+            f"default_agent {agent!r} is not an agent (known: {', '.join(sorted(merged))})"
+        )
+    return replace(
+        config,
+        agents=merged,
+        tools=known,
+        default_agent=agent,
+        default_model=default_model or config.default_model,
+        auto_allow=(*config.auto_allow, *allow),
+        auto_deny=(*config.auto_deny, *deny),
+    )
+
+
+def _same_tool(a: Tool, b: Tool) -> bool:
+    """The same declaration and the same function (``Tool`` equality leaves the function out)."""
+    return a == b and a.function == b.function
+
+
+def _check_agent_fields(agent: Agent) -> None:
+    """A Python agent's fields, by the rules of its ``[agents.NAME]`` table (types, efforts)."""
+    table = {
+        "system_prompt": agent.system_prompt,
+        "model": agent.model,
+        "tools": list(agent.tool_names),
+        "reasoning_effort": agent.reasoning_effort,
+        "description": agent.description,
+    }
+    try:
+        AgentTable.model_validate(table, strict=True)
+    except ValidationError as exc:
+        where = f"agents.{agent.name}"
+        problems = "; ".join(_describe(e, where) for e in exc.errors(include_url=False))
+        raise ValueError(problems) from None
