@@ -58,11 +58,8 @@ async def test_deltas_from_a_worker_on_one_host_reach_the_sse_api_on_another(
         assert delta.data["type"] == "text_delta" and delta.data["seq"] == 1
         assert "I am" in delta.data["delta"]
         # Host B's work dir has no spool: the delta came through the database.
-        assert (
-            not list((host_b / "home" / "live").glob("*"))
-            if (host_b / "home" / "live").exists()
-            else True
-        )
+        spool_b = host_b / "home" / "live"
+        assert not spool_b.exists() or not list(spool_b.iterdir())
         assert list((host_a / "live").glob(f"{turn_id}.deltas"))  # A's own watchers' spool
         (host_a / "gate").write_text("open")
         rest = await read_sse(ui.http, events, last_id=delta.id)
@@ -70,7 +67,11 @@ async def test_deltas_from_a_worker_on_one_host_reach_the_sse_api_on_another(
         assert rest[-1].event == "end"
         text = delta.data["delta"] + "".join(e.data["delta"] for e in rest if e.event == "delta")
         completed = next(e for e in rest if e.data.get("type") == "model_call_completed")
-        assert completed.data["message"]["content"] in (text, [{"type": "text", "text": text}])
+        content = completed.data["message"]["content"]
+        final = content if isinstance(content, str) else content[0]["text"]
+        # Best effort, as the spool: what streamed is the answer's beginning, in order (a
+        # delta still on its way when the call closed is not sent: the completion says it).
+        assert final.startswith(text) and len(text) > len("I am")
 
         # Pruned when the call closed (the worker's writer thread does it).
         store = PostgresTurnRepository.connect(postgres_url)
