@@ -9,7 +9,9 @@ TURNS_LOG_LEVEL (INFO), TURNS_MIGRATE (1: create or migrate the turn
 database's schema first, with [storage] kind = "postgres"; the URL is in
 the variable [storage] url_env names, TURNS_DATABASE_URL by default),
 TURNS_METRICS ([HOST]:PORT: serve Prometheus metrics there), TURNS_DEPLOYMENT_NAME /
-TURNS_BUILD_ID / TURNS_VERSIONING (worker deployment versioning), OTEL_* (traces,
+TURNS_BUILD_ID / TURNS_VERSIONING (worker deployment versioning), TURNS_APP
+(MODULE:ATTR: the app whose agents, tools and models to serve; also ``--app
+MODULE:ATTR`` on the command line, or app = in turns.toml), OTEL_* (traces,
 with turncore[otel]). See docs/operations.md.
 """
 
@@ -18,6 +20,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib.abc
+import importlib.machinery
 import logging
 import os
 import re
@@ -81,10 +85,65 @@ PASSTHROUGH = (
     "turncore_temporal.activities.contract",
     "turncore_temporal.activities.failures",
     "turncore_temporal.activities.payloads",
+    "turncore_temporal.workflows._types",
 )
 
 
+SANDBOXED_MODULES = ("turncore_temporal.workflows", "turncore_temporal.workflows.turn")
+"""The modules the sandbox imports afresh for every workflow run."""
+
+
+class _CompiledOnce(importlib.abc.MetaPathFinder):
+    """Serves the sandboxed workflow modules from code compiled once per process.
+
+    The sandbox re-imports the workflow module for every workflow run. Where
+    no bytecode is cached (``PYTHONDONTWRITEBYTECODE``, a source checkout)
+    that compiled ``turn.py`` from source each time: a tenth of a loaded
+    worker's CPU. Code objects are immutable, so one per module is shared by
+    every run; the module itself is still executed afresh in each sandbox.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._names = frozenset(names)
+        self._code: dict[str, Any] = {}
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self._names:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
+            if spec is None:
+                continue
+            loader = spec.loader
+            if type(loader) is importlib.machinery.SourceFileLoader:
+                spec.loader = _CachedCodeLoader(loader.name, loader.path, self._code)
+            return spec
+        return None
+
+
+class _CachedCodeLoader(importlib.machinery.SourceFileLoader):
+    def __init__(self, fullname: str, path: str, cache: dict[str, Any]) -> None:
+        super().__init__(fullname, path)
+        self._cache = cache
+
+    def get_code(self, fullname: str) -> Any:
+        code = self._cache.get(self.path)
+        if code is None:
+            code = self._cache[self.path] = super().get_code(fullname)
+        return code
+
+
+_COMPILED_ONCE = _CompiledOnce(SANDBOXED_MODULES)
+
+
 def workflow_runner() -> SandboxedWorkflowRunner:
+    if _COMPILED_ONCE not in sys.meta_path:
+        sys.meta_path.insert(0, _COMPILED_ONCE)
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
     )
@@ -380,6 +439,8 @@ async def serving(
     if notifier is not None:
         deps = dataclasses.replace(deps, on_appended=notifier.observe)
     worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown, deps=deps)
+    if runtime.mcp is not None:
+        runtime.mcp.serve()
     async with contextlib.AsyncExitStack() as stack:
         if notifier is not None:
             await stack.enter_async_context(notifier.running())
@@ -387,10 +448,14 @@ async def serving(
         try:
             yield worker
         finally:
-            if not task.done():
-                await worker.shutdown()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            try:
+                if not task.done():
+                    await worker.shutdown()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            finally:
+                if runtime.mcp is not None:  # the stdio servers this worker started stop with it
+                    await runtime.mcp.close()
 
 
 def notifier_for(runtime: Runtime, env: Mapping[str, str] | None = None) -> Notifier | None:
@@ -575,13 +640,44 @@ def _metrics_from_env() -> str | None:
         raise ConfigError(f"TURNS_METRICS: {exc}") from None
 
 
-def main() -> int:
-    """Run the worker; a configuration or storage problem is one line on stderr, exit 1."""
+def main(argv: list[str] | None = None) -> int:
+    """Run the worker; a configuration or storage problem is one line on stderr, exit 1.
+
+    ``--app MODULE:ATTR`` names the app to serve (as ``TURNS_APP``); a name that
+    does not load (no such module or attribute, not an app) is exit 2.
+    """
+    import argparse
+
+    from turnclient.runtime.app import AppError
+
+    parser = argparse.ArgumentParser(
+        prog="python -m turncore_temporal.worker",
+        description="Serve turns: a worker configured by the environment (see the module doc).",
+    )
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="serve this app's agents, tools and models (default $TURNS_APP, or app = in "
+        "turns.toml)",
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.app is not None:
+        from pathlib import Path
+
+        from turnclient.runtime.app import load_app
+        from turnclient.runtime.config import work_dir_from_env
+
+        try:  # loaded here first, so a problem names --app rather than TURNS_APP
+            load_app(args.app, [Path.cwd(), work_dir_from_env()], "--app")
+        except AppError as exc:
+            print(f"turncore worker: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2 if exc.usage else 1
+        os.environ["TURNS_APP"] = args.app
     try:
         asyncio.run(run_worker_from_env())
     except TurnError as exc:  # ConfigError, an unreachable turn database, ...
         print(f"turncore worker: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, AppError) and exc.usage else 1
     return 0
 
 

@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from playwright.async_api import BrowserContext, expect
 from temporalio.api.enums.v1 import RoutingConfigUpdateState, VersioningBehavior
 from temporalio.api.workflowservice.v1 import (
     DescribeWorkerDeploymentRequest,
@@ -34,6 +35,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.changed_workflow import BROKEN, changed_workflow
 from tests.harness import Harness, sync_tool
+from tests.test_web_browser import WAIT, browser, open_page  # noqa: F401 (the fixture)
 from tests.webui import running_ui
 from turnclient.lib.replaycheck import open_turn_ids, replay_turns
 from turnclient.lib.stuck import NON_DETERMINISM, stuck_run
@@ -414,8 +416,10 @@ async def test_turns_replay_checks_open_turns_against_the_installed_code(
     }
 
 
-async def test_the_web_api_marks_a_stuck_turn_and_refuses_its_decisions(
-    temporal_env: WorkflowEnvironment, tmp_path: Path
+async def test_the_web_ui_marks_a_stuck_turn_and_refuses_its_decisions(
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    browser: BrowserContext,  # noqa: F811 (the fixture of tests/test_web_browser.py)
 ) -> None:
     queue = f"ui-{uuid.uuid4()}"
     async with running_ui(temporal_env, tmp_path, worker=False, task_queue=queue) as ui:
@@ -443,6 +447,17 @@ async def test_the_web_api_marks_a_stuck_turn_and_refuses_its_decisions(
             (row,) = [t for t in r.json()["turns"] if t["turnId"] == turn_id]
             assert "non-determinism" in row["stuck"]
             assert ui.file(turn_id) == before
+            # In a real browser: the list's badge, and the cause and fix on the turn's page.
+            page = await open_page(browser, ui.url + "/")
+            listed = page.get_by_role("row").filter(has_text=turn_id)
+            await expect(listed.get_by_text("stuck", exact=True)).to_be_visible(timeout=WAIT)
+            await listed.get_by_role("link", name=turn_id).click()
+            banner = page.locator("#stuck")
+            await expect(banner).to_contain_text(
+                "Stuck: non-determinism after a code change", timeout=WAIT
+            )
+            await expect(banner).to_contain_text(f"Fix: turns recover {turn_id}")
+            assert page.problems == []  # type: ignore[attr-defined]
 
 
 async def test_workers_rebuild_a_turn_after_repeated_nondeterminism_when_told_to(

@@ -136,6 +136,10 @@ def _classify(exc: BaseException) -> tuple[int, str]:
 
     if isinstance(exc, Failure):
         return exc.code, str(exc)
+    from turnclient.runtime.app import AppError
+
+    if isinstance(exc, AppError):
+        return (EXIT_USAGE if exc.usage else EXIT_PROBLEM), str(exc)
     if isinstance(exc, RejectedInputError):
         return EXIT_REJECTED, f"rejected: {exc}"
     if isinstance(exc, (InvalidInputError, TurnNotFoundError)):

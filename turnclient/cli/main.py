@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from turnclient.cli.common import (
     COMMANDS,
+    EXIT_PROBLEM,
     EXIT_USAGE,
     PROG,
+    Arg,
     Command,
     Run,
+    arg,
     closed_pipe,
     report_failure,
 )
@@ -46,6 +49,8 @@ environment:
   TEMPORAL_ADDRESS  use this Temporal server instead of the embedded one; also
                     TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* as usual
   TURNS_TASK_QUEUE  the task queue (default turns, or task_queue in turns.toml)
+  TURNS_APP         MODULE:ATTR of the app whose agents, tools and models to serve
+                    (like --app; default: app = in turns.toml)
   TURNS_DATABASE_URL  the turn database with [storage] kind = "postgres"
 
 With --json, stdout carries one JSON document (JSON lines for `watch`); a
@@ -82,7 +87,7 @@ class _Parser(argparse.ArgumentParser):
 ORDER = (
     *("validate", "state", "show", "log", "inspect", "repair", "db", "export", "import"),
     *("run", "chat", "approve", "deny", "complete", "progress", "cancel", "recover"),
-    *("watch", "list", "dev", "worker", "config", "completion", "codec-server", "ui"),
+    *("watch", "list", "dev", "worker", "config", "mcp", "completion", "codec-server", "ui"),
 )
 """The order of ``turns --help``: reading a file first, then running and deciding,
 watching, serving and configuring. A command missing here is listed last."""
@@ -93,6 +98,19 @@ def listed() -> list[Command]:
     return sorted(
         COMMANDS.values(), key=lambda c: ORDER.index(c.name) if c.name in ORDER else len(ORDER)
     )
+
+
+APP_COMMANDS = frozenset(
+    {"worker", "dev", "ui", "run", "chat", "approve", "deny", "complete", "progress", "cancel"}
+    | {"recover", "config"}
+)
+"""The commands that serve turns or resolve agents: each takes ``--app MODULE:ATTR``."""
+APP: Arg = arg(
+    "--app",
+    metavar="MODULE:ATTR",
+    help="load the agents, tools and models of this app (a Turns or App object; "
+    "default $TURNS_APP, or app = in turns.toml)",
+)
 
 
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
@@ -115,7 +133,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for c in listed() if only is None else [COMMANDS[only]]:
         p = sub.add_parser(c.name, help=c.help, description=c.help)
-        for a in c.args:
+        for a in (*c.args, APP) if c.name in APP_COMMANDS else c.args:
             p.add_argument(*a.flags, **a.options)
         p.set_defaults(run=c.run)
     return parser
@@ -137,6 +155,20 @@ def main(argv: list[str] | None = None) -> int:
     if run is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "app", None) is not None:
+        import os
+        from pathlib import Path
+
+        from turnclient.runtime.app import AppError, load_app
+        from turnclient.runtime.config import work_dir_from_env
+
+        try:  # loaded here first, so a problem names --app rather than TURNS_APP
+            load_app(args.app, [Path.cwd(), work_dir_from_env()], "--app")
+        except AppError as exc:
+            return report_failure(args, EXIT_USAGE if exc.usage else EXIT_PROBLEM, str(exc))
+        # Through the environment, so every configuration this command loads, and
+        # every process it starts, serves the same app.
+        os.environ["TURNS_APP"] = args.app
     try:
         return run(args)
     except BrokenPipeError:

@@ -177,6 +177,8 @@ def show(args: argparse.Namespace) -> int:
     from turncore.reducer import reduce_turn
 
     def body() -> int:
+        from turnclient.lib.turnview import answering_lines, answering_models
+
         _, events = load_turn(args.turn)
         reduced = reduce_turn(events)
         stuck = _stuck_of(reduced)
@@ -188,10 +190,13 @@ def show(args: argparse.Namespace) -> int:
                     "stuck": {"cause": stuck.cause, "fix": stuck.fix} if stuck else None,
                     "state": reduced.to_wire(),
                     "cost": cost_json(reduced, session=True),
+                    "models": answering_models(events),
                 }
             )
         else:
             print(transcript(reduced))
+            for line in answering_lines(events):
+                print(line)
             print("\n".join(cost_text(reduced)))
             if stuck is not None:
                 print(stuck.describe())

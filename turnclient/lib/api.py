@@ -15,7 +15,7 @@ import getpass
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
 
@@ -44,7 +44,13 @@ from temporalio.service import RPCError, RPCStatusCode
 from turnclient.lib.stuck import StuckRun, stuck_run
 from turnclient.lib.summary import message_preview
 from turncore.advance import check_input, outcome_of
-from turncore.agents import AgentResolver
+from turncore.agents import (
+    AgentResolver,
+    ListedTools,
+    StaticAgentResolver,
+    fallback_composition,
+    with_listed,
+)
 from turncore.context import ContextResolver
 from turncore.errors import (
     ExpiredDeliveryError,
@@ -155,6 +161,11 @@ def open_turn_message(state: TurnState) -> str:
         f"with: turns watch {turn_id}, or end it with: turns cancel {turn_id}"
     )
 
+
+NO_PROGRESS_SECONDS = 60.0
+"""How long a follower rides runs that hand over (continue as new) without a new
+event in the turn's file before it gives up; a turn that keeps appending is
+followed across any number of runs, for as long as it takes."""
 
 STUCK_POLL_SECONDS = 1.0
 """How often a command waiting on a run checks whether its workflow task keeps failing."""
@@ -272,10 +283,17 @@ class TurnClient:
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
+        serves: Callable[[TurnState], None] | None = None,
+        no_progress_seconds: float = NO_PROGRESS_SECONDS,
+        listed: ListedTools | None = None,
         stuck_poll_seconds: float = STUCK_POLL_SECONDS,
         deliver_window_seconds: float = DELIVER_WINDOW_SECONDS,
     ) -> None:
         self._client = client
+        self._serves = serves
+        """Raises ``DependencyError`` when this process's worker cannot run the turn."""
+        self._listed = listed
+        """Tools agents get from elsewhere (MCP servers), listed when a turn is created."""
         self._repo = repository
         self._resolver = resolver
         self._ids = ids or TurnIdGenerator()
@@ -286,6 +304,7 @@ class TurnClient:
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
+        self._no_progress = no_progress_seconds
         self._stuck_poll = stuck_poll_seconds
         self._deliver_window = deliver_window_seconds
         # Reads predecessors for §6.7 inheritance at creation (files only).
@@ -335,6 +354,10 @@ class TurnClient:
 
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
+        if isinstance(self._resolver, StaticAgentResolver):
+            # The agent's fallback models travel in the file (requested composition).
+            fallbacks = self._resolver.fallbacks_for(request.agent)
+            request = replace(request, agent=fallback_composition(request.agent, fallbacks))
         context = request.context if request.context is not None else []
         refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
         if refused is not None:
@@ -346,6 +369,9 @@ class TurnClient:
             # Only an ended turn can be continued (§6.6): refused here, before
             # any file is written, rather than failing the new turn later.
             await self._closed_predecessor(context.previous_turn_id)
+        # The agent's MCP servers are listed here, once; a server that is down
+        # fails the creation (DependencyError naming it) before any file exists.
+        resolved = await with_listed(resolved, self._listed)
         snapshot = await asyncio.to_thread(
             self._contexts.snapshot_for, resolved, context, request.session_id
         )
@@ -480,6 +506,12 @@ class TurnClient:
                 return outcome
             if input is not None:
                 check_input(state, input)
+            if self._serves is not None and (input is None or input.type != "cancel"):
+                # A worker in this process would take the turn's next task and fail it:
+                # say what is missing now, before anything is sent (cancelling needs
+                # no model or tool, so it always goes through).
+                await asyncio.to_thread(self._serves, state)
+            if input is not None:
                 input = await self._stage_if_large(turn_id, input)
             cancel = input.to_wire() if input is not None and input.type == "cancel" else None
             started = await self._ensure_running(turn_id, state.definition, cancel)
@@ -554,10 +586,14 @@ class TurnClient:
         that applied it is rejected, never silently dropped. A run whose
         workflow task keeps failing ends the wait with ``StuckTurnError``
         (``_exchange``).
+
+        There is no deadline on the whole follow: a turn that keeps appending is
+        followed across any number of runs. Only runs that hand over without a
+        new line in the file for ``no_progress_seconds`` end it (``_Progress``).
         """
         loop = asyncio.get_running_loop()
-        deadline = loop.time() + 60.0
         resend_until = loop.time() + self._rpc_deadline
+        progress = _Progress(self._repo, turn_id, self._no_progress)
         while True:
             handle = self._client.get_workflow_handle(turn_id)
             # One id per delivery: a retry after a lost answer attaches to the
@@ -591,13 +627,13 @@ class TurnClient:
                     return closed
                 raw = {"continuedAsNew": True}  # a newer run is there: ask it again
                 if name != "settle":
+                    await progress.check(f"{name} to be applied")
                     await asyncio.sleep(0.05)
                     continue
             if not raw.get("continuedAsNew"):
                 return raw
             name, arg = "settle", None  # the input (if any) was applied; wait for a settle point
-            if asyncio.get_running_loop().time() > deadline:
-                raise InfrastructureError(f"turn {turn_id} kept handing over between runs for 60 s")
+            await progress.check("a settle point (suspended or ended)")
             await asyncio.sleep(0.05)
 
     async def _exchange(
@@ -868,6 +904,40 @@ class TurnClient:
         finally:
             if deltas is not None and self._hub is not None:
                 self._hub.detach(turn_id, deltas)
+
+
+class _Progress:
+    """Whether a turn whose runs hand over is still getting anywhere.
+
+    Progress is a new line in the turn's file (the truth, DESIGN §1), looked at
+    each time a run hands over: every line resets the clock, so a turn is
+    followed for as long as it appends. Runs that keep continuing as new with
+    no new line for ``patience`` seconds (a defect: the workflow hands over only
+    after appending) end the follow with an error; nothing is sent or written.
+    """
+
+    def __init__(self, repo: TurnRepository, turn_id: str, patience: float) -> None:
+        self._repo = repo
+        self._turn_id = turn_id
+        self._patience = patience
+        self._lines = -1
+        self._since = 0.0
+
+    async def check(self, waiting_for: str) -> None:
+        lines = await asyncio.to_thread(self._repo.line_count, self._turn_id)
+        now = asyncio.get_running_loop().time()
+        if lines != self._lines:
+            self._lines, self._since = lines, now
+            return
+        if now - self._since >= self._patience:
+            turn_id = self._turn_id
+            size = f"{lines} line" if lines == 1 else f"{lines} lines"
+            raise InfrastructureError(
+                f"turn {turn_id}: no progress for {self._patience:g} s: its workflow runs kept "
+                f"continuing as new without a new event (the file stays at {size}) while "
+                f"this waited for {waiting_for}; nothing was changed. See where it stands with "
+                f"`turns inspect {turn_id}`; once its worker is fixed, `turns recover {turn_id}`"
+            )
 
 
 def _unlisted_keyword(agent_id: str, model: str, session_id: str | None) -> str | None:

@@ -51,6 +51,7 @@ from turnclient.lib.api import CreateTurnInput, TurnClient, decided
 from turnclient.lib.conversations import continuation
 from turnclient.lib.listing import TurnSummary, latest_turns, pending_across
 from turnclient.lib.stuck import StuckRun
+from turnclient.runtime.app import App
 from turnclient.runtime.config import Agent, load_config, with_python, work_dir_from_env
 from turnclient.runtime.connection import Runtime, temporal
 from turncore.advance import outcome_of
@@ -124,10 +125,22 @@ class Turns:
     ) -> None:
         self._env = os.environ if env is None else env
         root = Path(work_dir).absolute() if work_dir is not None else work_dir_from_env(self._env)
+        self.app = App(
+            agents=tuple(agents),
+            tools=tuple(tools),
+            models=dict(models),  # served as "scripted/NAME"
+            default_agent=default_agent,
+            default_model=default_model,
+            allow=tuple(allow),
+            deny=tuple(deny),
+        )
+        """What this object defines: ``--app MODULE:ATTR`` naming it serves the same."""
         config = with_python(
-            load_config(root, self._env),
-            agents=agents,
-            tools=tools,
+            # This object is an app itself: TURNS_APP or `app =` is for other processes.
+            load_config(root, self._env, with_app=False),
+            agents=self.app.agents,
+            tools=self.app.tools,
+            models=self.app.models,
             default_agent=default_agent,
             default_model=default_model,
             allow=allow,
@@ -136,8 +149,6 @@ class Turns:
         if max_concurrent_subagents is not None:
             config = replace(config, max_concurrent_subagents=max_concurrent_subagents)
         self.runtime = Runtime.from_config(config, env=self._env)
-        for name, fn in models.items():
-            self.runtime.models.register_function(name, fn)  # model "scripted/NAME"
         self._client = client
         self._worker = worker
         self._stack: contextlib.AsyncExitStack | None = None
@@ -174,7 +185,7 @@ class Turns:
             self._opening = False
         self._stack = stack
         self._closed = asyncio.Event()
-        self._turns = self.runtime.turn_client(client)
+        self._turns = self.runtime.turn_client(client, serving=self._worker)
         return self
 
     async def __aexit__(

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
 
 from turnclient.cli import render
+from turncore.events import ModelCallCompleted, TurnEvent
 from turncore.reducer import ToolCallState, TurnState
 
 
@@ -34,8 +36,8 @@ def _permission_reason(call: ToolCallState) -> str | None:
 def pending_inputs(state: TurnState) -> dict[str, Any]:
     """What the turn waits for from outside, with what a person needs to decide.
 
-    ``permissions``: approvals (tool name, input, the permission request and
-    why it needs a person); ``asyncTools``: async tool calls awaiting a
+    ``permissions``: approvals (tool name, input, the permission request, its
+    ``label`` — ``MCP SERVER · TOOL`` for an MCP tool — and why it needs a person); ``asyncTools``: async tool calls awaiting a
     result, with their progress so far (``ask_human`` questions among them,
     the question in ``question``).
     """
@@ -49,11 +51,12 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
             item: dict[str, Any] = {
                 "toolCallId": call.tool_call_id,
                 "toolName": call.tool_name,
-                "label": f"approve {call.tool_name}",
-                "since": call.permission.required.ts,
                 "input": call.input,
                 "request": call.permission.required.request,
+                "label": render.permission_label(call.tool_name, call.permission.required.request),
+                "since": call.permission.required.ts,
             }
+            item["action"] = f"approve {item['label']}"
             reason = _permission_reason(call)
             if reason:
                 item["reason"] = reason
@@ -63,7 +66,8 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
             entry: dict[str, Any] = {
                 "toolCallId": call.tool_call_id,
                 "toolName": call.tool_name,
-                "label": f"answer {call.tool_name}",
+                "label": call.tool_name,
+                "action": f"answer {call.tool_name}",
                 "since": call.invocation.ts,
                 "toolId": call.invocation.tool_id,
                 "input": call.input,
@@ -111,7 +115,7 @@ def waiting_labels(state: TurnState) -> list[dict[str, str]]:
     """What the turn waits for, in words: ``approve write_file``, ``answer ask_human``."""
     waiting = pending_inputs(state)
     return [
-        {"kind": kind, "toolCallId": p["toolCallId"], "label": p["label"], "since": p["since"]}
+        {"kind": kind, "toolCallId": p["toolCallId"], "label": p["action"], "since": p["since"]}
         for kind, items in (
             ("permission", waiting["permissions"]),
             ("async", waiting["asyncTools"]),
@@ -141,4 +145,55 @@ def turn_view(state: TurnState, offset: int, cost: dict[str, Any] | None = None)
     }
 
 
-__all__ = ["decision_of", "pending_inputs", "status_of", "timing", "turn_view", "waiting_labels"]
+__all__ = [
+    "answering_models",
+    "decision_of",
+    "pending_inputs",
+    "status_of",
+    "timing",
+    "turn_view",
+    "waiting_labels",
+]
+
+
+def answering_models(events: Sequence[TurnEvent]) -> list[dict[str, Any]]:
+    """Which model answered each completed model call, from its ``provider_metadata``
+    (the binding the answer is pinned to), and the models that failed before it when
+    the agent fell back (``fallbackFrom``: model, failure code and message)."""
+    out: list[dict[str, Any]] = []
+    for event in events:
+        if not isinstance(event, ModelCallCompleted):
+            continue
+        meta = event.provider_metadata
+        ours = meta.get("turncore") if isinstance(meta, dict) else None
+        if not isinstance(ours, dict):
+            continue
+        binding = ours.get("binding")
+        if not isinstance(binding, dict):
+            continue
+        row: dict[str, Any] = {
+            "modelCallIndex": event.model_call_index,
+            "answeredBy": f"{binding.get('provider')}/{binding.get('model')}",
+        }
+        fell = ours.get("fallbackFrom")
+        if isinstance(fell, list) and fell:
+            row["fallbackFrom"] = fell
+        out.append(row)
+    return out
+
+
+def answering_lines(events: Sequence[TurnEvent]) -> list[str]:
+    """``turns show``'s lines for model calls answered after a fallback."""
+    lines = []
+    for row in answering_models(events):
+        fell = row.get("fallbackFrom")
+        if not fell:
+            continue
+        before = ", ".join(
+            f"{f.get('model')} ({f.get('code')})" for f in fell if isinstance(f, dict)
+        )
+        lines.append(
+            f"model call {row['modelCallIndex']} answered by {row['answeredBy']} "
+            f"(fell back after {before})"
+        )
+    return lines

@@ -805,7 +805,9 @@ async def create_endpoint(ctx: UiContext, request: Request) -> Response:
     model = runtime.model_for(agent_name, None)
     if model is None:
         raise HttpError(
-            400, f"agent {agent_name!r} names no model and turns.toml sets no default_model"
+            400,
+            f"agent {agent_name!r} names no model: set OPENAI_API_KEY or ANTHROPIC_API_KEY "
+            "where the web UI runs, or default_model in turns.toml",
         )
     try:
         runtime.models.resolve(model)  # a missing key fails before any file exists
@@ -841,13 +843,25 @@ def create_app(
     tokens: Tokens | None = None,
     decision_wait: float = DECISION_WAIT,
     body_timeout: float = BODY_TIMEOUT,
+    serving: bool = False,
 ) -> Starlette:
     """The ASGI app; ``token`` (or any token of ``tokens``) is required on every request
     when given. Decisions record who made them: the tokens file's name for the token
-    used, or, on loopback without a token, the OS user running the server."""
+    used, or, on loopback without a token, the OS user running the server.
+
+    ``serving``: a worker runs in this process, so a decision on a turn whose
+    model or tools this process lacks is refused at once (503), never sent.
+    """
     # No live hub: the UI reads deltas from the work dir's spool (whoever runs the
     # call), so a hub subscription per decision would only queue what nobody reads.
-    turns = TurnClient(client, runtime.repository, runtime.resolver, task_queue=runtime.task_queue)
+    turns = TurnClient(
+        client,
+        runtime.repository,
+        runtime.resolver,
+        task_queue=runtime.task_queue,
+        serves=runtime.check_serves if serving else None,
+        listed=runtime.listing,  # an agent's MCP tools are listed when the UI creates a turn
+    )
     ctx = UiContext(
         runtime,
         client,

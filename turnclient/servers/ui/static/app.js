@@ -369,10 +369,10 @@ const index = {
         t.prompt ? h("span", { class: "prompt muted" }, " · " + t.prompt) : null);
       const after = () => { index.loadWaiting(); index.loadTurns(false); };
       for (const p of t.permissions) {
-        cards.push(approvalCard(p, { turnId: t.turnId, heading: p.label || "approve " + p.toolName, extra: extra(), after }));
+        cards.push(approvalCard(p, { turnId: t.turnId, heading: p.action || "approve " + p.toolName, extra: extra(), after }));
       }
       for (const p of t.asyncTools) {
-        cards.push(completeCard(p, { turnId: t.turnId, heading: p.label || "answer " + p.toolName, extra: extra(), after }));
+        cards.push(completeCard(p, { turnId: t.turnId, heading: p.action || "answer " + p.toolName, extra: extra(), after }));
       }
     }
     reconcile(box, cards, () => document.getElementById("waiting-heading").focus());
@@ -550,7 +550,7 @@ const turn = {
   renderPending(v) {
     const where = (heading) => ({ turnId: turn.id, heading, after: () => turn.refresh() });
     const cards = [
-      ...v.pending.permissions.map((p) => approvalCard(p, where(["Approve ", p.toolName, "? ", h("code", {}, p.toolCallId)]))),
+      ...v.pending.permissions.map((p) => approvalCard(p, where(["Approve ", p.label || p.toolName, "? ", h("code", {}, p.toolCallId)]))),
       ...v.pending.asyncTools.map((p) => completeCard(p, where([p.question ? "Question from " + p.toolName + " " : "Result needed for " + p.toolName + " ", h("code", {}, p.toolCallId)]))),
     ];
     reconcile(document.getElementById("pending"), cards, turn.focusOutcome);
