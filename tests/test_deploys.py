@@ -37,7 +37,7 @@ from tests.changed_workflow import BROKEN, changed_workflow
 from tests.harness import Harness, sync_tool
 from tests.test_web_browser import WAIT, browser, open_page  # noqa: F401 (the fixture)
 from tests.webui import running_ui
-from turnclient.lib.replaycheck import open_turn_ids, replay_turns
+from turnclient.cli.replaycheck import open_turn_ids, replay_turns
 from turnclient.lib.stuck import NON_DETERMINISM, stuck_run
 from turnclient.runtime.config import ConfigError, WorkerVersioning, load_config
 from turnclient.runtime.connection import Runtime

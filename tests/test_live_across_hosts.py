@@ -18,7 +18,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.stream_worker import stream_worker
 from tests.test_web_api import read_sse
 from tests.webui import running_ui
-from turnclient.runtime.pgdeltas import DatabaseDeltaReader, DatabaseDeltas
+from turnclient.lib.pgdeltas import DatabaseDeltaReader, DatabaseDeltas
 from turncore.events import TextDelta
 from turncore.storage.postgres import PostgresTurnRepository, migrate
 

@@ -21,12 +21,12 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.webui import running_ui
 from turnclient import Agent, ConfigError, McpServer, RejectedInputError, Turns
-from turnclient.builtins.mcp import call_result
 from turnclient.cli.render import continue_commands
 from turnclient.lib.api import CreateTurnInput, TurnClient
 from turnclient.lib.turnview import pending_inputs
 from turnclient.runtime.config import load_config
 from turnclient.runtime.connection import Runtime
+from turnclient.runtime.mcp import call_result
 from turncore.advance import INTERRUPTED_TOOL_RESULT
 from turncore.errors import DependencyError
 from turncore.events import RequestedAgent, ResolvedAgent, SuspendedOutcome

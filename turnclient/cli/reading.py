@@ -344,8 +344,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 def _wire_request(tools: Any, composed: Any) -> dict[str, Any]:
     """The provider body the model activity would send for ``composed`` (no network I/O)."""
-    from turncore.model import RetryingModel, build_request
-    from turncore.model._http import HttpModel
+    from turncore.model import HttpModel, RetryingModel, build_request
 
     runtime = open_runtime()
     model = runtime.models.resolve(composed.model, require_key=False)
@@ -520,9 +519,9 @@ async def _tail(
     this host runs the turn's model calls, until the turn ends."""
     import asyncio
 
-    from turnclient.cli.follow import Durable, Live, Settled, follow_turn
+    from turnclient.lib.deltaspool import spool_dir
+    from turnclient.lib.follow import Durable, Live, Settled, follow_turn
     from turnclient.runtime.connection import ConnectOptions, temporal
-    from turnclient.runtime.deltaspool import spool_dir
     from turncore.reducer import reduce_turn
     from turncore_temporal.worker import serving
 
@@ -610,7 +609,7 @@ def list_turns(args: argparse.Namespace) -> int:
 )
 def replay(args: argparse.Namespace) -> int:
     async def body() -> int:
-        from turnclient.lib.replaycheck import open_turn_ids, replay_turns, sample
+        from turnclient.cli.replaycheck import open_turn_ids, replay_turns, sample
         from turnclient.runtime.connection import ConnectOptions, temporal
 
         runtime = open_runtime()

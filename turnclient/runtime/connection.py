@@ -34,23 +34,18 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime as TemporalRuntime
 
 from turnclient.builtins.demo import DEMO_MODEL, demo_model
-from turnclient.builtins.mcp import (
+from turnclient.lib.api import TurnClient, iso_now
+from turnclient.lib.deltaspool import DeltaReader, DeltaSpool, DeltaSpoolReader, spool_dir
+from turnclient.lib.pgdeltas import BothMirrors, DatabaseDeltaReader, DatabaseDeltas, DeltaStore
+from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
+from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
+from turnclient.runtime.extras import install_hint
+from turnclient.runtime.mcp import (
     TOOL_ID_PREFIX,
     McpListing,
     McpPermissionChecker,
     McpPool,
     mcp_rule_names,
-)
-from turnclient.lib.api import TurnClient, iso_now
-from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
-from turnclient.runtime.deltaspool import DeltaReader, DeltaSpool, DeltaSpoolReader, spool_dir
-from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
-from turnclient.runtime.extras import install_hint
-from turnclient.runtime.pgdeltas import (
-    BothMirrors,
-    DatabaseDeltaReader,
-    DatabaseDeltas,
-    DeltaStore,
 )
 from turnclient.runtime.storage import open_repository
 from turncore.agents import AgentDefinition, ListedTools, StaticAgentResolver

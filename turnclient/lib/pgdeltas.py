@@ -37,7 +37,7 @@ from typing import Protocol
 import orjson
 from pydantic import TypeAdapter, ValidationError
 
-from turnclient.runtime.deltaspool import SpooledDelta
+from turnclient.lib.deltaspool import SpooledDelta
 from turncore.errors import TurnError
 from turncore.events import TurnDelta
 from turncore.live import DeltaMirror

@@ -32,7 +32,7 @@ fails is logged and dropped, and a reader slower than two segments skips
 what was overwritten (the completed message shows the whole text anyway).
 Only processes that see the same ``live/`` directory share the spool; with
 a PostgreSQL repository deltas also travel through the database to
-watchers on other hosts (``turnclient.runtime.pgdeltas``).
+watchers on other hosts (``turnclient.lib.pgdeltas``).
 """
 
 from __future__ import annotations
