@@ -17,6 +17,7 @@ from ag_ui.core import (
     CustomEvent,
     Event,
     EventType,
+    MessagesSnapshotEvent,
     RunFinishedEvent,
     RunFinishedInterruptOutcome,
     RunFinishedSuccessOutcome,
@@ -174,14 +175,26 @@ async def test_text_streams_as_ag_ui_content_deltas_from_a_worker_in_another_pro
         assert types(first) == ["RUN_STARTED", "TEXT_MESSAGE_START", "TEXT_MESSAGE_CONTENT"]
         chunk = first[-1].event.delta
         (home / "gate").write_text("open")
-        rest = await read_agui(ui.http, path, last_id=first[-1].id)
-        assert "TEXT_MESSAGE_START" not in types(rest)  # resumed inside the open message
-        text = chunk + "".join(
-            g.event.delta for g in rest if g.event.type == EventType.TEXT_MESSAGE_CONTENT
+        # Read on from the start: the file and the rest of the deltas make one message.
+        whole = await read_agui(ui.http, path)
+        text = "".join(
+            g.event.delta for g in whole if g.event.type == EventType.TEXT_MESSAGE_CONTENT
         )
-        done = rest[-1].event
+        assert text.startswith(chunk)
+        done = whole[-1].event
         assert isinstance(done, RunFinishedEvent) and done.result == text
-        assert types(rest)[-2:] == ["TEXT_MESSAGE_END", "RUN_FINISHED"]
+        assert types(whole)[-2:] == ["TEXT_MESSAGE_END", "RUN_FINISHED"]
+        # Resumed inside the message after the call closed (its deltas gone): what the
+        # client holds of the text is unknown, so the message ends and the thread comes
+        # whole in a snapshot, never the text again on top of what it has.
+        await ui.until(turn_id, lambda v: v["status"] == "completed")
+        rest = await read_agui(ui.http, path, last_id=first[-1].id)
+        assert types(rest) == ["TEXT_MESSAGE_END", "MESSAGES_SNAPSHOT", "RUN_FINISHED"]
+        snapshot = rest[1].event
+        assert isinstance(snapshot, MessagesSnapshotEvent)
+        user, answer = snapshot.messages
+        assert (user.role, user.content) == ("user", "hello there")
+        assert (answer.role, answer.content) == ("assistant", text)
 
 
 async def test_an_unknown_format_is_400_naming_the_formats(ui: Ui) -> None:

@@ -42,10 +42,13 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import orjson
+from ag_ui.core import AssistantMessage as AgUiAssistantMessage
 from ag_ui.core import (
     BaseEvent,
     CustomEvent,
+    FunctionCall,
     Interrupt,
+    MessagesSnapshotEvent,
     RunErrorEvent,
     RunFinishedCancelledOutcome,
     RunFinishedEvent,
@@ -56,11 +59,14 @@ from ag_ui.core import (
     TextMessageEndEvent,
     TextMessageStartEvent,
     TokenUsage,
+    ToolCall,
     ToolCallArgsEvent,
     ToolCallEndEvent,
     ToolCallResultEvent,
     ToolCallStartEvent,
+    ToolMessage,
 )
+from ag_ui.core import UserMessage as AgUiUserMessage
 
 from turncore.events import (
     ModelCallCompleted,
@@ -104,12 +110,19 @@ class AgUiProjector:
     provider: str | None = None
     streamed: dict[int, str] = field(default_factory=dict)
     """Text sent so far per model call whose message is open."""
+    owed: dict[int, int] = field(default_factory=dict)
+    """Deltas a resuming client has of a call that were not replayed (yet)."""
+    messages: list[Any] = field(default_factory=list)
+    """The thread's messages so far, for a ``MESSAGES_SNAPSHOT`` when one is needed."""
 
     def feed(self, item: Any, line: int | None = None) -> list[BaseEvent]:
         """``item``: a durable event (``line``: its line number) or a delta."""
         match item:
             case TurnCreated():
                 self.turn_id = item.turn_id
+                self.messages.append(
+                    AgUiUserMessage(id=f"{item.turn_id}:u", content=_user_text(item.input))
+                )
                 self.thread_id = item.session_id or item.turn_id
                 resolved = item.agent.resolved
                 self.model, self.provider = resolved.model.model, resolved.model.provider
@@ -122,6 +135,13 @@ class AgUiProjector:
                 return self._close(item.model_call_index)
             case ToolResult():
                 made = self._resume(line)
+                self.messages.append(
+                    ToolMessage(
+                        id=f"{self.turn_id}:r{item.tool_call_id}",
+                        tool_call_id=item.tool_call_id,
+                        content=_text(item.result.output),
+                    )
+                )
                 return [
                     *made,
                     ToolCallResultEvent(
@@ -176,9 +196,18 @@ class AgUiProjector:
             case _:
                 return self._resume(line) if _resumes(item) else []
 
-    def reopen(self, index: int) -> None:
-        """A client resumes inside model call ``index``'s message: it is open already."""
+    def reopen(self, index: int, seq: int) -> None:
+        """A client resumes inside model call ``index``'s message, holding its first
+        ``seq`` deltas: the message is open already; ``replay`` them to know its text."""
         self.streamed.setdefault(index, "")
+        self.owed[index] = seq
+
+    def replay(self, delta: TextDelta | Any) -> None:
+        """A delta the resuming client has: its text joins what was sent, silently."""
+        self.feed(delta)
+        index = delta.model_call_index
+        if index in self.owed:
+            self.owed[index] -= 1
 
     # -- runs ------------------------------------------------------------------------
 
@@ -247,25 +276,45 @@ class AgUiProjector:
         parts: Sequence[Any] = [TextPart(text=content)] if isinstance(content, str) else content
         text = "".join(p.text for p in parts if isinstance(p, TextPart))
         sent = self.streamed.get(index)
+        calls = [p for p in parts if isinstance(p, ToolCallPart)]
+        self.messages.append(
+            AgUiAssistantMessage(
+                id=self._message_id(index),
+                content=text or None,
+                tool_calls=[
+                    ToolCall(
+                        id=c.tool_call_id,
+                        function=FunctionCall(name=c.tool_name, arguments=_text(c.input)),
+                    )
+                    for c in calls
+                ]
+                or None,
+            )
+        )
         made: list[BaseEvent] = []
+        heal = self.owed.pop(index, 0) > 0
         if sent is None:
             made += self._delta(index, text)
-        elif text.startswith(sent):
+        elif not heal and text.startswith(sent):
             made += self._delta(index, text[len(sent) :])
         # (Deltas that disagree with the final text cannot be taken back: the message
         # keeps what was streamed, as any live view does.)
         made += self._close(index)
-        for part in parts:
-            if isinstance(part, ToolCallPart):
-                made += [
-                    ToolCallStartEvent(
-                        tool_call_id=part.tool_call_id,
-                        tool_call_name=part.tool_name,
-                        parent_message_id=self._message_id(index) if text else None,
-                    ),
-                    ToolCallArgsEvent(tool_call_id=part.tool_call_id, delta=_text(part.input)),
-                    ToolCallEndEvent(tool_call_id=part.tool_call_id),
-                ]
+        if heal:
+            # The client resumed inside this message after its deltas were gone (the
+            # call closed first): what it holds of the text is unknown here, so it gets
+            # the thread as it now is, which replaces what it has.
+            made.append(MessagesSnapshotEvent(messages=list(self.messages)))
+        for part in calls:
+            made += [
+                ToolCallStartEvent(
+                    tool_call_id=part.tool_call_id,
+                    tool_call_name=part.tool_name,
+                    parent_message_id=self._message_id(index) if text else None,
+                ),
+                ToolCallArgsEvent(tool_call_id=part.tool_call_id, delta=_text(part.input)),
+                ToolCallEndEvent(tool_call_id=part.tool_call_id),
+            ]
         return made
 
     def _suspended(self, event: TurnSuspended) -> list[BaseEvent]:
@@ -297,6 +346,13 @@ class AgUiProjector:
                 usage=self._usage(event.usage),
             )
         )
+
+
+def _user_text(message: Any) -> str:
+    content = message.content
+    if isinstance(content, str):
+        return content
+    return "".join(p.text for p in content if isinstance(p, TextPart))
 
 
 def _answer(content: Any) -> str:

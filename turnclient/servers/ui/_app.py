@@ -555,8 +555,9 @@ async def _event_stream(
     if isinstance(projector, AgUiProjector) and resume.deltas[1] > 0:
         # Resumed inside a streaming message: its text so far is the client's, not in
         # the file. Read the call's deltas again from its first and feed the ones the
-        # client has to the projector silently, so the final text completes it exactly.
-        projector.reopen(resume.deltas[0])
+        # client has to the projector silently, so the final text completes it exactly
+        # (if they are gone — the call closed first — it sends the thread as it is).
+        projector.reopen(*resume.deltas)
         delta_after, quiet = (resume.deltas[0], 0), resume.deltas
     items = follow_turn(
         ctx.runtime.repository,
@@ -602,7 +603,7 @@ async def _event_stream(
                 and isinstance(projector, AgUiProjector)
             ):
                 if (item.delta.model_call_index, item.seq) <= quiet:
-                    projector.feed(item.delta)  # the client has it
+                    projector.replay(item.delta)  # the client has it
                     continue
             if isinstance(item, Live):
                 deltas = (item.delta.model_call_index, item.seq)
