@@ -269,11 +269,15 @@ def test_rejections_use_the_commands_words_and_list_what_is_pending(home: Path) 
 
     r = turns(home, "complete", saving, "call_0_0", "--text", "x", **idle)
     assert r.returncode == 6
-    assert f"awaits approval first: `turns approve {saving} call_0_0`" in r.stderr
+    assert "awaits approval first: `TURNS_HOME=" in r.stderr
+    assert f" turns approve {saving} call_0_0` (or deny it)" in r.stderr
 
     r = turns(home, "approve", asking, "call_0_0", **idle)
     assert r.returncode == 6
-    assert f"it awaits its result: `turns complete {asking} call_0_0 --text" in r.stderr
+    assert (
+        f"it awaits its result: `TURNS_HOME={home} turns complete {asking} call_0_0 --text"
+        in r.stderr
+    )
     assert "permission_decision" not in r.stderr
     # The suspended hint names the same flag as the README (--text).
     r = turns(home, "show", asking)
@@ -318,7 +322,10 @@ def test_a_decision_for_an_async_call_that_needs_none_says_what_the_call_awaits(
 
     r = turns(home, "approve", h.turn_id, "c3")
     assert r.returncode == 6, r.stderr
-    assert f"needs no approval, it awaits its result: `turns complete {h.turn_id} c3" in r.stderr
+    assert (
+        f"needs no approval, it awaits its result: `TURNS_HOME={home} turns complete {h.turn_id} c3"
+        in r.stderr
+    )
     assert path.read_bytes() == before
 
 
@@ -576,8 +583,8 @@ def test_chat_stops_at_its_prompt_and_says_how_to_continue(home: Path, sig: sign
     assert proc.returncode == {signal.SIGINT: 130, signal.SIGHUP: 129}[sig], err
     assert "Traceback" not in err and out.strip() == ""
     assert (
-        f"{sig.name}: stopped; continue this conversation with: turns chat --continue {path.stem}"
-        in err
+        f"{sig.name}: stopped; continue this conversation with: "
+        f"TURNS_HOME={home} turns chat --continue {path.stem}" in err
     )
     assert events(path)[-1]["type"] == "turn_completed"  # nothing was cancelled or added
     # The watchdog stops the embedded server once nothing uses it.

@@ -127,22 +127,26 @@ def _transient(exc: BaseException) -> bool:
 def open_turn_message(state: TurnState) -> str:
     """Why an open turn cannot be continued, and how to finish it."""
     turn_id = state.definition.turn_id
+    from .terminal import command_line
+
     waiting = [
-        f"approval of {p.tool_name} ({p.tool_call_id}): turns approve|deny {turn_id} {p.tool_call_id}"
+        f"approval of {p.tool_name} ({p.tool_call_id}): "
+        f"{command_line('approve', turn_id, p.tool_call_id)} (or deny)"
         for p in state.pending_permissions()
     ] + [
-        f"the result of {p.tool_name} ({p.tool_call_id}): turns complete {turn_id} "
-        f"{p.tool_call_id} --text ..."
+        f"the result of {p.tool_name} ({p.tool_call_id}): "
+        + command_line("complete", turn_id, p.tool_call_id, "--text", "...")
         for p in state.pending_async_tools()
     ]
+    cancel = command_line("cancel", turn_id)
     if waiting:
         return (
             f"turn {turn_id} has not ended, so it cannot be continued yet; it awaits "
-            f"{'; '.join(waiting)}; or end it with: turns cancel {turn_id}"
+            f"{'; '.join(waiting)}; or end it with: {cancel}"
         )
     return (
         f"turn {turn_id} has not ended (it is running), so it cannot be continued yet; follow it "
-        f"with: turns watch {turn_id}, or end it with: turns cancel {turn_id}"
+        f"with: {command_line('watch', turn_id)}, or end it with: {cancel}"
     )
 
 

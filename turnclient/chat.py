@@ -28,6 +28,8 @@ from turncore.events import (
 )
 from turncore.reducer import reduce_turn
 
+from .terminal import command_line
+
 if TYPE_CHECKING:
     from .api import TurnClient
     from .runtime import Runtime
@@ -75,10 +77,11 @@ def run_chat(args: argparse.Namespace) -> int:
                 outcome = await _advance(turns, runtime, turn_id, None, model.label())
                 outcome = await _answer(turns, runtime, turn_id, outcome)
                 if outcome.status == "suspended":
+                    finish = command_line("complete", turn_id, "CALL", "--output", "JSON")
                     print(
                         f"turn {turn_id} still waits for an external result; finish it with "
-                        f"`turns complete {turn_id} CALL --output JSON` (or `turns cancel "
-                        f"{turn_id}`), then continue with `turns chat --continue {turn_id}`",
+                        f"`{finish}` (or `{command_line('cancel', turn_id)}`), then continue "
+                        f"with `{_again(turn_id)}`",
                         flush=True,
                     )
                     return cli.EXIT_SUSPENDED
@@ -150,9 +153,7 @@ async def _answer(
 
 
 def _again(turn_id: str) -> str:
-    from .cli import PROG
-
-    return f"{PROG} chat --continue {turn_id}"
+    return command_line("chat", "--continue", turn_id)
 
 
 def _call_input(runtime: Runtime, turn_id: str, tool_call_id: str) -> Any:

@@ -61,6 +61,8 @@ from turncore.errors import (
 )
 from turncore.ids import TURN_ID_SHAPE, is_turn_id, turn_path, validate_turn_id
 
+from .terminal import PROG, VisibleText, command_line
+
 # Read-only commands start fast: pydantic models, the reducer and asyncio load
 # inside the functions that need them (bench/cli.py measures start-up).
 if TYPE_CHECKING:
@@ -74,8 +76,6 @@ if TYPE_CHECKING:
     from .conversations import Continuation
     from .render import StreamRenderer
     from .runtime import Runtime, Temporal
-
-PROG = "turns"
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -230,10 +230,22 @@ def main(argv: list[str] | None = None) -> int:
     if run is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    streams = sys.stdout, sys.stderr
+    # What people read shows control characters (model text, tool output, ids)
+    # as escapes; --json, `log` and `completion` keep their bytes exact.
+    sys.stderr = VisibleText(sys.stderr)
+    if not getattr(args, "json", False) and args.command not in _EXACT_OUTPUT:
+        sys.stdout = VisibleText(sys.stdout)
     try:
         return run(args)
     except BrokenPipeError:
         return _closed_pipe()
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+_EXACT_OUTPUT = frozenset({"log", "completion"})
+"""Commands whose plain output is data (a turn file, a shell script), written byte for byte."""
 
 
 def entry() -> NoReturn:
@@ -392,8 +404,8 @@ class _Interrupts:
         else:
             message = (
                 f"{name}: detached; turn {turn} is left as it is. "
-                f"Resume it with `{PROG} recover {turn}`, follow it with `{PROG} watch {turn}`, "
-                f"or cancel it with `{PROG} cancel {turn}`"
+                f"Resume it with `{command_line('recover', turn)}`, follow it with "
+                f"`{command_line('watch', turn)}`, or cancel it with `{command_line('cancel', turn)}`"
             )
         with contextlib.suppress(Exception):
             _report(self.args, self.code, message, turn, status="detached")
@@ -939,7 +951,7 @@ def _recover_hint(path: Path) -> str:
     """How to continue a repaired turn, only when ``path`` is that turn's file in this work dir."""
     turn_id = path.name.removesuffix(".jsonl")
     if is_turn_id(turn_id) and turn_path(_work_dir(), turn_id).absolute() == path.absolute():
-        return f"; continue with: {PROG} recover {turn_id}"
+        return f"; continue with: {command_line('recover', turn_id)}"
     return (
         f" (this is not {_work_dir()}'s copy of the turn: `{PROG} recover` continues turns of "
         "the work dir only)"
@@ -1089,7 +1101,7 @@ def _repair_stored(args: argparse.Namespace) -> int:
             report = repo.repair_tail(args.turn)
         except RepairRefusedError as exc:
             raise Failure(f"not repaired: {exc}") from None
-    hint = f"; continue with: {PROG} recover {args.turn}"
+    hint = f"; continue with: {command_line('recover', args.turn)}"
     _print_repair(args, report, report.where, "turn_events_broken", hint)
     return EXIT_OK
 
@@ -1314,7 +1326,7 @@ async def _follow(
 def _finish(
     args: argparse.Namespace, turn_id: str, outcome: TurnOutcome, *, accepted: bool = False
 ) -> int:
-    from .render import outcome_block, outcome_json, paint, wants_color
+    from .render import outcome_block, outcome_json, wants_color, write_painted
 
     state = _settled_state(turn_id)
     if args.json:
@@ -1326,7 +1338,9 @@ def _finish(
         lines = outcome_block(turn_id, outcome)
         if state is not None:
             lines += [f"  {line.strip()}" for line in _cost_text(state, known_only=True)[:1]]
-        print("\n".join(paint(x, color) for x in lines), flush=True)
+        for line in lines:
+            write_painted(sys.stdout, line, color)
+        sys.stdout.flush()
     if accepted:
         return EXIT_OK
     return EXIT_CODES[outcome.status]
@@ -1582,7 +1596,7 @@ def _rejection(state: TurnState, input: TurnExternalInput, exc: RejectedInputErr
     elif input.type in ("async_tool_result", "async_tool_progress") and pending_approval:
         reason = (
             f"{call.tool_name} ({call_id}) awaits approval first: "
-            f"`{PROG} approve {turn_id} {call_id}` (or deny it)"
+            f"`{command_line('approve', turn_id, call.tool_call_id)}` (or deny it)"
         )
     elif (
         input.type == "permission_decision"
@@ -1596,7 +1610,7 @@ def _rejection(state: TurnState, input: TurnExternalInput, exc: RejectedInputErr
         reason = (
             f"{call.tool_name} ({call_id}) "
             f"{'was already approved;' if approved else 'needs no approval,'} "
-            f"it awaits its result: `{PROG} complete {turn_id} {call_id} --text '…'`"
+            f"it awaits its result: `{command_line('complete', turn_id, call.tool_call_id, '--text', '…')}`"
         )
     else:
         reason = str(exc)
@@ -1909,7 +1923,9 @@ def list_turns(args: argparse.Namespace) -> int:
             if r["status"] in ("running", "suspended") and r["workflowStatus"] != "running":
                 # The run ended without settling the turn (its environment could not
                 # advance it); the file is intact and `turns recover` starts a new run.
-                pending += f" · workflow {r['workflowStatus']}: turns recover {r['turnId']}"
+                pending += (
+                    f" · workflow {r['workflowStatus']}: {command_line('recover', r['turnId'])}"
+                )
             words = clip(" ".join(str(r["input"] or "").split()), 48)
             print(
                 f"{r['turnId']}  {r['created']}  {r['status'] or '?':<9}  "

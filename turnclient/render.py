@@ -14,7 +14,6 @@ turn said and did, readable in a terminal.
 from __future__ import annotations
 
 import os
-import shlex
 import time
 from collections.abc import Mapping
 from typing import Any, TextIO
@@ -56,8 +55,9 @@ from turncore.messages import (
 from turncore.reducer import ToolCallState, TurnState
 
 from .summary import clip, usage_text
+from .terminal import command_line, continue_prefix, control, visible
 
-PROG = "turns"
+__all__ = ["command_line", "continue_prefix", "visible"]
 
 
 def preview(value: Any, limit: int = 160) -> str:
@@ -95,14 +95,23 @@ def wants_color(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:
     return bool(isatty and isatty())
 
 
-def paint(line: str, color: bool) -> str:
-    """The line coloured by its leading mark (``✔``, ``✗``, ``‖``, ``→``, …), if ``color``."""
-    if not color:
-        return line
+def write_painted(out: TextIO, line: str, color: bool) -> None:
+    """``line`` (shown visibly) and a newline, coloured by its leading mark if ``color``."""
+    style = _style(line) if color else None
+    if style is not None:
+        control(out, f"\033[{_ANSI[style]}m")
+    out.write(visible(line))
+    if style is not None:
+        control(out, "\033[0m")
+    out.write("\n")
+
+
+def _style(line: str) -> str | None:
+    """The colour of a line by its leading mark (``✔``, ``✗``, ``‖``, ``→``, …)."""
     for mark, style in _MARKS.items():
         if line.startswith(mark):
-            return f"\033[{_ANSI[style]}m{line}\033[0m"
-    return line
+            return style
+    return None
 
 
 # ---------------------------------------------------------------- live stream
@@ -152,13 +161,13 @@ class StreamRenderer:
         if not self._color or self._midline or now - self._last_output < 0.4:
             return
         frame = self._FRAMES[int(now * 10) % len(self._FRAMES)]
-        self._out.write(f"\r\033[K\033[2m{frame} {self._activity}\033[0m")
+        control(self._out, f"\r\033[K\033[2m{frame} {visible(self._activity)}\033[0m")
         self._out.flush()
         self._spinning = True
 
     def _unspin(self) -> None:
         if self._spinning:
-            self._out.write("\r\033[K")
+            control(self._out, "\r\033[K")
             self._spinning = False
 
     def _line(self, text: str) -> None:
@@ -167,14 +176,14 @@ class StreamRenderer:
         if self._midline:
             self._out.write("\n")
             self._midline = False
-        self._out.write(paint(text, self._color) + "\n")
+        write_painted(self._out, text, self._color)
         self._out.flush()
 
     def _write(self, text: str) -> None:
         self._unspin()
         self._last_output = time.monotonic()
         if text:
-            self._out.write(text)
+            self._out.write(visible(text))
             self._midline = not text.endswith("\n")
             self._out.flush()
 
@@ -315,20 +324,10 @@ def outcome_json(turn_id: str, outcome: TurnOutcome) -> dict[str, Any]:
     return {"turnId": turn_id, **outcome.to_wire()}
 
 
-def continue_prefix(env: Mapping[str, str] | None = None) -> str:
-    """``turns``, with ``TURNS_HOME=…`` in front when the work dir is not the default."""
-    env = os.environ if env is None else env
-    home = env.get("TURNS_HOME")
-    if home:
-        return f"TURNS_HOME={shlex.quote(os.path.abspath(home))} {PROG}"
-    return PROG
-
-
 def continue_commands(
     turn_id: str, outcome: SuspendedOutcome, env: Mapping[str, str] | None = None
 ) -> list[tuple[str, list[str]]]:
     """For each pending item: a description and the exact commands that answer it."""
-    turns = continue_prefix(env)
     out: list[tuple[str, list[str]]] = []
     for p in outcome.pending_permissions:
         request = p.request
@@ -337,8 +336,8 @@ def continue_commands(
             (
                 f"approval: {p.tool_name} ({p.tool_call_id}) {preview(shown, 100)}",
                 [
-                    f"{turns} approve {turn_id} {p.tool_call_id}",
-                    f"{turns} deny {turn_id} {p.tool_call_id} --reason 'not now'",
+                    command_line("approve", turn_id, p.tool_call_id, env=env),
+                    command_line("deny", turn_id, p.tool_call_id, "--reason", "not now", env=env),
                 ],
             )
         )
@@ -347,8 +346,12 @@ def continue_commands(
             (
                 f"result: {a.tool_name} ({a.tool_call_id}) {preview(a.input, 100)}",
                 [
-                    f"{turns} complete {turn_id} {a.tool_call_id} --text 'your answer'",
-                    f"{turns} progress {turn_id} {a.tool_call_id} --data '{{\"percent\": 50}}'",
+                    command_line(
+                        "complete", turn_id, a.tool_call_id, "--text", "your answer", env=env
+                    ),
+                    command_line(
+                        "progress", turn_id, a.tool_call_id, "--data", '{"percent": 50}', env=env
+                    ),
                 ],
             )
         )
@@ -373,7 +376,7 @@ def outcome_block(
                 # the conversation goes on in a new turn that continues this one.
                 lines.append(
                     "  once fixed, continue the conversation: "
-                    f"{continue_prefix(env)} run --continue {turn_id} PROMPT"
+                    + command_line("run", "--continue", turn_id, "PROMPT", env=env)
                 )
             return lines
         case CancelledOutcome():
@@ -384,7 +387,7 @@ def outcome_block(
             for what, commands in continue_commands(turn_id, outcome, env):
                 lines.append(f"  - {what}")
                 lines += [f"      {c}" for c in commands]
-            lines.append(f"  or give up: {continue_prefix(env)} cancel {turn_id}")
+            lines.append(f"  or give up: {command_line('cancel', turn_id, env=env)}")
             return lines
 
 
