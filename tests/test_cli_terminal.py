@@ -12,6 +12,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -494,6 +495,42 @@ def test_dev_serves_on_the_port_asked_for(home: Path) -> None:
     finally:
         proc.send_signal(signal.SIGTERM)
         proc.communicate(timeout=60)
+    wait_for("the server to stop", lambda: no_server(home), timeout=30)
+
+
+def _time_wait_on(port: int) -> None:
+    """Leave a connection of ``port`` in TIME_WAIT, as a server that just stopped does."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the side that closes first keeps TIME_WAIT on the port
+        client.close()
+    with socket.socket() as probe:
+        with pytest.raises(OSError):  # without SO_REUSEADDR the port looks taken
+            probe.bind(("127.0.0.1", port))
+
+
+def test_dev_keeps_its_port_when_only_time_wait_connections_remain(home: Path) -> None:
+    from turnclient.embedded import free_port
+
+    port = free_port()
+    _time_wait_on(port)
+    proc = start(home, "dev", "--no-worker", "--json", "--port", str(port))
+    assert proc.stdout is not None
+    text = ""
+    for line in proc.stdout:
+        text += line
+        if line.startswith("}"):
+            break
+    try:
+        assert json.loads(text)["address"] == f"127.0.0.1:{port}", text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert "is taken" not in err
     wait_for("the server to stop", lambda: no_server(home), timeout=30)
 
 

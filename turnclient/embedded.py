@@ -137,7 +137,11 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether the server could listen on ``port``: checked the way it binds, with
+    ``SO_REUSEADDR`` (Go's listeners set it), so connections of an earlier server
+    left in TIME_WAIT do not count as taking the port — only a listener does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:
