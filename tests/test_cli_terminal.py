@@ -534,6 +534,37 @@ def test_dev_keeps_its_port_when_only_time_wait_connections_remain(home: Path) -
     wait_for("the server to stop", lambda: no_server(home), timeout=30)
 
 
+def test_a_server_whose_database_is_gone_is_named_with_the_fix_at_once(home: Path) -> None:
+    """The embedded server answers but cannot store anything (its dev.db deleted
+    under it: "shard status unknown"): commands say so in one line and exit."""
+    dev = start(home, "dev", "--no-worker", "--json")
+    assert dev.stdout is not None
+    text = ""
+    for line in dev.stdout:
+        text += line
+        if line.startswith("}"):
+            break
+    try:
+        assert json.loads(text)["embedded"] is True
+        pid = json.loads((home / "temporal" / "server.json").read_text())["pid"]
+        r = turns(home, "run", "Save 'x' to x.txt", "--json")
+        assert r.returncode == 3, r.stderr
+        suspended = json.loads(r.stdout)["turnId"]
+        (home / "temporal" / "dev.db").unlink()
+        for args in (("run", "What time is it in Tokyo?"), ("recover", suspended)):
+            began = time.monotonic()
+            r = turns(home, *args)
+            assert r.returncode == 7, (args, r.stdout, r.stderr)
+            assert time.monotonic() - began < 60, args
+            [message] = r.stderr.strip().splitlines()
+            assert "answers but cannot store anything" in message, message
+            assert f"was deleted while it ran. Stop it (`kill {pid}`" in message
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        dev.communicate(timeout=60)
+    wait_for("the server to stop", lambda: no_server(home), timeout=30)
+
+
 def test_live_output_keeps_the_files_order_when_deltas_overtake_it() -> None:
     import io
 

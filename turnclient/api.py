@@ -224,6 +224,7 @@ class TurnClient:
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
+        server_check: Callable[[], None] | None = None,
     ) -> None:
         self._client = client
         self._repo = repository
@@ -236,6 +237,9 @@ class TurnClient:
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
+        self._server_check = server_check
+        """Raises when a transient failure is the server's lasting fault (the embedded
+        server's database gone), so the caller hears it at once, not after minutes."""
         # Reads predecessors for §6.7 inheritance at creation (files only).
         self._contexts = contexts or ContextResolver(
             lambda tid: TurnReducer.of(repository.read(tid)).state
@@ -263,6 +267,8 @@ class TurnClient:
                     raise asyncio.CancelledError from exc
                 if not _transient(exc):
                     raise
+                if self._server_check is not None:
+                    self._server_check()
                 if loop.time() + delay > deadline:
                     raise InfrastructureError(
                         f"{what}: Temporal did not answer within {self._rpc_deadline:g} s ({exc})"

@@ -1245,11 +1245,11 @@ async def _session(
     async with temporal(runtime.work_dir, options=options) as conn:
         if worker and not getattr(args, "no_worker", False):
             async with serving(runtime, conn.client):
-                yield conn, runtime.turn_client(conn.client)
+                yield conn, runtime.turn_client(conn.client, conn.server)
         else:
             if worker and not getattr(args, "wait_for_worker", False):
                 await _require_a_worker(conn, runtime.task_queue)
-            yield conn, runtime.turn_client(conn.client)
+            yield conn, runtime.turn_client(conn.client, conn.server)
 
 
 NO_WORKER_PATIENCE = 3.0

@@ -277,6 +277,32 @@ class EmbeddedServer:
 
     # -- public --------------------------------------------------------------
 
+    def check_persistence(self) -> None:
+        """Raise ``EmbeddedServerError`` if the server, though it answers, cannot
+        store anything: its database was deleted or made unwritable under it.
+
+        Temporal then fails every write as "shard status unknown" (UNAVAILABLE),
+        which a client takes for a restart and retries for minutes; a caller
+        whose request failed that way asks here first.
+        """
+        info = self.info
+        if info is None:
+            return
+        db = Path(info.db)
+        problem = None
+        if not db.exists():
+            problem = f"its database {db} was deleted while it ran"
+        elif not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)):
+            problem = f"its database {db} (or its folder) is not writable"
+        if problem is None:
+            return
+        raise EmbeddedServerError(
+            f"the embedded Temporal server (pid {info.pid}) answers but cannot store "
+            f"anything: {problem}. Stop it (`kill {info.pid}`, or end `turns dev`) and run "
+            "the command again: a new server starts, and every turn resumes from its file "
+            "(`turns recover TURN`)"
+        )
+
     async def acquire(self) -> ServerInfo:
         """Join: register as a user and return a server that answers."""
         if self._user is not None:

@@ -194,7 +194,9 @@ class Runtime:
             deps=deps,
         )
 
-    def turn_client(self, client: Client) -> TurnClient:
+    def turn_client(self, client: Client, server: EmbeddedServer | None = None) -> TurnClient:
+        """A client of the turns; with the embedded ``server`` it goes through, a
+        request that fails because that server cannot store anything ends at once."""
         return TurnClient(
             client,
             self.repository,
@@ -203,6 +205,7 @@ class Runtime:
             hub=self.hub,
             workflow_options=self.workflow_options,
             contexts=self.contexts,
+            server_check=server.check_persistence if server is not None else None,
         )
 
     @property
@@ -445,6 +448,7 @@ async def temporal(
     )
     info = await server.acquire()
     try:
+        server.check_persistence()  # a server left running over a deleted database
         client = await Client.connect(info.address, namespace=NAMESPACE, **extra)
         yield Temporal(client, info.address, NAMESPACE, server)
     finally:
