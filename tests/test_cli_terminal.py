@@ -565,6 +565,70 @@ def test_a_server_whose_database_is_gone_is_named_with_the_fix_at_once(home: Pat
     wait_for("the server to stop", lambda: no_server(home), timeout=30)
 
 
+def test_recover_and_watch_say_what_they_wait_for_after_an_interrupted_tool(home: Path) -> None:
+    """Ctrl-C while a sync tool runs: the tool is recorded as interrupted only once
+    its heartbeat is missed (30 s); until then the commands say what they wait for."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Event, Thread
+
+    asked, release = Event(), Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            asked.set()
+            release.wait(120)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/slow"
+    dev = start(home, "dev", "--no-worker", "--json")  # one server for every command
+    commands: list[subprocess.Popen[str]] = []
+    try:
+        assert dev.stdout is not None
+        for line in dev.stdout:
+            if line.startswith("}"):
+                break
+        r = turns(home, "run", f"Fetch {url}", "--json")
+        assert r.returncode == 3, r.stderr
+        turn_id = json.loads(r.stdout)["turnId"]
+        approving = start(home, "approve", turn_id, "call_0_0")
+        commands.append(approving)
+        wait_for("the tool to run", asked.is_set)
+        approving.send_signal(signal.SIGINT)
+        approving.communicate(timeout=30)
+        for args in (("recover", turn_id), ("watch", turn_id, "--no-worker")):
+            proc = start(home, *args)
+            commands.append(proc)
+            assert proc.stdout is not None
+            seen = ""
+
+            def said(proc: subprocess.Popen[str] = proc) -> bool:
+                nonlocal seen
+                ready, _, _ = select.select([proc.stdout], [], [], 0.05)
+                if ready:
+                    seen += os.read(proc.stdout.fileno(), 4096).decode()  # type: ignore[union-attr]
+                return "… waiting for http_get (call_0_0), running since" in seen
+
+            wait_for(f"{args[0]} to say what it waits for", said, timeout=15)
+            assert "recorded as interrupted once its heartbeat is missed (within 30 s" in seen
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=30)
+    finally:
+        release.set()
+        for proc in commands:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        server.shutdown()
+        dev.send_signal(signal.SIGTERM)
+        dev.communicate(timeout=60)
+    wait_for("the server to stop", lambda: no_server(home), timeout=60)
+
+
 def test_live_output_keeps_the_files_order_when_deltas_overtake_it() -> None:
     import io
 

@@ -1756,7 +1756,7 @@ def recover(args: argparse.Namespace) -> int:
     from turncore.reducer import reduce_turn
 
     async def body() -> int:
-        from .render import StreamRenderer, wants_color
+        from .render import StreamRenderer, running_tools_note, wants_color
 
         turn_id = _turn_id(args.turn)
         runtime = _runtime()
@@ -1766,9 +1766,11 @@ def recover(args: argparse.Namespace) -> int:
             renderer = None
             if not args.json:
                 renderer = StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
-                renderer.prime(
-                    reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
-                )
+                state = reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
+                renderer.prime(state)
+                note = running_tools_note(state)
+                if note is not None:
+                    print(note, flush=True)
             outcome = await _follow(turns, turn_id, None, renderer)
             return _finish(args, turn_id, outcome)
 
@@ -1797,7 +1799,13 @@ def watch(args: argparse.Namespace) -> int:
         from turncore.advance import outcome_of
         from turncore.surface import SurfaceProjector, encode_line
 
-        from .render import StreamRenderer, outcome_block, outcome_json, wants_color
+        from .render import (
+            StreamRenderer,
+            outcome_block,
+            outcome_json,
+            running_tools_note,
+            wants_color,
+        )
 
         turn_id = _turn_id(args.turn)
         _following(turn_id)
@@ -1826,6 +1834,10 @@ def watch(args: argparse.Namespace) -> int:
             show(e)
         state = reduce_turn(events)
         if state.terminal is None and not args.no_follow:
+            note = running_tools_note(state)
+            if renderer is not None and note is not None:
+                renderer.close()
+                print(note, flush=True)
             state = await _tail(args, runtime, turn_id, len(events), show)
         if renderer is not None:
             renderer.close()

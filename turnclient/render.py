@@ -317,6 +317,30 @@ _DECIDED_BY = {
     "human_unavailable": "because no human was available to approve it",
 }
 
+
+def running_tools_note(state: TurnState, heartbeat_seconds: float = 30.0) -> str | None:
+    """What a command that joins a turn mid-tool waits for, and for how long.
+
+    A sync tool whose worker went away (Ctrl-C on the command that ran it) is
+    only recorded as interrupted once Temporal misses its heartbeat; until
+    then the turn is silent, so the command says so rather than nothing.
+    """
+    running = [
+        t
+        for t in state.tool_calls
+        if t.execution == "sync" and t.invocation is not None and t.result is None
+    ]
+    if not running or state.terminal is not None:
+        return None
+    calls = ", ".join(f"{t.tool_name} ({t.tool_call_id})" for t in running)
+    since = running[0].invocation.ts if running[0].invocation is not None else "?"
+    return (
+        f"… waiting for {calls}, running since {since}: if the process that ran it "
+        f"stopped, it is recorded as interrupted once its heartbeat is missed "
+        f"(within {heartbeat_seconds:g} s of the last one)"
+    )
+
+
 # ---------------------------------------------------------------- outcomes
 
 
