@@ -369,12 +369,45 @@ def test_last_prefixes_and_the_work_dir_found_upward(tmp_path: Path) -> None:
         and r.stdout.encode() == (stored / f"{newer[0].turn_id}.jsonl").read_bytes()
     )
     r = run("show", "2025")
-    assert r.returncode == 2 and "is the start of 2 turns" in r.stderr
+    assert r.returncode == 2 and "is the start of 2 turns (newest first: " in r.stderr
+    assert r.stderr.index(newer[0].turn_id) < r.stderr.index(older[0].turn_id)
+    # validate takes a turn like every other command: `last`, a prefix, an id
+    for given, turn in (("last", newer), ("2025-11-11T04", older), (older[0].turn_id, older)):
+        r = run("validate", given, "--json")
+        assert r.returncode == 0, (given, r.stdout, r.stderr)
+        assert json.loads(r.stdout) == {"valid": [turn[0].turn_id], "invalid": []}, given
+    r = run("validate", "2024")
+    assert r.returncode == 1 and "no turn in" in r.stdout, r.stdout
+    r = run("show", "nosuch")
+    assert r.returncode == 2
+    assert "by its id, `last` (the newest) or a unique prefix of its id" in r.stderr
     r = run("show", "2024")
     assert r.returncode == 2 and "no turn in" in r.stderr and "starts with '2024'" in r.stderr
     r = run("show", "../etc")
     assert r.returncode == 2
     assert not (deep / ".turns").exists()  # nothing was created in the subdirectory
+
+
+def test_a_misspelled_command_gets_a_suggestion_and_help_lists_common_commands_first(
+    home: Path,
+) -> None:
+    r = turns(home, "vaildate", "last")
+    assert r.returncode == 2
+    assert r.stderr == "turns: unknown command 'vaildate' (did you mean `turns validate`?)\n"
+    r = turns(home, "xyzzy")
+    assert r.returncode == 2 and "unknown command 'xyzzy' (see `turns --help`)" in r.stderr
+    r = turns(home, "--help")
+    assert r.returncode == 0
+    listed = [
+        line.split()[0]
+        for line in r.stdout.split("COMMAND\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        if line.startswith("    ") and not line.startswith("     ")
+    ]
+    assert listed[:4] == ["run", "chat", "approve", "deny"], listed
+    assert listed.index("recover") < listed.index("show") < listed.index("repair")
+    assert listed.index("repair") < listed.index("db") < listed.index("export")
+    # the work dir default, as the README says
+    assert "nearest .turns/ here or above" in r.stdout
 
 
 def test_log_prints_only_turn_files(home: Path) -> None:

@@ -110,7 +110,8 @@ exit codes:
      it is (resume: `turns recover TURN`)
 
 environment:
-  TURNS_HOME        the work dir: turns.toml, storage/, temporal/ (default ./.turns)
+  TURNS_HOME        the work dir: turns.toml, storage/, temporal/ (default: the
+                    nearest .turns/ here or above, else ./.turns)
   TEMPORAL_ADDRESS  use this Temporal server instead of the embedded one; also
                     TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* as usual
   TURNS_TASK_QUEUE  the task queue (default turns, or task_queue in turns.toml)
@@ -206,12 +207,39 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "--version", action=_VersionAction, nargs=0, help="print the version and exit"
     )
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
-    for c in COMMANDS.values() if only is None else [COMMANDS[only]]:
+    for c in _in_help_order() if only is None else [COMMANDS[only]]:
         p = sub.add_parser(c.name, help=c.help, description=c.help)
         for a in c.args:
             p.add_argument(*a.flags, **a.options)
         p.set_defaults(run=c.run)
     return parser
+
+
+HELP_ORDER = (
+    *("run", "chat", "approve", "deny", "complete", "progress", "cancel", "recover", "watch"),
+    *("list", "show", "state", "log", "inspect", "validate", "repair"),
+    *("dev", "worker", "ui", "config", "db", "export", "import", "codec-server", "completion"),
+)
+"""``--help`` lists commands in the order people reach for them: running and
+answering turns first, reading them next, operating the runtime last."""
+
+
+def _in_help_order() -> list[Command]:
+    rank = {name: i for i, name in enumerate(HELP_ORDER)}
+    return sorted(COMMANDS.values(), key=lambda c: rank.get(c.name, len(rank)))
+
+
+def _did_you_mean(argv: list[str]) -> str:
+    """`` (did you mean `turns run`?)`` for a misspelled command, else nothing."""
+    import difflib
+
+    given = next((a for a in argv if not a.startswith("-")), None)
+    if given is None or given in COMMANDS:
+        return ""
+    close = difflib.get_close_matches(given, list(COMMANDS), n=2, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(f'`{PROG} {c}`' for c in close)}?)"
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -225,7 +253,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help or --version
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except _UsageError as exc:
-        return _report(argparse.Namespace(json="--json" in argv), EXIT_USAGE, str(exc))
+        message = str(exc)
+        if "invalid choice" in message:
+            message = f"{PROG}: unknown command {next(a for a in argv if not a.startswith('-'))!r}"
+            message += _did_you_mean(argv) or f" (see `{PROG} --help`)"
+        return _report(argparse.Namespace(json="--json" in argv), EXIT_USAGE, message)
     run: Run | None = getattr(args, "run", None)
     if run is None:
         parser.print_help(sys.stderr)
@@ -611,14 +643,26 @@ def _turn_id(given: str) -> str:
         if len(matches) == 1:
             return matches[0]
         if matches:
-            shown = ", ".join(matches[-5:])
+            shown = ", ".join(reversed(matches[-5:]))
             raise Failure(
-                f"{given!r} is the start of {len(matches)} turns (newest: {shown}); type more of it",
+                f"{given!r} is the start of {len(matches)} turns (newest first: {shown}); "
+                "type more of it",
                 EXIT_USAGE,
             )
         raise Failure(f"no turn in {work} starts with {given!r}", EXIT_USAGE)
-    validate_turn_id(given)  # raises: a malformed or path-like id, said precisely
+    try:
+        validate_turn_id(given)  # raises: a malformed or path-like id, said precisely
+    except InvalidInputError as exc:
+        raise Failure(f"{exc}; {TURN_FORMS}", EXIT_USAGE) from None
     raise AssertionError
+
+
+TURN_FORMS = "name a turn by its id, `last` (the newest) or a unique prefix of its id"
+
+
+def _names_a_turn(given: str) -> bool:
+    """Whether ``given`` (no such path) is a turn id, ``last`` or an id's prefix."""
+    return given == "last" or is_turn_id(given) or bool(_ID_PREFIX.fullmatch(given))
 
 
 def _path_of(given: str) -> Path:
@@ -667,7 +711,17 @@ def validate(args: argparse.Namespace) -> int:
     valid: list[str] = []
     invalid: list[dict[str, str]] = []
     for given in args.paths:
-        for path in _turn_files(given):
+        if not os.path.exists(given) and _names_a_turn(given):
+            try:  # `last` and a prefix name a stored turn, as for every command
+                targets = [_turn_id(given)]
+            except Failure as exc:
+                invalid.append({"path": given, "problem": str(exc)})
+                if not args.json:
+                    print(str(exc))
+                continue
+        else:
+            targets = list(_turn_files(given))
+        for path in targets:
             _, problem = _read_stored(path) if _is_stored_id(path) else _read(path)
             if problem is None:
                 valid.append(path)
