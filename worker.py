@@ -32,9 +32,9 @@ from temporalio.service import RPCError
 from temporalio.worker import Worker
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
 
-from turnclient.embedded import is_server_process
-from turnclient.runtime import ConnectOptions, Runtime, Temporal, temporal
-from turnclient.storage import MIGRATE_ENV
+from turnclient.runtime.connection import ConnectOptions, Runtime, Temporal, temporal
+from turnclient.runtime.embedded import is_server_process
+from turnclient.runtime.storage import MIGRATE_ENV
 from turncore.errors import TurnError
 from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
@@ -307,8 +307,8 @@ async def run_worker_from_env() -> None:
 
 def _metrics_from_env() -> str | None:
     """``TURNS_METRICS=[HOST]:PORT`` serves Prometheus metrics (as ``turns worker --metrics``)."""
-    from turnclient.config import ConfigError
-    from turnclient.telemetry import metrics_address
+    from turnclient.runtime.config import ConfigError
+    from turnclient.runtime.telemetry import metrics_address
 
     given = os.environ.get("TURNS_METRICS")
     try:
@@ -341,6 +341,6 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    from turnclient.process import leave
+    from turnclient.runtime.process import leave
 
-    leave(main())  # never finalise under the SDK's threads (see turnclient.process)
+    leave(main())  # never finalise under the SDK's threads (see turnclient.runtime.process)

@@ -90,7 +90,7 @@ from turncore.permissions import (
     PermissionClassifier,
 )
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import TurnRepository
+from turncore.storage.repository import TurnRepository
 from turncore.subagents import (
     child_link,
     child_result,

@@ -18,7 +18,7 @@ from typing import Any, TypeVar, assert_never
 
 from temporalio.testing import ActivityEnvironment
 
-from turnclient.api import iso_now
+from turnclient.lib.api import iso_now
 from turncore import advance
 from turncore.events import TurnEvent, TurnExternalInput
 from turncore.reducer import ToolCallState, TurnReducer, TurnState

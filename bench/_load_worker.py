@@ -22,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from temporalio.client import Client  # noqa: E402
 
-from turnclient.api import iso_now  # noqa: E402
+from turnclient.lib.api import iso_now  # noqa: E402
 from turncore.agents import AgentDefinition, StaticAgentResolver  # noqa: E402
 from turncore.context import ContextResolver  # noqa: E402
 from turncore.events import ModelDescriptor, ToolDescriptor  # noqa: E402
@@ -30,7 +30,7 @@ from turncore.live import LiveHub  # noqa: E402
 from turncore.model.scripted import ScriptedModel  # noqa: E402
 from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier  # noqa: E402
 from turncore.reducer import TurnReducer  # noqa: E402
-from turncore.repository import FileTurnRepository, JsonlRepository  # noqa: E402
+from turncore.storage.repository import FileTurnRepository, JsonlRepository  # noqa: E402
 from turncore.tools import ToolContext, ToolRegistry, tool  # noqa: E402
 from turncore_temporal.activities.turn_activities import TurnDependencies  # noqa: E402
 
@@ -87,7 +87,7 @@ def resolver() -> StaticAgentResolver:
 
 def open_repository(kind: str, work: Path) -> JsonlRepository:
     if kind == "postgres":
-        from turncore.postgres import PostgresTurnRepository
+        from turncore.storage.postgres import PostgresTurnRepository
 
         return PostgresTurnRepository.connect(os.environ["TURNS_DATABASE_URL"], pool_size=16)
     return FileTurnRepository(work)

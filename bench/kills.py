@@ -44,14 +44,14 @@ from temporalio.client import Client, WorkflowExecutionStatus  # noqa: E402
 from temporalio.runtime import Runtime, TelemetryConfig  # noqa: E402
 
 from tests.crash_worker import resolver  # noqa: E402
-from turnclient.api import CreateTurnInput, TurnClient  # noqa: E402
-from turnclient.devserver import find_temporal_cli  # noqa: E402
-from turnclient.embedded import free_port, search_attribute_flags  # noqa: E402
+from turnclient.lib.api import CreateTurnInput, TurnClient  # noqa: E402
+from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
+from turnclient.runtime.embedded import free_port, search_attribute_flags  # noqa: E402
 from turncore.errors import TurnError  # noqa: E402
 from turncore.events import PermissionDecisionInput, RequestedAgent  # noqa: E402
 from turncore.messages import UserMessage  # noqa: E402
 from turncore.reducer import TurnReducer  # noqa: E402
-from turncore.repository import FileTurnRepository  # noqa: E402
+from turncore.storage.repository import FileTurnRepository  # noqa: E402
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES  # noqa: E402
 
 

@@ -55,8 +55,8 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from bench._load_worker import open_repository, resolver  # noqa: E402
 from tests.postgres import PostgresServer  # noqa: E402
-from turnclient.api import CreateTurnInput, TurnClient  # noqa: E402
-from turnclient.devserver import find_temporal_cli  # noqa: E402
+from turnclient.lib.api import CreateTurnInput, TurnClient  # noqa: E402
+from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
 from turncore.events import (  # noqa: E402
     ModelCallRequested,
     PermissionDecisionInput,
@@ -64,7 +64,7 @@ from turncore.events import (  # noqa: E402
     TurnOutcome,
 )
 from turncore.messages import UserMessage  # noqa: E402
-from turncore.repository import JsonlRepository  # noqa: E402
+from turncore.storage.repository import JsonlRepository  # noqa: E402
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES  # noqa: E402
 
 CONCURRENCY = 100  # client calls in flight at once (the worker sees all N turns open)
@@ -309,7 +309,7 @@ async def suspended(env: WorkflowEnvironment, m: int, base: Path, url: str) -> d
 
 
 async def main(n: int, m: int, kinds: list[str]) -> dict[str, Any]:
-    from turncore.postgres import migrate
+    from turncore.storage.postgres import migrate
 
     env = await WorkflowEnvironment.start_local(
         dev_server_existing_path=find_temporal_cli(),

@@ -63,7 +63,7 @@ from temporalio.worker import Worker  # noqa: E402
 from bench._inprocess import InProcessTurn  # noqa: E402
 from bench._plain import PlainWorkflow, noop  # noqa: E402
 from tests.harness import Harness, async_tool, sync_tool  # noqa: E402
-from turnclient.devserver import find_temporal_cli  # noqa: E402
+from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
 from turncore.events import AsyncToolResultInput  # noqa: E402
 from turncore.messages import AssistantMessage, UserMessage  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402

@@ -51,7 +51,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.builders import TurnBuilder, ask_call, read_call  # noqa: E402
 from turncore.events import TRUSTED_EVENT_VALIDATORS, TurnEvent  # noqa: E402
 from turncore.reducer import TurnReducer  # noqa: E402
-from turncore.repository import FileTurnRepository  # noqa: E402
+from turncore.storage.repository import FileTurnRepository  # noqa: E402
 
 SIZES = {"1k": 1_000, "10k": 10_000, "100k": 100_000}
 TARGET_EVENTS_PER_SECOND = 200_000

@@ -21,7 +21,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.postgres import PostgresServer
-from turnclient.devserver import find_temporal_cli
+from turnclient.runtime.devserver import find_temporal_cli
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 # Commands run by tests stop their embedded server as the last one leaves, so

@@ -23,7 +23,7 @@ from typing import Any
 from temporalio import activity
 from temporalio.client import Client
 
-from turnclient.api import iso_now
+from turnclient.lib.api import iso_now
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver
 from turncore.events import ModelDescriptor, ToolDescriptor
@@ -31,7 +31,7 @@ from turncore.live import LiveHub
 from turncore.model.scripted import ScriptedModel
 from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
 from turncore.reducer import TurnReducer
-from turncore.repository import FileTurnRepository
+from turncore.storage.repository import FileTurnRepository
 from turncore.tools import ToolContext, ToolRegistry, tool
 from turncore_temporal.activities.payloads import (
     AppendInput,

@@ -19,8 +19,8 @@ import orjson
 from temporalio.client import Client
 from temporalio.worker import Worker
 
-from turnclient.api import CreateTurnInput, TurnClient
-from turnclient.runtime import turn_dependencies
+from turnclient.lib.api import CreateTurnInput, TurnClient
+from turnclient.runtime.connection import turn_dependencies
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.errors import DependencyError
 from turncore.events import (
@@ -43,7 +43,7 @@ from turncore.permissions import (
     PermissionClassifier,
 )
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import FileTurnRepository, TurnRepository
+from turncore.storage.repository import FileTurnRepository, TurnRepository
 from turncore.tools import ToolContext, ToolRegistry
 from turncore_temporal.activities.turn_activities import TurnActivities, TurnDependencies
 from turncore_temporal.worker import build_worker

@@ -19,15 +19,15 @@ from typing import Any
 
 from temporalio.client import Client
 
-from turnclient.api import iso_now
+from turnclient.lib.api import iso_now
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver
 from turncore.events import ModelDescriptor, ToolDescriptor
 from turncore.live import LiveHub
 from turncore.model.scripted import ScriptedModel
 from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
-from turncore.postgres import PostgresTurnRepository
 from turncore.reducer import TurnReducer
+from turncore.storage.postgres import PostgresTurnRepository
 from turncore.tools import ToolContext, ToolRegistry, tool
 from turncore_temporal.activities.turn_activities import TurnDependencies
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from temporalio.client import Client
 from temporalio.testing import WorkflowEnvironment
 
-from turnclient.runtime import Runtime
+from turnclient.runtime.connection import Runtime
 from turncore.events import ModelDescriptor
 from turncore.model import Model
 from turncore.model.binding import Binding

@@ -11,7 +11,7 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import MODEL, Harness, sync_tool
 from tests.test_workflow_scenarios import Recorder
-from turnclient.api import CreateTurnInput
+from turnclient.lib.api import CreateTurnInput
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.compose import compose_model_request
 from turncore.errors import DependencyError

@@ -16,7 +16,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.harness import Harness, sync_tool
 from turncore.errors import CorruptTurnError, InfrastructureError
 from turncore.events import TurnEvent
-from turncore.repository import FileTurnRepository
+from turncore.storage.repository import FileTurnRepository
 from turncore.tools import ToolContext
 from turncore_temporal.activities.payloads import (
     AppendInput,

@@ -13,13 +13,13 @@ from typing import Any
 import httpx
 import pytest
 
-from turnclient.builtin_tools import (
+from turnclient.builtins.demo import demo_model, plan
+from turnclient.builtins.tools import (
     BUILTIN_NAMES,
     builtin_tools,
     evaluate,
     http_get_tool,
 )
-from turnclient.demo import demo_model, plan
 from turncore.events import ToolResultData
 from turncore.messages import (
     AssistantMessage,

@@ -511,8 +511,8 @@ def test_inspect_wire_shows_the_provider_body_with_the_key_redacted(home: Path) 
 
 
 def test_dev_serves_on_the_port_asked_for(home: Path) -> None:
-    from turnclient.cli import DEV_PORT
-    from turnclient.embedded import free_port
+    from turnclient.cli.serving import DEV_PORT
+    from turnclient.runtime.embedded import free_port
 
     assert DEV_PORT == 7233
     port = free_port()
@@ -547,7 +547,7 @@ def _time_wait_on(port: int) -> None:
 
 
 def test_dev_keeps_its_port_when_only_time_wait_connections_remain(home: Path) -> None:
-    from turnclient.embedded import free_port
+    from turnclient.runtime.embedded import free_port
 
     port = free_port()
     _time_wait_on(port)
@@ -666,7 +666,7 @@ def test_live_output_keeps_the_files_order_when_deltas_overtake_it() -> None:
     import io
 
     from tests.histories import History, created
-    from turnclient.render import StreamRenderer
+    from turnclient.cli.render import StreamRenderer
     from turncore.events import TextDelta
 
     h = History(created(human_available=False))

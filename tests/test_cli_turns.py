@@ -27,9 +27,9 @@ from temporalio.common import SearchAttributeKey
 
 from tests.histories import TURN_ID, created, to_line, tool_turn
 from tests.test_embedded import kill_stragglers
-from turnclient.api import start_details
 from turnclient.cli import main
-from turnclient.embedded import servers_on
+from turnclient.lib.api import start_details
+from turnclient.runtime.embedded import servers_on
 from turncore.ids import turn_path
 
 pytestmark = pytest.mark.temporal  # starts its own dev servers

@@ -17,9 +17,10 @@ import pytest
 
 from tests.histories import History, created, write_turn
 from turnclient import cli
+from turnclient.cli import common
 from turncore.errors import CorruptTurnError
 from turncore.reducer import reduce_turn
-from turncore.repository import read_path
+from turncore.storage.repository import read_path
 
 ROOT = Path(__file__).resolve().parent.parent
 GOLDEN = Path("tests/golden")  # relative: the CLI must echo paths as given
@@ -346,7 +347,7 @@ def test_main_in_process(capsys: pytest.CaptureFixture[str]) -> None:
 
 
 def test_a_new_command_is_one_decorated_function(capsys: pytest.CaptureFixture[str]) -> None:
-    @cli.command("echo-count", "count paths", cli.arg("paths", nargs="*"))
+    @common.command("echo-count", "count paths", common.arg("paths", nargs="*"))
     def echo_count(args: argparse.Namespace) -> int:
         print(len(args.paths))
         return 3
@@ -355,9 +356,9 @@ def test_a_new_command_is_one_decorated_function(capsys: pytest.CaptureFixture[s
         assert cli.main(["echo-count", "a", "b"]) == 3
         assert capsys.readouterr().out == "2\n"
         with pytest.raises(ValueError, match="registered twice"):
-            cli.command("echo-count", "again")(echo_count)
+            common.command("echo-count", "again")(echo_count)
     finally:
-        del cli.COMMANDS["echo-count"]
+        del common.COMMANDS["echo-count"]
 
 
 def test_validate_json_lists_valid_and_invalid_files() -> None:

@@ -32,18 +32,18 @@ from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
-from turnclient.api import TurnClient
-from turnclient.codec import (
+from turnclient.lib.api import TurnClient
+from turnclient.runtime.codec import (
     ENCODING,
     EncryptionCodec,
     PayloadKeyError,
     PayloadKeys,
     new_key_spec,
 )
-from turnclient.codec_server import CodecServer
-from turnclient.config import ConfigError, load_config
-from turnclient.devserver import find_temporal_cli
-from turnclient.runtime import ConnectOptions, data_converter
+from turnclient.runtime.config import ConfigError, load_config
+from turnclient.runtime.connection import ConnectOptions, data_converter
+from turnclient.runtime.devserver import find_temporal_cli
+from turnclient.servers.codec_server import CodecServer
 from turncore.errors import InfrastructureError
 from turncore.events import external_input_adapter
 from turncore.tools import ToolContext

@@ -47,7 +47,7 @@ from turncore.messages import (
     UserMessage,
 )
 from turncore.reducer import TurnState, reduce_turn
-from turncore.repository import FileTurnRepository
+from turncore.storage.repository import FileTurnRepository
 
 
 def tid(n: int) -> str:

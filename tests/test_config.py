@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from turnclient.config import BUILTIN_AGENTS, ConfigError, load_config
-from turnclient.runtime import RuleClassifier, Runtime
+from turnclient.runtime.config import BUILTIN_AGENTS, ConfigError, load_config
+from turnclient.runtime.connection import RuleClassifier, Runtime
 from turncore.errors import DependencyError
 from turncore.events import RequestedAgent
 from turncore.permissions import PermissionClassificationBatch, PermissionClassificationInput

@@ -14,8 +14,8 @@ from tests.histories import TURN_ID, to_line, tool_turn
 from tests.test_cli_turns import home, turns  # noqa: F401 (home is a fixture)
 from tests.test_postgres_cli import POSTGRES, as_json, base_env, make_home, run
 from turnclient.cli import main
-from turnclient.config import ConfigError, load_config
-from turnclient.cost import Pricer
+from turnclient.lib.cost import Pricer
+from turnclient.runtime.config import ConfigError, load_config
 from turncore.events import ModelDescriptor, TurnUsage
 from turncore.ids import turn_path
 from turncore.model import ProviderConfig

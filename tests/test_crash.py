@@ -18,12 +18,12 @@ import orjson
 from temporalio.testing import WorkflowEnvironment
 
 from tests.crash_worker import resolver
-from turnclient.api import CreateTurnInput, TurnClient
+from turnclient.lib.api import CreateTurnInput, TurnClient
 from turncore.advance import INTERRUPTED_MODEL_CALL, INTERRUPTED_TOOL_RESULT
 from turncore.events import RequestedAgent
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
-from turncore.repository import FileTurnRepository
+from turncore.storage.repository import FileTurnRepository
 
 ROOT = Path(__file__).resolve().parent.parent
 

@@ -23,11 +23,11 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.crash_worker import resolver
 from tests.test_crash import executions_of, worker_process
-from turnclient.api import CreateTurnInput, TurnClient
+from turnclient.lib.api import CreateTurnInput, TurnClient
 from turncore.events import PermissionDecisionInput, RequestedAgent
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
-from turncore.repository import FileTurnRepository
+from turncore.storage.repository import FileTurnRepository
 from turncore_temporal.workflows import TurnWorkflow, TurnWorkflowInput
 
 BEFORE_SUSPENSION = {"tool_permission_required", "tool_permission_classified", "turn_suspended"}

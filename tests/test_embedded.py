@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from turnclient.embedded import EmbeddedServer, ServerInfo, is_server_process, servers_on
+from turnclient.runtime.embedded import EmbeddedServer, ServerInfo, is_server_process, servers_on
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 pytestmark = pytest.mark.temporal  # starts its own dev servers
@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parent.parent
 
 HOLDER = """
 import asyncio, sys
-from turnclient.embedded import EmbeddedServer
+from turnclient.runtime.embedded import EmbeddedServer
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 async def main():

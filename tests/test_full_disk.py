@@ -18,7 +18,7 @@ import pytest
 
 from tests.builders import TURN_ID, open_sync_calls, tool_result
 from turncore.errors import InfrastructureError
-from turncore.repository import FileTurnRepository
+from turncore.storage.repository import FileTurnRepository
 
 PAGE = 4096
 

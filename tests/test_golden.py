@@ -32,7 +32,7 @@ from turncore.events import (
 from turncore.ids import is_turn_id
 from turncore.messages import ToolMessage
 from turncore.reducer import TurnState, reduce_turn
-from turncore.repository import read_path
+from turncore.storage.repository import read_path
 
 GOLDEN = Path(__file__).parent / "golden"
 BROKEN = GOLDEN / "broken"

@@ -221,15 +221,15 @@ def test_turns_progress_data_keeps_a_huge_integer_exact_and_refuses_it() -> None
 
     from pydantic import ValidationError
 
-    from turnclient.cli import _json_value
+    from turnclient.cli.deciding import json_value
     from turncore.events import AsyncToolProgressInput
 
-    value = _json_value(f'{{"n": {HUGE}}}')
+    value = json_value(f'{{"n": {HUGE}}}')
     assert value == {"n": HUGE}  # not silently a float
     with pytest.raises(ValidationError, match="safe integer range"):
         AsyncToolProgressInput(tool_call_id="call_0_0", progress=value)
     with pytest.raises(argparse.ArgumentTypeError):
-        _json_value("NaN")
+        json_value("NaN")
 
 
 async def test_a_workflow_whose_id_is_not_its_turn_id_is_refused(

@@ -41,7 +41,7 @@ def test_wheel_has_only_project_namespaces(tmp_path: Path) -> None:
     assert "turncore_temporal/activities/turn_activities.py" in names
     # The web UI's pages ship as package data: no build step, nothing fetched at run time.
     for static in ("index.html", "turn.html", "app.js", "app.css"):
-        assert f"turnclient/ui/static/{static}" in names
+        assert f"turnclient/servers/ui/static/{static}" in names
     # Nothing else from the repository root rides along (tests, bench, docs).
     assert not [
         n

@@ -420,7 +420,7 @@ async def test_a_tool_value_nested_past_the_limit_is_an_error_result_not_a_wedge
 async def test_pending_says_when_it_read_only_the_newest_suspended_turns(
     temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    import turnclient.listing
+    import turnclient.lib.listing
 
     agent = Agent(name="d", system_prompt="s", tools=(delete_file,), model="scripted/del")
     calls = [{"toolName": "delete_file", "input": {"path": "a"}}]
@@ -443,6 +443,6 @@ async def test_pending_says_when_it_read_only_the_newest_suspended_turns(
         ]
         # More suspended turns than the view reads: it says so instead of silently
         # leaving the older ones out.
-        monkeypatch.setattr(turnclient.listing, "PENDING_LIMIT", 1)
+        monkeypatch.setattr(turnclient.lib.listing, "PENDING_LIMIT", 1)
         view = await turns.pending()
         assert [t["turnId"] for t in view["turns"]] == [newer] and view["partial"] is True

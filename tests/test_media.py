@@ -130,7 +130,7 @@ async def test_a_turn_with_media_no_adapter_can_send_is_refused_at_creation(
     """Refused where it is created, with nothing written — not created and then
     failed at model call 0."""
     from tests.harness import Harness
-    from turnclient.api import CreateTurnInput
+    from turnclient.lib.api import CreateTurnInput
     from turncore.errors import InvalidInputError
     from turncore.events import RequestedAgent
 

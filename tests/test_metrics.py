@@ -22,8 +22,8 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
 from tests.test_cli_turns import environment, turns
-from turnclient.runtime import ConnectOptions, data_converter
-from turnclient.telemetry import metrics_address, metrics_runtime
+from turnclient.runtime.connection import ConnectOptions, data_converter
+from turnclient.runtime.telemetry import metrics_address, metrics_runtime
 from turncore.tools import ToolContext
 from turncore_temporal.worker import pending_approvals_reported
 

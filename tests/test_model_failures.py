@@ -17,7 +17,7 @@ from tests.builders import USAGE, TurnBuilder
 from tests.harness import Harness, sync_tool
 from tests.model.conftest import API_KEY, Chunk, FakeProvider, Hold, Reply, sse
 from tests.model.wire import WIRES, Wire, _a, _a_end, _block_delta, _completed, _ev
-from turnclient.api import CreateTurnInput
+from turnclient.lib.api import CreateTurnInput
 from turncore.events import (
     AgentOverrides,
     ContextRef,

@@ -24,12 +24,12 @@ from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.pg_worker import resolver
-from turnclient.api import CreateTurnInput, TurnClient
+from turnclient.lib.api import CreateTurnInput, TurnClient
 from turncore.advance import INTERRUPTED_TOOL_RESULT
 from turncore.events import PermissionDecisionInput, RequestedAgent
 from turncore.messages import UserMessage
-from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import TurnReducer
+from turncore.storage.postgres import PostgresTurnRepository, migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 TURNS = 50

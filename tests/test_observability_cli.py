@@ -28,9 +28,9 @@ from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTrace
 
 from tests.test_cli_turns import environment, held, home  # noqa: F401 (fixtures)
 from tests.test_codec import with_payloads_decoded
-from turnclient.codec import new_key_spec
-from turnclient.demo import DEMO_MODEL
-from turnclient.devserver import find_temporal_cli
+from turnclient.builtins.demo import DEMO_MODEL
+from turnclient.runtime.codec import new_key_spec
+from turnclient.runtime.devserver import find_temporal_cli
 
 pytestmark = pytest.mark.temporal  # starts its own dev servers
 

@@ -33,15 +33,15 @@ from tests.children import run_children
 from tests.postgres import PASSWORD, PostgresServer, free_port
 from turncore.errors import CorruptTurnError, InfrastructureError, TurnExistsError
 from turncore.events import ToolProgress, TurnEvent
-from turncore.postgres import (
+from turncore.reducer import reduce_turn
+from turncore.storage.postgres import (
     PG_SCHEMA_VERSION,
     DatabaseUnavailableError,
     PostgresTurnRepository,
     SchemaMismatchError,
     migrate,
 )
-from turncore.reducer import reduce_turn
-from turncore.repository import FileTurnRepository, RepairRefusedError
+from turncore.storage.repository import FileTurnRepository, RepairRefusedError
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -86,7 +86,7 @@ import sys, time
 from pathlib import Path
 from tests.builders import TURN_ID, tool_progress, tool_result
 from turncore.errors import CorruptTurnError
-from turncore.postgres import PostgresTurnRepository
+from turncore.storage.postgres import PostgresTurnRepository
 
 url, mode, who, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
 repo = PostgresTurnRepository.connect(url)
@@ -269,7 +269,7 @@ FROZEN = """
 import sys
 from tests.builders import TURN_ID, tool_progress
 from turncore.errors import InfrastructureError
-from turncore.postgres import PostgresTurnRepository
+from turncore.storage.postgres import PostgresTurnRepository
 
 repo = PostgresTurnRepository.connect(sys.argv[1], idle_in_transaction_timeout=1.0)
 print("ready", flush=True)
@@ -649,7 +649,7 @@ class TestUnreachable:
 def test_export_refuses_a_corrupt_turn_and_writes_nothing(
     repo: PostgresTurnRepository, url: str, postgres_server: PostgresServer, tmp_path: Path
 ) -> None:
-    from turnclient.storage import export_turns
+    from turnclient.runtime.storage import export_turns
 
     history = completed_turn()
     seed(repo, history)

@@ -19,10 +19,10 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.postgres import PASSWORD, free_port
-from turnclient.config import ConfigError, load_config, parse_storage
-from turnclient.storage import database_url
+from turnclient.runtime.config import ConfigError, load_config, parse_storage
+from turnclient.runtime.storage import database_url
 from turncore.ids import turn_path
-from turncore.postgres import PG_SCHEMA_VERSION
+from turncore.storage.postgres import PG_SCHEMA_VERSION
 
 ROOT = Path(__file__).resolve().parent.parent
 TIMEOUT = 120
@@ -183,7 +183,7 @@ def test_a_corrupt_row_is_reported_like_a_corrupt_line_and_repaired(
     postgres_url: str, tmp_path: Path
 ) -> None:
     from tests.builders import TURN_ID, completed_turn
-    from turncore.postgres import PostgresTurnRepository
+    from turncore.storage.postgres import PostgresTurnRepository
 
     env = {**base_env(), "TURNS_DATABASE_URL": postgres_url}
     home = make_home(tmp_path, "pg", POSTGRES)

@@ -20,13 +20,13 @@ from temporalio.testing import WorkflowEnvironment
 
 from tests.pg_worker import dependencies, resolver
 from tests.postgres import PASSWORD, PostgresServer
-from turnclient.api import CreateTurnInput, TurnClient
+from turnclient.lib.api import CreateTurnInput, TurnClient
 from turncore.advance import INTERRUPTED_TOOL_RESULT
 from turncore.errors import InfrastructureError
 from turncore.events import PermissionDecisionInput, RequestedAgent
 from turncore.messages import UserMessage
-from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import TurnReducer
+from turncore.storage.postgres import PostgresTurnRepository, migrate
 from turncore_temporal.worker import build_worker
 
 

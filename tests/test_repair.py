@@ -9,7 +9,7 @@ import pytest
 
 from tests.histories import to_line, tool_turn, write_turn
 from turncore.errors import CorruptTurnError, TurnNotFoundError
-from turncore.repository import RepairRefusedError, read_path, repair_torn_tail
+from turncore.storage.repository import RepairRefusedError, read_path, repair_torn_tail
 
 HISTORY = tool_turn().events
 """A valid, completed turn (8 lines)."""

@@ -44,9 +44,9 @@ from turncore.errors import (
     TurnNotFoundError,
 )
 from turncore.events import ToolProgress, ToolResult, TurnEvent
-from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import reduce_turn
-from turncore.repository import (
+from turncore.storage.postgres import PostgresTurnRepository, migrate
+from turncore.storage.repository import (
     MAX_LINE_DEPTH,
     FileTurnRepository,
     InMemoryTurnRepository,
@@ -1218,7 +1218,7 @@ import time
 from pathlib import Path
 from tests.builders import TURN_ID, tool_progress, tool_result
 from turncore.errors import CorruptTurnError
-from turncore.repository import FileTurnRepository
+from turncore.storage.repository import FileTurnRepository
 
 work, mode, who, count, go = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), Path(sys.argv[5])
 repo = FileTurnRepository(work)
@@ -1348,7 +1348,7 @@ class TestKnownOffset:
 
 def test_snake_case_field_names_are_not_the_wire_format(tmp_path: Path) -> None:
     from tests.builders import turn_created
-    from turncore.repository import FileTurnRepository as Repo
+    from turncore.storage.repository import FileTurnRepository as Repo
 
     repo = Repo(tmp_path)
     created = turn_created(TURN_ID)

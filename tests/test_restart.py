@@ -11,7 +11,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
-from turnclient.devserver import find_temporal_cli
+from turnclient.runtime.devserver import find_temporal_cli
 from turncore.tools import ToolContext
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
@@ -126,7 +126,7 @@ async def test_the_client_rides_out_a_server_restart(tmp_path: Path) -> None:
     # the client (the update is idempotent by its id) until a deadline.
     import asyncio
 
-    from turnclient.embedded import free_port
+    from turnclient.runtime.embedded import free_port
 
     db = tmp_path / "temporal.db"
     port = free_port()
@@ -169,7 +169,7 @@ async def test_the_client_rides_out_a_server_restart(tmp_path: Path) -> None:
 async def test_a_server_that_stays_away_gives_a_typed_error_after_the_deadline(
     tmp_path: Path,
 ) -> None:
-    from turnclient.api import TurnClient
+    from turnclient.lib.api import TurnClient
     from turncore.errors import InfrastructureError
 
     env = await _server(tmp_path / "temporal.db")
@@ -194,7 +194,7 @@ def test_which_rpc_failures_the_client_retries() -> None:
     from temporalio.client import WorkflowUpdateRPCTimeoutOrCancelledError
     from temporalio.service import RPCError, RPCStatusCode
 
-    from turnclient.api import _transient
+    from turnclient.lib.api import _transient
 
     def rpc(status: RPCStatusCode, message: str) -> RPCError:
         return RPCError(message, status, b"")

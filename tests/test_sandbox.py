@@ -76,7 +76,7 @@ def test_the_workflow_imports_no_io() -> None:
         "httpx",
         "anyio",
         "turncore.model",
-        "turncore.repository",
+        "turncore.storage.repository",
         "turncore_temporal.activities.turn_activities",
         "turnclient",
     ):

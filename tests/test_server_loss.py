@@ -20,7 +20,7 @@ from typing import IO
 import pytest
 
 from tests.test_cli_turns import environment, home, kill_stragglers  # noqa: F401
-from turnclient.embedded import is_server_process, servers_on
+from turnclient.runtime.embedded import is_server_process, servers_on
 
 pytestmark = pytest.mark.temporal  # starts embedded dev servers through the CLI
 

@@ -105,7 +105,7 @@ async def test_a_response_the_reducer_refuses_fails_the_turn_without_reissuing(
 
 
 async def _continue(h: Harness, previous: str, session: str | None = "s-1") -> str:
-    from turnclient.api import CreateTurnInput
+    from turnclient.lib.api import CreateTurnInput
     from turncore.events import ContextRef, RequestedAgent
     from turncore.messages import UserMessage
 
@@ -387,7 +387,7 @@ async def test_a_session_or_model_too_long_for_temporal_web_is_refused_at_creati
     it is refused where the turn is created, with nothing written."""
     import pytest
 
-    from turnclient.api import CreateTurnInput
+    from turnclient.lib.api import CreateTurnInput
     from turncore.errors import InvalidInputError
     from turncore.events import AgentOverrides, ModelDescriptor, RequestedAgent
     from turncore.messages import UserMessage
@@ -427,7 +427,7 @@ async def test_an_id_another_process_minted_first_is_minted_again_never_shared(
     """Two generators that mint in the same tick with the same instance number give
     the same id; the second create must not fail the caller's request (nor, for a
     child, link a turn it did not write): it mints again."""
-    from turnclient.api import CreateTurnInput, TurnClient
+    from turnclient.lib.api import CreateTurnInput, TurnClient
     from turncore.events import RequestedAgent
     from turncore.ids import TurnIdGenerator
     from turncore.messages import UserMessage

@@ -51,8 +51,8 @@ from turncore.inputs import (
     staged_digest,
     staged_form,
 )
-from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import TurnReducer
+from turncore.storage.postgres import PostgresTurnRepository, migrate
 
 ROOT = Path(__file__).resolve().parent.parent
 THREE_MB = "r" * (3 * 1024 * 1024)
@@ -163,7 +163,7 @@ def test_too_large_to_stage_is_refused_with_the_documented_error() -> None:
 
 @pytest.fixture(params=["file", "memory", "postgres"])
 def repository(request: pytest.FixtureRequest, tmp_path: Path) -> Iterator[Any]:
-    from turncore.repository import FileTurnRepository, InMemoryTurnRepository
+    from turncore.storage.repository import FileTurnRepository, InMemoryTurnRepository
 
     if request.param == "file":
         yield FileTurnRepository(tmp_path)
@@ -201,7 +201,7 @@ def test_staging_is_content_addressed_idempotent_and_checked(repository: Any) ->
 def test_a_corrupt_staged_file_is_reported_and_restaged(tmp_path: Path) -> None:
     from tests.builders import TURN_ID
     from tests.builders import turn_created as created
-    from turncore.repository import FileTurnRepository
+    from turncore.storage.repository import FileTurnRepository
 
     repo = FileTurnRepository(tmp_path)
     repo.create(created())

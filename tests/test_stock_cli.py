@@ -10,7 +10,7 @@ from typing import Any
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, sync_tool
-from turnclient.devserver import find_temporal_cli
+from turnclient.runtime.devserver import find_temporal_cli
 from turncore.tools import ToolContext
 
 

@@ -21,8 +21,8 @@ from turncore.elision import elide_event
 from turncore.ids import TurnIdGenerator
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
-from turncore.postgres import PostgresTurnRepository, migrate
 from turncore.reducer import TurnReducer
+from turncore.storage.postgres import PostgresTurnRepository, migrate
 from turncore.subagents import spawn_agent_descriptor
 from turncore.tools import ToolContext
 

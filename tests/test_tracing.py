@@ -21,8 +21,8 @@ from temporalio.testing import WorkflowEnvironment
 from temporalio.worker import Replayer
 
 from tests.harness import Harness, sync_tool
-from turnclient.runtime import ConnectOptions, data_converter
-from turnclient.telemetry import tracing_interceptors, tracing_requested
+from turnclient.runtime.connection import ConnectOptions, data_converter
+from turnclient.runtime.telemetry import tracing_interceptors, tracing_requested
 from turncore.tools import ToolContext
 from turncore_temporal.activities.telemetry import CAPTURE_ENV
 from turncore_temporal.worker import workflow_runner

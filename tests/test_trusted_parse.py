@@ -27,7 +27,7 @@ from turncore.events import (
     parse_event,
 )
 from turncore.jsonvalue import TRUSTED_JSON
-from turncore.repository import InMemoryTurnRepository
+from turncore.storage.repository import InMemoryTurnRepository
 
 GOLDEN = Path(__file__).parent / "golden"
 

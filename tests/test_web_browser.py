@@ -26,9 +26,9 @@ from temporalio.testing import WorkflowEnvironment
 from tests.builders import TurnBuilder
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
-from turnclient.demo import DEMO_MODEL, demo_model
-from turnclient.runtime import Runtime
-from turnclient.ui import create_app, web_ui
+from turnclient.builtins.demo import DEMO_MODEL, demo_model
+from turnclient.runtime.connection import Runtime
+from turnclient.servers.ui import create_app, web_ui
 from turncore.events import ModelCallCompleted, TurnCreated
 from turncore.messages import AssistantMessage, FilePart, ImagePart, TextPart, UserMessage
 from turncore.model import ModelCallRequest

@@ -19,8 +19,8 @@ from typing import Any
 import httpx
 from temporalio.testing import WorkflowEnvironment
 
-from turnclient.runtime import Runtime
-from turnclient.ui import BODY_TIMEOUT, create_app, web_ui
+from turnclient.runtime.connection import Runtime
+from turnclient.servers.ui import BODY_TIMEOUT, create_app, web_ui
 from turncore_temporal.worker import serving
 
 

@@ -1,12 +1,22 @@
-"""The client side of turncore: the ``turns`` command line, the Temporal client API,
-and the library entry point ``Turns``.
-
-Modules here may import ``temporalio`` (``turncore`` may not). ``cli`` keeps
-its Temporal imports inside the commands that need them, so file-only
-commands such as ``turns validate`` start quickly and work without a server;
-for the same reason the library names below are imported on first use.
+"""turncore's one public import root: everything a user's code writes.
 
     from turnclient import Agent, Turns, tool
+
+``Turns`` runs turns from Python; ``Agent`` and ``tool`` declare what a turn
+may do; the typed errors are what its calls raise; ``run_worker`` serves
+turns (what ``turns worker`` runs); ``TurnOutcome`` and ``ModelCallRequest``
+are the types a result and a scripted model's decisions are written in.
+
+The package is laid out by role (``docs/architecture.md`` has the table):
+``turnclient.cli`` (the ``turns`` command), ``turnclient.lib`` (the library),
+``turnclient.runtime`` (configuration, connection, embedded server, storage,
+telemetry), ``turnclient.servers`` (the web UI, the codec server) and
+``turnclient.builtins`` (what runs inside workers: built-in tools, the demo
+model). Modules here may import ``temporalio`` (``turncore`` may not).
+
+Every name below is imported on first use (``turncore._lazy``), so
+``import turnclient.cli`` for a command that only reads a file loads
+neither Temporal nor the library.
 """
 
 from __future__ import annotations
@@ -16,6 +26,10 @@ from typing import TYPE_CHECKING
 from turncore._lazy import lazy_exports
 
 if TYPE_CHECKING:
+    from turnclient.lib.listing import TurnSummary
+    from turnclient.lib.turns import TurnResult, Turns
+    from turnclient.runtime.config import Agent, ConfigError
+    from turnclient.runtime.connection import Runtime
     from turncore.errors import (
         DependencyError,
         InvalidInputError,
@@ -24,18 +38,21 @@ if TYPE_CHECKING:
         TurnError,
         TurnNotFoundError,
     )
+    from turncore.events import TurnOutcome
+    from turncore.model import ModelCallRequest
     from turncore.tools import Tool, ToolContext, ToolError, tool
-
-    from .config import Agent, ConfigError
-    from .listing import TurnSummary
-    from .turns import TurnResult, Turns
+    from turncore_temporal.worker import run_worker
 
 _EXPORTS = {
-    "Agent": ".config",
-    "ConfigError": ".config",
-    "Turns": ".turns",
-    "TurnResult": ".turns",
-    "TurnSummary": ".listing",
+    "Agent": "turnclient.runtime.config",
+    "ConfigError": "turnclient.runtime.config",
+    "Turns": "turnclient.lib.turns",
+    "TurnResult": "turnclient.lib.turns",
+    "TurnSummary": "turnclient.lib.listing",
+    "Runtime": "turnclient.runtime.connection",
+    "run_worker": "turncore_temporal.worker",
+    "TurnOutcome": "turncore.events",
+    "ModelCallRequest": "turncore.model",
     "Tool": "turncore.tools",
     "ToolContext": "turncore.tools",
     "ToolError": "turncore.tools",
@@ -56,14 +73,18 @@ __all__ = [
     "InvalidInputError",
     "InvalidTurnIdError",
     "RejectedInputError",
+    "ModelCallRequest",
+    "Runtime",
     "Tool",
     "ToolContext",
     "ToolError",
     "TurnError",
     "TurnNotFoundError",
+    "TurnOutcome",
     "TurnResult",
     "TurnSummary",
     "Turns",
+    "run_worker",
     "tool",
 ]
 

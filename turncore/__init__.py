@@ -54,7 +54,12 @@ if TYPE_CHECKING:
     from .ids import TurnIdGenerator, turn_path, validate_turn_id
     from .messages import AssistantMessage, ConversationMessage, ToolMessage, UserMessage
     from .reducer import TurnReducer, TurnState, reduce_turn
-    from .repository import FileTurnRepository, InMemoryTurnRepository, TurnRepository, read_path
+    from .storage.repository import (
+        FileTurnRepository,
+        InMemoryTurnRepository,
+        TurnRepository,
+        read_path,
+    )
 
 _LAZY: dict[str, str] = {
     "ComposedRequest": ".compose",
@@ -98,10 +103,10 @@ _LAZY: dict[str, str] = {
     "TurnReducer": ".reducer",
     "TurnState": ".reducer",
     "reduce_turn": ".reducer",
-    "FileTurnRepository": ".repository",
-    "InMemoryTurnRepository": ".repository",
-    "TurnRepository": ".repository",
-    "read_path": ".repository",
+    "FileTurnRepository": ".storage.repository",
+    "InMemoryTurnRepository": ".storage.repository",
+    "TurnRepository": ".storage.repository",
+    "read_path": ".storage.repository",
 }
 
 

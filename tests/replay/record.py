@@ -23,7 +23,7 @@ from temporalio.client import Client, WorkflowHistory
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness, async_tool, sync_tool
-from turnclient.devserver import find_temporal_cli
+from turnclient.runtime.devserver import find_temporal_cli
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
 from turncore.subagents import spawn_agent_descriptor

@@ -20,14 +20,13 @@ from dataclasses import dataclass
 
 from temporalio.client import Client
 
+from turnclient.lib.api import open_turn_message
+from turnclient.lib.listing import latest_turns
 from turncore.errors import InvalidInputError, RejectedInputError, TurnNotFoundError
 from turncore.events import ContextRef
 from turncore.ids import validate_turn_id
 from turncore.reducer import TurnReducer
-from turncore.repository import TurnRepository
-
-from .api import open_turn_message
-from .listing import latest_turns
+from turncore.storage.repository import TurnRepository
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,7 @@ from typing import NoReturn
 
 def leave(code: int) -> NoReturn:
     """Flush traces, logs and stdio, then end the process with ``code`` at once."""
-    from .telemetry import shutdown_tracing
+    from turnclient.runtime.telemetry import shutdown_tracing
 
     with contextlib.suppress(Exception):
         shutdown_tracing()

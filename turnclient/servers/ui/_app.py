@@ -31,11 +31,11 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from turnclient.api import CreateTurnInput, TurnClient
-from turnclient.deltaspool import spool_dir
-from turnclient.follow import Durable, Live, Settled, follow_turn
-from turnclient.listing import TurnListing, list_turns, pending_across
-from turnclient.turnview import pending_inputs, status_of, turn_view
+from turnclient.cli.follow import Durable, Live, Settled, follow_turn
+from turnclient.lib.api import CreateTurnInput, TurnClient
+from turnclient.lib.listing import TurnListing, list_turns, pending_across
+from turnclient.lib.turnview import pending_inputs, status_of, turn_view
+from turnclient.runtime.deltaspool import spool_dir
 from turncore.errors import (
     CorruptTurnError,
     DependencyError,
@@ -67,11 +67,13 @@ from turncore.surface import SurfaceProjector
 from ._security import Guard
 
 if TYPE_CHECKING:
-    from turnclient.runtime import Runtime
+    from turnclient.runtime.connection import Runtime
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(
+    "turnclient.ui._app"
+)  # its name before the move: logging configs keep working
 
-STATIC = resources.files("turnclient.ui") / "static"
+STATIC = resources.files("turnclient.servers.ui") / "static"
 
 MAX_BODY = 1024 * 1024
 """Largest request body accepted, in bytes (a complete's output included)."""

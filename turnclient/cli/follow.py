@@ -28,11 +28,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
+from turnclient.runtime.deltaspool import DeltaSpoolReader, SpooledDelta
 from turncore.events import TurnDelta, TurnEvent
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import TurnRepository
-
-from .deltaspool import DeltaSpoolReader, SpooledDelta
+from turncore.storage.repository import TurnRepository
 
 
 @dataclass(frozen=True)

@@ -87,14 +87,15 @@ from psycopg.conninfo import conninfo_to_dict
 from psycopg_pool import ConnectionPool, PoolTimeout
 from pydantic import ValidationError
 
-from .errors import (
+from turncore.errors import (
     CorruptTurnError,
     InfrastructureError,
     TurnExistsError,
     TurnNotFoundError,
 )
-from .events import StagedValue, TurnCreated, TurnEvent, parse_event
-from .ids import validate_turn_id
+from turncore.events import StagedValue, TurnCreated, TurnEvent, parse_event
+from turncore.ids import validate_turn_id
+
 from .repository import (
     AppendOutcome,
     RemovedTail,

@@ -50,7 +50,9 @@ from pydantic import TypeAdapter, ValidationError
 from turncore.events import TurnDelta
 from turncore.ids import validate_turn_id
 
-log = logging.getLogger(__name__)
+log = logging.getLogger(
+    "turnclient.deltaspool"
+)  # its name before the move: logging configs keep working
 
 SEGMENT_BYTES = 128 * 1024
 """A segment is rotated once it holds this many bytes: at most 2× per turn on disk."""

@@ -22,13 +22,12 @@ from typing import Any
 from temporalio.client import Client, WorkflowExecution
 from temporalio.common import SearchAttributeKey
 
+from turnclient.lib.summary import message_preview
+from turnclient.lib.turnview import pending_inputs
 from turncore.errors import TurnError, TurnNotFoundError
 from turncore.ids import is_turn_id
 from turncore.reducer import TurnReducer
-from turncore.repository import TurnRepository
-
-from .summary import message_preview
-from .turnview import pending_inputs
+from turncore.storage.repository import TurnRepository
 
 SCAN_LIMIT = 5000
 """Most executions one page request reads from visibility."""

@@ -2,7 +2,7 @@
 
 ``create_app`` builds the Starlette app for a runtime and a Temporal client;
 ``web_ui`` serves it with uvicorn inside a running asyncio program. The
-``turns ui`` command (``turnclient.uicli``) and ``turns dev`` use both.
+``turns ui`` command (``turnclient.cli.serving``) and ``turns dev`` use both.
 docs/api.md documents the endpoints; the pages are static HTML and one small
 script shipped in ``static/`` (no build step).
 """

@@ -11,7 +11,7 @@ deltas from this process's model calls to this process's watchers.
 ``temporal(...)`` connects: to ``TEMPORAL_ADDRESS`` (namespace, TLS and API
 key from the usual ``TEMPORAL_*`` variables, through
 ``temporalio.envconfig``) when it is set, and otherwise to the work dir's
-embedded dev server (``turnclient.embedded``). ``serving(...)`` runs a
+embedded dev server (``turnclient.runtime.embedded``). ``serving(...)`` runs a
 worker in this process for as long as the block runs. The CLI, ``turns
 worker``, ``python worker.py`` and the tests all wire through here.
 """
@@ -33,6 +33,12 @@ from temporalio.converter import DataConverter, PayloadCodec
 from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime as TemporalRuntime
 
+from turnclient.builtins.demo import DEMO_MODEL, demo_model
+from turnclient.lib.api import TurnClient, iso_now
+from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
+from turnclient.runtime.deltaspool import DeltaSpool, spool_dir
+from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
+from turnclient.runtime.storage import open_repository
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver, ElisionPolicy
 from turncore.errors import DependencyError, InfrastructureError, InvalidInputError
@@ -48,19 +54,12 @@ from turncore.permissions import (
     PermissionClassifier,
 )
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import JsonlRepository, TurnRepository
+from turncore.storage.repository import JsonlRepository, TurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import ToolRegistry
 from turncore_temporal.activities import DATA_CONVERTER
 from turncore_temporal.activities.turn_activities import ModelResolver, TurnDependencies
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
-
-from .api import TurnClient, iso_now
-from .config import Config, ConfigError, load_config, work_dir_from_env
-from .deltaspool import DeltaSpool, spool_dir
-from .demo import DEMO_MODEL, demo_model
-from .embedded import NAMESPACE, EmbeddedServer
-from .storage import open_repository
 
 log = logging.getLogger("turnclient")
 
@@ -356,7 +355,7 @@ class ConnectOptions:
         metrics: str | None = None,
     ) -> ConnectOptions:
         """The options ``turns.toml`` and the environment ask for (all off by default)."""
-        from .telemetry import (
+        from turnclient.runtime.telemetry import (
             TelemetryError,
             configure_tracing,
             metrics_runtime,
@@ -376,7 +375,7 @@ class ConnectOptions:
 
 def _payload_codec(key_env: str, env: Mapping[str, str] | None) -> PayloadCodec:
     try:
-        from .codec import PayloadKeyError, codec_from_env
+        from turnclient.runtime.codec import PayloadKeyError, codec_from_env
     except ImportError:  # the codec needs the encryption extra
         raise ConfigError(
             "turns.toml [temporal] payload_key_env turns on payload encryption, which needs "

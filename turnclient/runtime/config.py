@@ -45,14 +45,13 @@ from pydantic import (
 )
 from pydantic_core import ErrorDetails
 
+from turnclient.builtins.demo import DEMO_MODEL
+from turnclient.builtins.tools import BUILTIN_NAMES, builtin_tools
+from turnclient.lib.cost import PriceConfigError, ProviderPrice
 from turncore.context import ElisionPolicy
 from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
 from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagreement, tool
-
-from .builtin_tools import BUILTIN_NAMES, builtin_tools
-from .cost import PriceConfigError, ProviderPrice
-from .demo import DEMO_MODEL
 
 CONFIG_FILE = "turns.toml"
 DEFAULT_WORK_DIR = ".turns"

@@ -86,7 +86,7 @@ from typing import Any, BinaryIO, Protocol, get_args
 import orjson
 from pydantic import ValidationError
 
-from .errors import (
+from turncore.errors import (
     AppendConflictError,
     CorruptTurnError,
     InfrastructureError,
@@ -97,7 +97,7 @@ from .errors import (
     TurnExistsError,
     TurnNotFoundError,
 )
-from .events import (
+from turncore.events import (
     EVENT_TYPES,
     MAX_STAGED_BYTES,
     SCHEMA_VERSION,
@@ -108,10 +108,10 @@ from .events import (
     TurnEvent,
     parse_event,
 )
-from .ids import is_turn_id, turn_path, validate_turn_id
-from .inputs import staged_digest
-from .jsonvalue import MAX_JSON_DEPTH
-from .reducer import TurnReducer
+from turncore.ids import is_turn_id, turn_path, validate_turn_id
+from turncore.inputs import staged_digest
+from turncore.jsonvalue import MAX_JSON_DEPTH
+from turncore.reducer import TurnReducer
 
 __all__ = [
     "AppendOutcome",

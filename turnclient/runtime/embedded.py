@@ -35,7 +35,7 @@ command and stopped when that one leaves.
 With an idle grace (the CLI's default, ``TURNS_SERVER_IDLE`` seconds), the
 server outlives its last user by that long, so a following command reuses it
 instead of paying for a restart. Whoever starts such a server also starts a
-small watchdog process beside it (``python -m turnclient.embedded watch``):
+small watchdog process beside it (``python -m turnclient.runtime.embedded watch``):
 it stops the server once no live user has held it for the whole grace, and
 exits when the server does. Since the kernel drops a dead command's user
 lock, a command that was killed or had to exit hard never orphans a server.
@@ -76,7 +76,7 @@ from temporalio.api.operatorservice.v1 import ListSearchAttributesRequest
 from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
-from .devserver import find_temporal_cli
+from turnclient.runtime.devserver import find_temporal_cli
 
 NAMESPACE = "default"
 HOST = "127.0.0.1"
@@ -550,7 +550,7 @@ class EmbeddedServer:
                 [
                     sys.executable,
                     "-m",
-                    "turnclient.embedded",
+                    "turnclient.runtime.embedded",
                     "watch",
                     str(self.dir.parent),
                     str(server_pid),
@@ -611,4 +611,6 @@ if __name__ == "__main__":
     if len(sys.argv) == 5 and sys.argv[1] == "watch":
         asyncio.run(watch(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
     else:
-        raise SystemExit("usage: python -m turnclient.embedded watch WORK_DIR SERVER_PID GRACE")
+        raise SystemExit(
+            "usage: python -m turnclient.runtime.embedded watch WORK_DIR SERVER_PID GRACE"
+        )

@@ -46,7 +46,7 @@ from google.protobuf import json_format
 from temporalio.api.common.v1 import Payloads
 from temporalio.exceptions import ApplicationError
 
-from .codec import EncryptionCodec
+from turnclient.runtime.codec import EncryptionCodec
 
 log = logging.getLogger("turncore.codec_server")
 

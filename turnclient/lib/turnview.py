@@ -4,9 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from turnclient.cli import render
 from turncore.reducer import ToolCallState, TurnState
-
-from . import render
 
 
 def status_of(state: TurnState) -> str:

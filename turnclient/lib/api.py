@@ -34,6 +34,7 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from turnclient.lib.summary import message_preview
 from turncore.advance import check_input, outcome_of
 from turncore.agents import AgentResolver
 from turncore.context import ContextResolver
@@ -74,7 +75,7 @@ from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.model.port import unsendable_media
 from turncore.reducer import TurnReducer, TurnState
-from turncore.repository import TurnRepository
+from turncore.storage.repository import TurnRepository
 from turncore.timestamps import format_ts
 from turncore_temporal.activities import telemetry
 from turncore_temporal.activities.failures import run_failure, update_refusal
@@ -87,8 +88,6 @@ from turncore_temporal.workflows.turn import (
     TURN_STATUS,
     keyword_size,
 )
-
-from .summary import message_preview
 
 INPUT_PREVIEW = 200
 """Longest input preview in a turn's memo, in characters."""
@@ -127,7 +126,7 @@ def _transient(exc: BaseException) -> bool:
 def open_turn_message(state: TurnState) -> str:
     """Why an open turn cannot be continued, and how to finish it."""
     turn_id = state.definition.turn_id
-    from .terminal import command_line
+    from turnclient.lib.terminal import command_line
 
     waiting = [
         f"approval of {p.tool_name} ({p.tool_call_id}): "

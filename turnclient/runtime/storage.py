@@ -18,11 +18,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from turnclient.runtime.config import Config, ConfigError, StorageConfig
 from turncore.errors import InfrastructureError
 from turncore.ids import validate_turn_id
-from turncore.repository import FileTurnRepository, JsonlRepository, read_path, validate_log
-
-from .config import Config, ConfigError, StorageConfig
+from turncore.storage.repository import FileTurnRepository, JsonlRepository, read_path, validate_log
 
 MIGRATE_ENV = "TURNS_MIGRATE"
 """Set to 1 to create or migrate the database schema when a worker starts."""
@@ -53,7 +52,7 @@ def open_repository(
             return FileTurnRepository(config.work_dir)
         case "postgres":
             try:
-                from turncore.postgres import PostgresTurnRepository
+                from turncore.storage.postgres import PostgresTurnRepository
             except ImportError as exc:
                 raise ConfigError(
                     '[storage] kind = "postgres" needs psycopg: pip install "turncore[postgres]" '
@@ -75,7 +74,7 @@ def migrate_database(config: Config, env: Mapping[str, str] | None = None) -> tu
             'turns db migrate needs [storage] kind = "postgres" in turns.toml '
             "(file storage has no schema)"
         )
-    from turncore.postgres import migrate
+    from turncore.storage.postgres import migrate
 
     storage = config.storage
     return migrate(database_url(storage, env), variable=storage.url_env)

@@ -19,6 +19,19 @@ from typing import TYPE_CHECKING, Any
 
 import orjson
 
+from turnclient.cli.common import (
+    EXIT_OK,
+    EXIT_SUSPENDED,
+    NO_WORKER,
+    arg,
+    between_turns,
+    command,
+    open_runtime,
+    resolve_turn_id,
+    run_async,
+)
+from turnclient.cli.running import continuation_of, follow_to_end, turn_request, worker_session
+from turnclient.lib.terminal import command_line
 from turncore.events import (
     AsyncToolResultInput,
     PermissionDecisionInput,
@@ -28,11 +41,9 @@ from turncore.events import (
 )
 from turncore.reducer import reduce_turn
 
-from .terminal import command_line
-
 if TYPE_CHECKING:
-    from .api import TurnClient
-    from .runtime import Runtime
+    from turnclient.lib.api import TurnClient
+    from turnclient.runtime.connection import Runtime
 
 ALLOW = ("y", "yes")
 
@@ -49,29 +60,27 @@ async def _read(prompt: str) -> str | None:
 
 
 def run_chat(args: argparse.Namespace) -> int:
-    from . import cli
-
     async def body() -> int:
-        runtime = cli._runtime()
-        last = cli._turn_id(args.continue_from) if args.continue_from else None
+        runtime = open_runtime()
+        last = resolve_turn_id(args.continue_from) if args.continue_from else None
         # Refused now, before any server starts, if it has not ended.
-        start = await cli._continuation(runtime, None, continue_from=last)
+        start = await continuation_of(runtime, None, continue_from=last)
         agent = args.agent or start.agent or runtime.config.default_agent
-        async with cli._session(args, runtime) as (_, turns):
+        async with worker_session(args, runtime) as (_, turns):
             print(
                 f"chat with {agent} · Ctrl-D ends · approvals: y / n / a reason to deny",
                 flush=True,
             )
             while True:
                 if last is not None:
-                    cli._between_turns(f"continue this conversation with: {_again(last)}")
+                    between_turns(f"continue this conversation with: {_again(last)}")
                 line = await _read("you> ")
                 if line is None:
                     break
                 if not line.strip():
                     continue
-                after = await cli._continuation(runtime, None, continue_from=last)
-                request, _, model = cli._turn_request(args, runtime, line, after)
+                after = await continuation_of(runtime, None, continue_from=last)
+                request, _, model = turn_request(args, runtime, line, after)
                 turn_id = await turns.create_turn(request)
                 last = turn_id
                 outcome = await _advance(turns, runtime, turn_id, None, model.label())
@@ -84,12 +93,12 @@ def run_chat(args: argparse.Namespace) -> int:
                         f"with `{_again(turn_id)}`",
                         flush=True,
                     )
-                    return cli.EXIT_SUSPENDED
+                    return EXIT_SUSPENDED
         if last is not None:
             print(f"continue this conversation with: {_again(last)}", flush=True)
-        return cli.EXIT_OK
+        return EXIT_OK
 
-    return cli._run_async(args, body)
+    return run_async(args, body)
 
 
 async def _advance(
@@ -99,13 +108,12 @@ async def _advance(
     input: TurnExternalInput | None,
     model: str | None = None,
 ) -> TurnOutcome:
-    from . import cli
-    from .render import StreamRenderer, wants_color
+    from turnclient.cli.render import StreamRenderer, wants_color
 
     renderer = StreamRenderer(sys.stdout, model=model, color=wants_color(sys.stdout))
     if input is not None:
         renderer.prime(reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id)))
-    outcome = await cli._follow(turns, turn_id, input, renderer)
+    outcome = await follow_to_end(turns, turn_id, input, renderer)
     if outcome.status == "completed":
         sys.stdout.write("\n")
     return outcome
@@ -163,3 +171,22 @@ def _call_input(runtime: Runtime, turn_id: str, tool_call_id: str) -> Any:
 
 
 __all__ = ["run_chat"]
+
+
+@command(
+    "chat",
+    "talk with an agent in the terminal: each line is a turn continuing the last (Ctrl-D ends)",
+    arg(
+        "--agent", metavar="NAME", help="the agent (default: the conversation's, or default_agent)"
+    ),
+    arg("--model", metavar="PROVIDER/MODEL", help="override the agent's model"),
+    arg(
+        "--continue",
+        dest="continue_from",
+        metavar="TURN_ID",
+        help="continue the conversation after this ended turn",
+    ),
+    NO_WORKER,
+)
+def chat(args: argparse.Namespace) -> int:
+    return run_chat(args)

@@ -107,7 +107,7 @@ def configure_tracing(env: Mapping[str, str] | None = None) -> bool:
 
 def shutdown_tracing(timeout: float = EXIT_FLUSH_SECONDS) -> None:
     """Export the spans still batched and stop the exporter (a process leaving with
-    ``os._exit`` skips the provider's own exit hook; see ``turnclient.process``).
+    ``os._exit`` skips the provider's own exit hook; see ``turnclient.runtime.process``).
 
     Waits at most ``timeout`` seconds: past it the exporter is told to stop, which ends
     its retries, and the spans still unsent are dropped (the turn is in its file; a

@@ -20,6 +20,8 @@ from typing import Any, TextIO
 
 import orjson
 
+from turnclient.lib.summary import clip, usage_text
+from turnclient.lib.terminal import command_line, continue_prefix, control, visible
 from turncore.events import (
     CancelledOutcome,
     CompletedOutcome,
@@ -53,9 +55,6 @@ from turncore.messages import (
     describe_part,
 )
 from turncore.reducer import ToolCallState, TurnState
-
-from .summary import clip, usage_text
-from .terminal import command_line, continue_prefix, control, visible
 
 __all__ = ["command_line", "continue_prefix", "visible"]
 

@@ -29,7 +29,7 @@ pending, the turn ended, an unknown agent; HTTP 409/422),
 a bad configuration: 500/503).
 
 This module may import the worker (``turncore_temporal.worker``);
-``turnclient.runtime`` may not, so there is no import cycle.
+``turnclient.runtime.connection`` may not, so there is no import cycle.
 """
 
 from __future__ import annotations
@@ -47,6 +47,11 @@ from typing import Any, Literal, TypeVar, get_args
 from pydantic import ValidationError
 from temporalio.client import Client
 
+from turnclient.lib.api import CreateTurnInput, TurnClient
+from turnclient.lib.conversations import continuation
+from turnclient.lib.listing import TurnSummary, latest_turns, pending_across
+from turnclient.runtime.config import Agent, load_config, with_python, work_dir_from_env
+from turnclient.runtime.connection import Runtime, temporal
 from turncore.advance import outcome_of
 from turncore.errors import (
     InfrastructureError,
@@ -74,12 +79,6 @@ from turncore.model.scripted import ScriptFunction
 from turncore.reducer import TurnReducer, TurnState
 from turncore.tools import Tool
 from turncore_temporal.worker import serving
-
-from .api import CreateTurnInput, TurnClient
-from .config import Agent, load_config, with_python, work_dir_from_env
-from .conversations import continuation
-from .listing import TurnSummary, latest_turns, pending_across
-from .runtime import Runtime, temporal
 
 Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
 _I = TypeVar("_I")
@@ -432,7 +431,7 @@ class Turns:
         """What every suspended turn waits for, newest turn first, read from the files:
         ``{"turns": [{turnId, agent, prompt, permissions, asyncTools}…], "partial": bool}``,
         exactly the web UI's ``GET /api/pending``. ``partial`` is true when more than
-        ``turnclient.listing.PENDING_LIMIT`` turns are suspended (only the newest are read).
+        ``turnclient.lib.listing.PENDING_LIMIT`` turns are suspended (only the newest are read).
 
         Suspended turns are found through Temporal visibility, which is
         eventually consistent: a turn that suspended a moment ago may be listed
