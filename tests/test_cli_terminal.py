@@ -410,6 +410,18 @@ def test_a_misspelled_command_gets_a_suggestion_and_help_lists_common_commands_f
     assert "nearest .turns/ here or above" in r.stdout
 
 
+def test_the_readmes_suspended_sample_is_what_run_prints(home: Path) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    command = """$ turns run "Save 'hello' to notes.txt"\n"""
+    sample = readme.split(command, 1)[1].split("```", 1)[0].splitlines()
+    shown_id = sample[0].split()[1]
+    r = turns(home, "run", "Save 'hello' to notes.txt")
+    assert r.returncode == 3, r.stderr
+    turn_id = r.stdout.split()[1]
+    printed = r.stdout.replace(turn_id, shown_id).replace(f"TURNS_HOME={home} turns", "turns")
+    assert printed.splitlines() == sample
+
+
 def test_log_prints_only_turn_files(home: Path) -> None:
     r = turns(home, "log", "/etc/passwd")
     assert r.returncode == 2 and "is not a turn file" in r.stderr and r.stdout == ""
@@ -754,3 +766,68 @@ def test_chat_stops_at_its_prompt_and_says_how_to_continue(home: Path, sig: sign
     assert events(path)[-1]["type"] == "turn_completed"  # nothing was cancelled or added
     # The watchdog stops the embedded server once nothing uses it.
     wait_for("the idle server to stop", lambda: no_server(home), timeout=30)
+
+
+def test_ctrl_c_at_a_chat_approval_leaves_the_turn_there_and_chat_continue_asks_again(
+    home: Path,
+) -> None:
+    dev = start(home, "dev", "--no-worker", "--json")  # one server for both chats
+    try:
+        assert dev.stdout is not None
+        for line in dev.stdout:
+            if line.startswith("}"):
+                break
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "turnclient.cli", "chat"],
+            cwd=home,
+            env=environment(home),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("Save 'hi' to z.txt\n")
+        proc.stdin.flush()
+        seen = ""
+
+        def asking() -> bool:
+            nonlocal seen
+            ready, _, _ = select.select([proc.stdout], [], [], 0.05)
+            if ready:
+                seen += os.read(proc.stdout.fileno(), 4096).decode()  # type: ignore[union-attr]
+            return seen.endswith("? [y/n/reason] ")
+
+        wait_for("the approval prompt", asking)
+        (path,) = turn_files(home)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)  # stdin stays open: the chat must not read an end of input
+        out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+        proc.stdin.close()
+        assert proc.returncode == 130, err
+        assert (seen + out).endswith("? [y/n/reason] \n")  # the message starts on a line of its own
+        again = f"TURNS_HOME={home} turns chat --continue {path.stem}"
+        assert f"SIGINT: stopped; the turn waits for your answer; pick it up with: {again}" in err
+        assert events(path)[-1]["type"] == "turn_suspended"  # left at the approval
+
+        # The hint works: the chat asks the same question again, and goes on.
+        r = subprocess.run(
+            ["bash", "-c", again],
+            cwd=home,
+            env={
+                **environment(home),
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            },
+            input="y\n",
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert "allow write_file" in r.stdout and "Wrote" in r.stdout, r.stdout
+        assert (home / "workspace" / "z.txt").read_text() == "hi\n"
+        assert events(path)[-1]["type"] == "turn_completed"
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        dev.communicate(timeout=60)
+    wait_for("the server to stop", lambda: no_server(home), timeout=60)

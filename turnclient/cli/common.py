@@ -205,6 +205,8 @@ class _Interrupts:
         self.args = args
         self.turn_id: str | None = None
         self.idle_hint: str | None = None
+        self.at_prompt = False
+        """A prompt waits for input on stdout's current line (``turns chat``)."""
         """Set while no turn is in flight (``turns chat`` at its prompt): how to go on."""
         self.received: signal.Signals | None = None
         self._reported = threading.Lock()
@@ -246,6 +248,10 @@ class _Interrupts:
             self._done = True
         name = signal.Signals(self.received or signal.SIGINT).name
         turn = self.turn_id
+        if self.at_prompt:  # the message goes on a line of its own, not after the prompt
+            with contextlib.suppress(Exception):
+                sys.stdout.write("\n")
+                sys.stdout.flush()
         if turn is None:
             message = f"{name}: stopped" + (f"; {self.idle_hint}" if self.idle_hint else "")
         else:
@@ -272,6 +278,16 @@ def following(turn_id: str) -> None:
     if _INTERRUPTS is not None:
         _INTERRUPTS.turn_id = turn_id
         _INTERRUPTS.idle_hint = None
+
+
+@contextlib.contextmanager
+def at_prompt() -> Iterator[None]:
+    """A prompt is on stdout's current line for the block (a signal's message goes below)."""
+    if _INTERRUPTS is not None:
+        _INTERRUPTS.at_prompt = True
+    yield  # a signal cancels the block: the prompt stays, for the message to go below
+    if _INTERRUPTS is not None:
+        _INTERRUPTS.at_prompt = False
 
 
 def between_turns(hint: str) -> None:

@@ -105,7 +105,11 @@ def _send(
                 renderer.prime(before)
             outcome = await follow_to_end(turns, turn_id, input, renderer)
             return finish(
-                args, turn_id, outcome, accepted=accepted_ok and outcome.status == "suspended"
+                args,
+                turn_id,
+                outcome,
+                accepted=accepted_ok and outcome.status == "suspended",
+                renderer=renderer,
             )
 
     return run_async(args, body)
@@ -313,6 +317,6 @@ def recover(args: argparse.Namespace) -> int:
                 if note is not None:
                     print(note, flush=True)
             outcome = await follow_to_end(turns, turn_id, None, renderer)
-            return finish(args, turn_id, outcome)
+            return finish(args, turn_id, outcome, renderer=renderer)
 
     return run_async(args, body)

@@ -466,7 +466,8 @@ def watch(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(orjson.dumps(outcome_json(turn_id, outcome)).decode() + "\n")
         else:
-            print("\n".join(outcome_block(turn_id, outcome)))
+            shown = renderer.failures if renderer is not None else ()
+            print("\n".join(outcome_block(turn_id, outcome, shown=shown)))
         return EXIT_CODES[outcome.status]
 
     return run_async(args, body)

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import os
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, TextIO
 
 import orjson
@@ -141,6 +141,8 @@ class StreamRenderer:
         self._thinking: set[int] = set()
         self._midline = False
         self._tools: dict[str, str] = {}
+        self.failures: set[str] = set()
+        """The model-call errors printed, so the outcome need not say them again."""
 
     def prime(self, state: TurnState) -> None:
         """Start from a turn's current state: tool names, and model calls already shown."""
@@ -257,6 +259,7 @@ class StreamRenderer:
             case ModelCallFailed():
                 self._closed.add(event.model_call_index)
                 self._line(f"✗ model call {event.model_call_index} failed: {event.error}")
+                self.failures.add(event.error)
             case ToolPermissionRequired():
                 self._tools[event.tool_call_id] = event.tool_name
                 request = event.request
@@ -382,15 +385,21 @@ def continue_commands(
 
 
 def outcome_block(
-    turn_id: str, outcome: TurnOutcome, env: Mapping[str, str] | None = None
+    turn_id: str,
+    outcome: TurnOutcome,
+    env: Mapping[str, str] | None = None,
+    shown: Collection[str] = (),
 ) -> list[str]:
+    """The outcome's lines; an error in ``shown`` (printed above, as a model call's
+    failure) is referred to rather than said twice."""
     usage = f"usage {usage_text(outcome.usage)}"
     match outcome:
         case CompletedOutcome():
             return [f"✔ completed · finish {outcome.finish_reason} · {usage} · turn {turn_id}"]
         case FailedOutcome():
             code = f" [{outcome.code}]" if outcome.code else ""
-            lines = [f"✗ failed{code}: {outcome.error} · {usage} · turn {turn_id}"]
+            error = "the model call's error above" if outcome.error in shown else outcome.error
+            lines = [f"✗ failed{code}: {error} · {usage} · turn {turn_id}"]
             # imported here: the model package (httpx, adapters) stays out of quick commands
             from turncore.model.bridge import parse_failure_code
 
@@ -428,7 +437,8 @@ def _user_text(message: UserMessage) -> str:
     return "\n".join(bits)
 
 
-def _tool_lines(t: ToolCallState) -> list[str]:
+def _tool_lines(t: ToolCallState, ended: bool = False) -> list[str]:
+    """One tool call's lines; ``ended``: the turn has ended, so nothing still awaits."""
     kind = t.execution or "not run"
     lines = [f"  ▸ tool {t.tool_name} ({t.tool_call_id}) · {kind}"]
     lines.append(f"      input       {preview(t.input, 300)}")
@@ -448,6 +458,8 @@ def _tool_lines(t: ToolCallState) -> list[str]:
             text += f" · {'allowed' if p.resolved.decision == 'allow' else 'denied'} by {by}"
             if p.resolved.reason:
                 text += f": {clip(p.resolved.reason, 80)}"
+        elif ended or t.result is not None:
+            text += " · never decided (the turn ended first)"
         else:
             text += " · awaiting a decision"
         lines.append(f"      permission  {text}")
@@ -507,7 +519,7 @@ def transcript(state: TurnState, env: Mapping[str, str] | None = None) -> str:
                 elif isinstance(part, ToolCallPart):
                     t = state.tool_call(part.tool_call_id)
                     if t is not None:
-                        lines += _tool_lines(t)
+                        lines += _tool_lines(t, ended=state.terminal is not None)
                 else:
                     lines.append(f"  [{describe_part(part)}]")
     lines.append("")
@@ -516,7 +528,9 @@ def transcript(state: TurnState, env: Mapping[str, str] | None = None) -> str:
         lines.append(f"outcome  completed · finish {terminal.finish_reason}")
     elif isinstance(terminal, TurnFailed):
         code = f" [{terminal.code}]" if terminal.code else ""
-        lines.append(f"outcome  failed{code}: {terminal.error}")
+        said = any(call.error == terminal.error for call in state.model_calls)
+        error = "the model call's error above" if said else terminal.error
+        lines.append(f"outcome  failed{code}: {error}")
     elif isinstance(terminal, TurnCancelled):
         lines.append(f"outcome  cancelled{': ' + terminal.reason if terminal.reason else ''}")
     elif state.suspension is not None:

@@ -139,7 +139,12 @@ async def follow_to_end(
 
 
 def finish(
-    args: argparse.Namespace, turn_id: str, outcome: TurnOutcome, *, accepted: bool = False
+    args: argparse.Namespace,
+    turn_id: str,
+    outcome: TurnOutcome,
+    *,
+    accepted: bool = False,
+    renderer: StreamRenderer | None = None,
 ) -> int:
     from turnclient.cli.render import outcome_block, outcome_json, wants_color, write_painted
 
@@ -150,7 +155,9 @@ def finish(
         emit_json(doc)
     else:
         color = wants_color(sys.stdout)
-        lines = outcome_block(turn_id, outcome)
+        lines = outcome_block(
+            turn_id, outcome, shown=renderer.failures if renderer is not None else ()
+        )
         if state is not None:
             lines += [f"  {line.strip()}" for line in cost_text(state, known_only=True)[:1]]
         for line in lines:
@@ -223,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
                     sys.stdout, model=model.label(), color=wants_color(sys.stdout)
                 )
             outcome = await follow_to_end(turns, turn_id, None, renderer)
-            return finish(args, turn_id, outcome)
+            return finish(args, turn_id, outcome, renderer=renderer)
 
     return run_async(args, body)
 
