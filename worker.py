@@ -90,6 +90,14 @@ def typed_client(client: Client) -> Client:
     return Client(**config)
 
 
+STICKY_QUEUE_TIMEOUT = timedelta(seconds=1.5)
+"""How long a turn's next workflow task waits on the sticky queue of the worker
+that ran its last one before any worker may take it (and replay the history).
+Temporal's default is 10 s: an input to a turn whose worker was SIGKILLed then
+waited 10 s for a worker that no longer exists. A worker that shuts down
+releases its sticky queue, so a graceful restart never waits for this."""
+
+
 def build_worker(
     client: Client,
     deps: TurnDependencies,
@@ -120,6 +128,7 @@ def build_worker(
         # How long a stopping worker lets running activities finish before
         # cancelling them (a long-lived `turns worker` waits; tests do not).
         graceful_shutdown_timeout=graceful_shutdown,
+        sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
     )
 
 

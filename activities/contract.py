@@ -26,6 +26,8 @@ from .payloads import (
     ClassifyResult,
     CreateChildInput,
     CreateChildResult,
+    FastToolsInput,
+    FastToolsResult,
     LoadInput,
     LoadResult,
     MaterializeAgentInput,
@@ -75,6 +77,12 @@ class TurnActivityContract(ABC):
     @abstractmethod
     async def create_child_turn(self, input: CreateChildInput) -> CreateChildResult:
         """Create and link the child turn of a ``spawn_agent`` call (idempotent)."""
+
+    @activity.defn
+    @abstractmethod
+    async def run_fast_tools(self, input: FastToolsInput) -> FastToolsResult:
+        """A batch of fast tools (one attempt): invocations, then the tools, each result
+        as it lands; a re-executed attempt closes what a lost one may have started."""
 
     # -- regular activities, one attempt -------------------------------------
 

@@ -15,7 +15,13 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Literal
 
-from turncore.events import StagedInput, ToolDescriptor, TurnEvent, TurnOutcome
+from turncore.events import (
+    StagedInput,
+    ToolDescriptor,
+    ToolInvocationRequested,
+    TurnEvent,
+    TurnOutcome,
+)
 from turncore.jsonvalue import JsonValue
 from turncore.permissions import PermissionCheck, PermissionClassification
 from turncore.reducer import ToolCallState
@@ -77,6 +83,10 @@ class LoadResult:
     offset: int
     next_start: int | None = None
     """Set when the events did not fit one payload: load again from here."""
+    fast_tools: dict[str, float] = field(default_factory=dict)
+    """The turn's tools this worker runs fast (as local activities), by tool id,
+    with their bounds in seconds. Recorded in history with the load, so a replay
+    makes the same choice whatever the worker's configuration is by then."""
 
 
 @dataclass(frozen=True)
@@ -114,6 +124,8 @@ class CheckOutcome:
     required: bool
     request: JsonValue = None
     checker_error: str | None = None
+    tool_id: str | None = None
+    """The tool id the checker was asked about (set when the model activity checks)."""
     """Why the checker could not answer (the call then fails closed)."""
 
 
@@ -183,6 +195,10 @@ class ModelCallInput:
 class ModelCallResult:
     events: list[TurnEvent]
     offset: int
+    checks: list[CheckOutcome] | None = None
+    """The permission checker's answers for the response's tool calls, asked by
+    the model activity right after it recorded the response: the workflow then
+    needs no ``check_permissions`` round trip (and no marker in history)."""
 
 
 @dataclass(frozen=True)
@@ -197,6 +213,30 @@ class ToolCallInput:
 @dataclass(frozen=True)
 class ToolCallResult:
     events: list[TurnEvent]
+
+
+@dataclass(frozen=True)
+class FastToolsInput:
+    """A batch of fast sync tool calls, run by one local activity.
+
+    The activity appends ``invocations`` itself (all of them, in source order,
+    before any of them runs), so a re-executed attempt can tell from the file
+    whether a lost one may have started a tool (§23)."""
+
+    turn_id: str
+    invocations: list[ToolInvocationRequested]
+    bounds: dict[str, float]
+    """Seconds each call may run, by tool call id."""
+    known_offset: int
+
+
+@dataclass(frozen=True)
+class FastToolsResult:
+    events: list[TurnEvent]
+    """What a lost attempt had written for these calls, then what this one wrote
+    except the invocations it was given (the workflow holds them): elided, in
+    file order."""
+    offset: int
 
 
 @dataclass(frozen=True)

@@ -23,9 +23,12 @@ from temporalio.common import WorkflowIDConflictPolicy, WorkflowIDReusePolicy
 
 from turncore.advance import (
     REFUSED_RESPONSE_CODE,
+    calls_needing_check,
     check_input,
     completion_event,
     failure_event,
+    fast_attempt,
+    fast_overrun_result,
     input_events,
     outcome_of,
 )
@@ -50,6 +53,7 @@ from turncore.events import (
     ModelStepEvent,
     ReasoningDelta,
     RequestedAgent,
+    ResolvedAgent,
     StagedInput,
     TextDelta,
     ToolInputDelta,
@@ -98,7 +102,7 @@ from turncore.subagents import (
     linked_child,
     spawn_request,
 )
-from turncore.tools import ToolContext, ToolRegistry
+from turncore.tools import DEFAULT_FAST_TIMEOUT, SyncTool, ToolContext, ToolRegistry
 
 from . import telemetry
 from .contract import TurnActivityContract
@@ -108,6 +112,7 @@ from .payloads import (
     AppendResult,
     AwaitChildInput,
     AwaitChildResult,
+    CheckCall,
     CheckOutcome,
     CheckPermissionsInput,
     CheckPermissionsResult,
@@ -115,6 +120,8 @@ from .payloads import (
     ClassifyResult,
     CreateChildInput,
     CreateChildResult,
+    FastToolsInput,
+    FastToolsResult,
     LoadInput,
     LoadResult,
     MaterializeAgentInput,
@@ -267,13 +274,25 @@ class TurnActivities(TurnActivityContract):
             raise to_application_error(exc) from exc
         page: list[TurnEvent] = []
         size = 0
+        fast = self._fast_tools(events) if input.start == 0 else {}
         for i in range(input.start, len(events)):
             elided = elide_event(events[i])
             size += len(orjson.dumps(elided.to_wire()))
             if page and size > LOAD_PAGE_BYTES:
-                return LoadResult(events=page, offset=len(events), next_start=i)
+                return LoadResult(events=page, offset=len(events), next_start=i, fast_tools=fast)
             page.append(elided)
-        return LoadResult(events=page, offset=len(events))
+        return LoadResult(events=page, offset=len(events), fast_tools=fast)
+
+    def _fast_tools(self, events: Sequence[TurnEvent]) -> dict[str, float]:
+        """The turn's tools this worker runs fast: its snapshot's, or for an inherited
+        snapshot (whose tools live in its chain) every fast tool registered here."""
+        first = events[0] if events else None
+        if not isinstance(first, TurnCreated):
+            return {}
+        resolved = first.agent.resolved
+        if isinstance(resolved, ResolvedAgent):
+            return self._d.tools.fast_tools(t.tool_id for t in resolved.tools)
+        return self._d.tools.fast_tools()
 
     @activity.defn
     async def create_child_turn(self, input: CreateChildInput) -> CreateChildResult:
@@ -446,12 +465,15 @@ class TurnActivities(TurnActivityContract):
 
     @activity.defn
     async def check_permissions(self, input: CheckPermissionsInput) -> CheckPermissionsResult:
+        return CheckPermissionsResult(outcomes=await self._checks(input.turn_id, input.calls))
+
+    async def _checks(self, turn_id: str, calls: Sequence[CheckCall]) -> list[CheckOutcome]:
         outcomes: list[CheckOutcome] = []
-        for call in input.calls:
+        for call in calls:
             try:
                 check = await self._d.checker.check(
                     PermissionCheckInput(
-                        turn_id=input.turn_id,
+                        turn_id=turn_id,
                         tool_call_id=call.tool_call_id,
                         tool_id=call.tool_id,
                         tool_name=call.tool_name,
@@ -464,15 +486,19 @@ class TurnActivities(TurnActivityContract):
                         tool_call_id=call.tool_call_id,
                         required=True,
                         checker_error=f"{type(exc).__name__}: {exc}"[:500],
+                        tool_id=call.tool_id,
                     )
                 )
                 continue
             outcomes.append(
                 CheckOutcome(
-                    tool_call_id=call.tool_call_id, required=check.required, request=check.request
+                    tool_call_id=call.tool_call_id,
+                    required=check.required,
+                    request=check.request,
+                    tool_id=call.tool_id,
                 )
             )
-        return CheckPermissionsResult(outcomes=outcomes)
+        return outcomes
 
     @activity.defn
     async def classify_permissions(self, input: ClassifyInput) -> ClassifyResult:
@@ -700,7 +726,17 @@ class TurnActivities(TurnActivityContract):
             if not outcome.tool_calls():
                 events.append(completion_event(probe.state, d.clock()))
             await commit(*events)
-            return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+            # The checker's answers travel with the response: the workflow needs
+            # no round trip to ask for them (it asks itself if they do not fit).
+            proposed = calls_needing_check(reducer.state, (), agent.tools)
+            checks = (
+                await self._checks(turn_id, CheckPermissionsInput.of(turn_id, proposed).calls)
+                if proposed
+                else None
+            )
+            return ModelCallResult(
+                events=_elided(written), offset=reducer.event_count, checks=checks
+            )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
         finally:
@@ -735,7 +771,85 @@ class TurnActivities(TurnActivityContract):
             ) from exc
 
         written: list[TurnEvent] = []
+        try:
+            await self._execute(input, tool, written)
+            return ToolCallResult(events=_elided(written))
+        except (CorruptTurnError, InfrastructureError) as exc:
+            raise to_application_error(exc) from exc
+
+    @activity.defn
+    async def run_fast_tools(self, input: FastToolsInput) -> FastToolsResult:
+        """A batch of fast sync tools, as one local activity.
+
+        Temporal may execute a local activity again after its worker died, so the
+        file decides (``advance.fast_attempt``): calls a lost attempt invoked and
+        did not finish get the indeterminate result and never run again (§23);
+        the rest are invoked (durable before any tool starts, §4.4, §10.5), then
+        run at once, each result appended as it lands. A tool past its bound gets
+        an error result; it is not waited for and not run again.
+        """
+        d = self._d
+        turn_id = input.turn_id
+        try:
+            on_file = await self._read(turn_id)
+            state = TurnReducer.of(on_file).state
+            plan = fast_attempt(state, on_file[input.known_offset :], input.invocations, d.clock())
+            calls: list[tuple[ToolCallInput, SyncTool]] = []
+            if plan.invoke:  # resolved before anything is written
+                agent = d.contexts.resolve_agent(state.definition)
+                for inv in plan.invoke:
+                    descriptor = next(t for t in agent.tools if t.tool_id == inv.tool_id)
+                    call = ToolCallInput(
+                        turn_id=turn_id,
+                        tool_call_id=inv.tool_call_id,
+                        tool_id=inv.tool_id,
+                        tool_name=inv.tool_name,
+                        input=inv.input,
+                    )
+                    calls.append((call, d.tools.sync_tool(descriptor)))
+        except (CorruptTurnError, InfrastructureError, DependencyError, StopIteration) as exc:
+            raise to_application_error(
+                exc if isinstance(exc, Exception) else RuntimeError(str(exc))
+            ) from exc
+        written: list[TurnEvent] = list(plan.found)
+        offset = len(on_file)
+        try:
+            first = [*plan.interrupted, *plan.invoke]
+            if first:
+                offset = await self._append(turn_id, first)
+                written.extend(plan.interrupted)  # the invocations are the workflow's own
+            if calls:
+                ends = await asyncio.gather(
+                    *(
+                        self._execute(
+                            call,
+                            tool,
+                            written,
+                            bound=input.bounds.get(call.tool_call_id, DEFAULT_FAST_TIMEOUT),
+                        )
+                        for call, tool in calls
+                    )
+                )
+                offset = max(offset, *ends)
+        except (CorruptTurnError, InfrastructureError) as exc:
+            raise to_application_error(exc) from exc
+        return FastToolsResult(events=_elided(written), offset=offset)
+
+    async def _execute(
+        self,
+        input: ToolCallInput,
+        tool: SyncTool,
+        written: list[TurnEvent],
+        *,
+        bound: float | None = None,
+    ) -> int:
+        """Run one invoked sync tool and append its result; ``written`` collects
+        every event appended for it. ``bound``: a fast tool's limit in seconds.
+        Returns the file's line count after the result."""
+        d = self._d
+        turn_id = input.turn_id
         cancelled = asyncio.Event()
+        local = activity.info().is_local
 
         async def report_progress(progress: JsonValue) -> None:
             event = ToolProgress(
@@ -747,7 +861,8 @@ class TurnActivities(TurnActivityContract):
             )
             await self._append(turn_id, [event])  # durable before report_progress returns (§10.4)
             written.append(event)
-            activity.heartbeat()
+            if not local:
+                activity.heartbeat()
 
         context = ToolContext(
             turn_id=turn_id,
@@ -763,30 +878,41 @@ class TurnActivities(TurnActivityContract):
         outcome_label = "cancelled"
         with telemetry.current(span):  # the tool's own spans nest under it
             task = asyncio.create_task(_run_tool_safely(tool.execute, input.input, context))
-        heartbeat = asyncio.create_task(_heartbeat_forever())
+        heartbeat = None if local else asyncio.create_task(_heartbeat_forever())
         try:
             try:
-                result = await asyncio.shield(task)
+                result = await asyncio.wait_for(asyncio.shield(task), bound)
+            except TimeoutError:
+                # A fast tool past its bound: the model gets an error result and the
+                # tool is asked to stop; a def tool's thread cannot be stopped and
+                # finishes on its own, its outcome discarded.
+                cancelled.set()
+                task.cancel()
+                assert bound is not None
+                result = fast_overrun_result(input.tool_name, bound)
+                outcome_label = "timeout"
             except asyncio.CancelledError:
                 # Cooperative cancellation: tell the tool, wait for it to stop,
                 # record what it returned if anything, then report cancelled.
                 cancelled.set()
                 late = await _await_quietly(task)
                 if late is not None:
-                    await self._append(turn_id, [_sync_result(turn_id, d.clock(), input, late)])
+                    event = _sync_result(turn_id, d.clock(), input, late)
+                    await self._append(turn_id, [event])
+                    written.append(event)
                 raise
             telemetry.tool_finished(span, result.is_error, result.output)
-            outcome_label = "error" if result.is_error else "ok"
+            if outcome_label != "timeout":
+                outcome_label = "error" if result.is_error else "ok"
             event = _sync_result(turn_id, d.clock(), input, result)
-            await self._append(turn_id, [event])
+            end = await self._append(turn_id, [event])
             written.append(event)
-            return ToolCallResult(events=_elided(written))
-        except (CorruptTurnError, InfrastructureError) as exc:
-            raise to_application_error(exc) from exc
+            return end
         finally:
-            heartbeat.cancel()
-            with contextlib.suppress(asyncio.CancelledError):
-                await heartbeat
+            if heartbeat is not None:
+                heartbeat.cancel()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await heartbeat
             telemetry.end_span(span)
             elapsed = timedelta(seconds=time.monotonic() - started)
             telemetry.record_tool(input.tool_name, outcome_label, elapsed)

@@ -4,7 +4,11 @@ Usage: python -m tests.crash_worker ADDRESS TASK_QUEUE WORK_DIR [CRASH_AT]
 
 CRASH_AT is ``before-tool``: the process kills itself the moment a sync tool
 activity starts, i.e. after the invocation is durable and before the tool
-runs. ``after-append:TYPE``: it kills itself right after the append activity
+runs. With ``FAST_TOOLS=1`` the slow tool is fast (a local activity, bound
+``FAST_BOUND`` seconds); ``fast-start`` kills the process as the fast batch's
+local activity starts, ``fast-after:TYPE`` right after that activity appended
+a TYPE event (``tool_invocation_requested``: invoked, not started;
+``tool_result``: finished, its workflow task never completed). ``after-append:TYPE``: it kills itself right after the append activity
 wrote a batch holding a TYPE event, before the workflow task that ran it can
 complete (the local activity's result is lost; the line is on file). Other kill points (while the model streams, while a tool runs) are hit
 from the outside by the test. Each tool execution appends a line to
@@ -17,6 +21,7 @@ import asyncio
 import os
 import signal
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -26,7 +31,7 @@ from temporalio.client import Client
 from turnclient.lib.api import iso_now
 from turncore.agents import AgentDefinition, StaticAgentResolver
 from turncore.context import ContextResolver
-from turncore.events import ModelDescriptor, ToolDescriptor
+from turncore.events import ModelDescriptor, ToolDescriptor, TurnEvent
 from turncore.live import LiveHub
 from turncore.model.scripted import ScriptedModel
 from turncore.permissions import DeclaredPermissionChecker, DeferAllClassifier
@@ -36,6 +41,8 @@ from turncore.tools import ToolContext, ToolRegistry, tool
 from turncore_temporal.activities.payloads import (
     AppendInput,
     AppendResult,
+    FastToolsInput,
+    FastToolsResult,
     ToolCallInput,
     ToolCallResult,
 )
@@ -100,6 +107,8 @@ def dependencies(work: Path, *, delay: float) -> TurnDependencies:
         await asyncio.sleep(seconds + float(os.environ.get("SLOW_TOOL_SECONDS", "0")))
         return {"slept": True}
 
+    if os.environ.get("FAST_TOOLS") == "1":
+        slow = slow.with_(fast=True, fast_timeout=float(os.environ.get("FAST_BOUND", "10")))
     return TurnDependencies(
         repository=repo,
         models=Models(delay),
@@ -138,13 +147,35 @@ async def main(address: str, task_queue: str, work: str, crash_at: str) -> None:
                 os.kill(os.getpid(), signal.SIGKILL)  # on file; the workflow task never completes
             return result
 
+    fast_kind = crash_at.removeprefix("fast-after:")
+
+    class CrashInFastBatch(TurnActivities):
+        @activity.defn
+        async def run_fast_tools(self, input: FastToolsInput) -> FastToolsResult:
+            if crash_at == "fast-start":
+                os.kill(os.getpid(), signal.SIGKILL)  # nothing of the batch is on file
+            return await super().run_fast_tools(input)
+
+        async def _append(self, turn_id: str, events: Sequence[TurnEvent]) -> int:
+            end = await super()._append(turn_id, events)
+            if activity.info().is_local and fast_kind in {e.type for e in events}:
+                os.kill(os.getpid(), signal.SIGKILL)  # on file; the workflow task never completes
+            return end
+
     if crash_at == "before-tool":
         acts: TurnActivities = CrashBeforeTool(deps)
+    elif crash_at.startswith("fast-"):
+        acts = CrashInFastBatch(deps)
     elif crash_at.startswith("after-append:"):
         acts = CrashAfterAppend(deps)
     else:
         acts = TurnActivities(deps)
     worker = build_worker(client, deps, task_queue=task_queue, activities=acts)
+    # SIGTERM is a graceful stop (what `turns worker` does on SIGTERM): the
+    # worker shuts down, releasing its sticky queue, and the process exits.
+    asyncio.get_running_loop().add_signal_handler(
+        signal.SIGTERM, lambda: asyncio.ensure_future(worker.shutdown())
+    )
     Path(work, "worker.ready").write_text(str(os.getpid()))
     await worker.run()
 

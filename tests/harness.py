@@ -116,6 +116,8 @@ class Harness:
     script: Sequence[ScriptItem] | Any
     tools: list[ToolDescriptor] = field(default_factory=list)
     implementations: dict[str, ToolFunction] = field(default_factory=dict)
+    fast: dict[str, float] = field(default_factory=dict)
+    """Implementations (by name) that run fast, with their bounds in seconds."""
     permissions: dict[str, str] = field(default_factory=dict)
     classifier: PermissionClassifier = field(default_factory=DeferAllClassifier)
     checker: PermissionChecker | None = None
@@ -135,6 +137,7 @@ class Harness:
         self.registry = ToolRegistry(
             {f"builtin:{n}": RawTool(fn) for n, fn in self.implementations.items()},
             {t.tool_id for t in self.tools if t.execution == "async"},
+            fast={f"builtin:{n}": bound for n, bound in self.fast.items()},
         )
         self.resolver = StaticAgentResolver(
             agents={

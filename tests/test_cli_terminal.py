@@ -3,7 +3,7 @@
 Signals detach: a command that is stopped by Ctrl-C (once or repeatedly),
 SIGTERM or a closed terminal (SIGHUP) leaves its turn exactly as it is,
 exits quickly without a traceback, says how to go on, and never orphans the
-embedded server (its idle watchdog stops it).
+embedded server (its supervisor stops it).
 """
 
 from __future__ import annotations
@@ -138,7 +138,7 @@ def test_a_signal_detaches_quickly_and_leaves_the_turn_as_it_is(
     )
     written = [e["type"] for e in events(path)]
     assert written[-1] == "model_call_requested", (written, path.read_text(), err)
-    # The watchdog stops the embedded server once nothing uses it.
+    # The supervisor stops the embedded server once nothing uses it.
     wait_for("the idle server to stop", lambda: no_server(home), timeout=30)
 
     # The printed next step works: recover finishes the turn.
@@ -157,7 +157,7 @@ def test_the_embedded_server_outlives_a_command_by_its_idle_grace(home: Path) ->
     assert r.returncode == 0, r.stderr
     # The second command reused the idle server instead of starting another …
     assert json.loads((home / "temporal" / "server.json").read_text())["pid"] == server["pid"]
-    # … and left it to the watchdog, which stops it once it has been idle for
+    # … and left it to the supervisor, which stops it once it has been idle for
     # the grace.
     assert not no_server(home)
     wait_for("the idle server to stop", lambda: no_server(home), timeout=60)
@@ -764,7 +764,7 @@ def test_chat_stops_at_its_prompt_and_says_how_to_continue(home: Path, sig: sign
         f"TURNS_HOME={home} turns chat --continue {path.stem}" in err
     )
     assert events(path)[-1]["type"] == "turn_completed"  # nothing was cancelled or added
-    # The watchdog stops the embedded server once nothing uses it.
+    # The supervisor stops the embedded server once nothing uses it.
     wait_for("the idle server to stop", lambda: no_server(home), timeout=30)
 
 

@@ -20,7 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from tests.crash_worker import resolver
 from turnclient.lib.api import CreateTurnInput, TurnClient
 from turncore.advance import INTERRUPTED_MODEL_CALL, INTERRUPTED_TOOL_RESULT
-from turncore.events import RequestedAgent
+from turncore.events import PermissionDecisionInput, RequestedAgent
 from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
 from turncore.storage.repository import FileTurnRepository
@@ -187,3 +187,118 @@ async def test_a_cancel_after_a_kill_closes_the_interrupted_call_as_cancelled(
     assert types(work, turn_id)[-2:] == ["model_call_failed", "turn_cancelled"]
     queried.pop("rejectedInputs")
     assert queried == state.to_wire()
+
+
+# ------------------------------------------------------------ fast tools (local activities)
+
+
+async def _fast_scenario(env: WorkflowEnvironment, work: Path, kill_point: str) -> TurnReducer:
+    """The slow tool is fast (a local activity); the worker dies at ``kill_point``
+    of the fast batch and a fresh worker re-executes the local activity."""
+    turn_id, task_queue, repo, client = await _created(env, work)
+    first_env = {"FAST_TOOLS": "1", "FAST_BOUND": "30"}
+    if kill_point == "tool":
+        first_env["SLOW_TOOL_SECONDS"] = "60"
+    crash_at = "" if kill_point == "tool" else kill_point
+    async with worker_process(env, task_queue, work, crash_at, **first_env) as first:
+        outcome = asyncio.ensure_future(client.recover(turn_id))
+        if kill_point == "tool":
+            await until(lambda: len(executions_of(work)) == 1)
+            first.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(first.wait(), 30)
+        assert first.returncode == -signal.SIGKILL
+    async with worker_process(env, task_queue, work, FAST_TOOLS="1"):
+        result = await asyncio.wait_for(outcome, 90)
+        assert result.status == "completed", result
+        reducer = TurnReducer.of(repo.read(turn_id))  # the file validates
+        queried = await env.client.get_workflow_handle(turn_id).query("state")
+        queried.pop("rejectedInputs")
+        assert queried == reducer.state.to_wire()
+    history = await env.client.get_workflow_handle(turn_id).fetch_history()
+    scheduled = [
+        e.activity_task_scheduled_event_attributes.activity_type.name
+        for e in history.events
+        if e.HasField("activity_task_scheduled_event_attributes")
+    ]
+    assert "run_tool" not in scheduled  # it ran as a local activity every time
+    return reducer
+
+
+async def test_fast_kill_before_the_batch_invokes_runs_it_once(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    state = (await _fast_scenario(temporal_env, tmp_path / "w", "fast-start")).state
+    assert len(executions_of(tmp_path / "w")) == 1  # nothing was durable: it runs, once
+    result = state.tool_calls[0].result
+    assert result is not None and result.source == "sync"
+    assert result.result.output == {"slept": True}
+
+
+async def test_fast_kill_after_the_invocation_never_runs_the_tool(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    reducer = await _fast_scenario(
+        temporal_env, tmp_path / "w", "fast-after:tool_invocation_requested"
+    )
+    assert executions_of(tmp_path / "w") == []  # requested without a result: never started later
+    result = reducer.state.tool_calls[0].result
+    assert result is not None and result.source == "runtime"
+    assert result.result.output == INTERRUPTED_TOOL_RESULT
+    assert (
+        types(tmp_path / "w", reducer.state.definition.turn_id).count("tool_invocation_requested")
+        == 1
+    )
+
+
+async def test_fast_kill_while_the_tool_runs_never_runs_it_again(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    reducer = await _fast_scenario(temporal_env, tmp_path / "w", "tool")
+    assert len(executions_of(tmp_path / "w")) == 1  # never run twice
+    result = reducer.state.tool_calls[0].result
+    assert result is not None and result.result.output == INTERRUPTED_TOOL_RESULT
+
+
+async def test_fast_kill_after_the_result_keeps_the_result(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    reducer = await _fast_scenario(temporal_env, tmp_path / "w", "fast-after:tool_result")
+    assert len(executions_of(tmp_path / "w")) == 1
+    turn_id = reducer.state.definition.turn_id
+    kinds = types(tmp_path / "w", turn_id)
+    assert kinds.count("tool_result") == 1 and kinds.count("tool_invocation_requested") == 1
+    result = reducer.state.tool_calls[0].result
+    assert result is not None and result.result.output == {"slept": True}
+
+
+async def test_an_input_to_a_turn_whose_worker_was_killed_is_answered_promptly(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The turn's next workflow task is bound to the dead worker's sticky queue;
+    it moves to the shared queue after ``STICKY_QUEUE_TIMEOUT`` (1.5 s), not
+    Temporal's default 10 s (``bench/resume.py`` measures it closely)."""
+    work = tmp_path / "w"
+    work.mkdir(parents=True)
+    task_queue = f"crash-{uuid.uuid4()}"
+    client = TurnClient(
+        temporal_env.client, FileTurnRepository(work), resolver(), task_queue=task_queue
+    )
+    turn_id = await client.create_turn(
+        CreateTurnInput(
+            agent=RequestedAgent(agent_id="guarded"),
+            input=UserMessage(content="go"),
+            human_available=True,
+        )
+    )
+    async with worker_process(temporal_env, task_queue, work) as first:
+        assert (await client.advance_turn(turn_id).outcome).status == "suspended"
+        first.send_signal(signal.SIGKILL)
+        await asyncio.wait_for(first.wait(), 30)
+    async with worker_process(temporal_env, task_queue, work):
+        loop = asyncio.get_running_loop()
+        started = loop.time()
+        decision = PermissionDecisionInput(tool_call_id="call_0_0", decision="allow")
+        outcome = await asyncio.wait_for(client.advance_turn(turn_id, decision).outcome, 60)
+        elapsed = loop.time() - started
+    assert outcome.status == "completed"
+    assert elapsed < 8.0, f"answered after {elapsed:.1f} s"  # 10 s and more before

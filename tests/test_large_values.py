@@ -5,6 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.testing import WorkflowEnvironment
 
@@ -88,11 +89,21 @@ async def test_long_files_load_in_pages_that_fit_payloads(
     temporal_env: WorkflowEnvironment, tmp_path: Path
 ) -> None:
     def eight_kb(value: Any, ctx: ToolContext) -> Any:
-        return {"chunk": "x" * 8_000, "i": value["i"]}  # under the elision budget: loaded as is
+        return {"i": value.get("i")}
 
-    calls = [{"toolName": "dump", "input": {"i": i}} for i in range(40)]
+    # Tool-call inputs are never elided (invocations copy them): 8 KB each, the
+    # file's events stay under the budget and load as they are, in pages.
+    rounds = [
+        {
+            "toolCalls": [
+                {"toolName": "dump", "input": {"i": 10 * r + i, "pad": "x" * 8_000}}
+                for i in range(10)
+            ]
+        }
+        for r in range(4)
+    ]
     script = [
-        {"toolCalls": calls},
+        *rounds,
         {"toolCalls": [{"toolName": "ask", "input": {}}]},
         {"text": "done"},
     ]
@@ -122,3 +133,41 @@ async def test_long_files_load_in_pages_that_fit_payloads(
         sizes = [p.ByteSize() for e in history.events for p in _payloads(e)]
         assert max(sizes) < PAYLOAD_LIMIT
         await h.assert_file_matches_query(turn_id)
+
+
+@pytest.mark.parametrize("fast", [False, True], ids=["plain", "fast"])
+async def test_history_per_model_call_is_flat_whatever_the_tools_return(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, fast: bool
+) -> None:
+    """Tool outputs of 100 B, 10 KB and 100 KB: history grows by the same bytes per
+    model call (within 10%), because outputs the file holds stay out of it."""
+    size = [0]
+
+    def blob(value: Any, ctx: ToolContext) -> Any:
+        return "x" * size[0]
+
+    iterations = 3
+    script = [
+        *({"toolCalls": [{"toolName": "blob", "input": {"i": i}}]} for i in range(iterations)),
+        {"text": "done"},
+    ]
+    per_call: dict[int, float] = {}
+    for output in (100, 10_000, 100_000):
+        size[0] = output
+        async with Harness(
+            temporal_env.client,
+            tmp_path / str(output),
+            script,
+            tools=[sync_tool("blob")],
+            implementations={"blob": blob},
+            fast={"blob": 5.0} if fast else {},
+            permissions={"builtin:blob": "none"},
+        ) as h:
+            turn_id, outcome = await h.run("go")
+            assert outcome.status == "completed"
+            if output <= 1000:  # under the budget: the central invariant exactly
+                await h.assert_file_matches_query(turn_id)
+            history = await h.client.get_workflow_handle(turn_id).fetch_history()
+        per_call[output] = sum(e.ByteSize() for e in history.events) / (iterations + 1)
+    assert max(per_call.values()) / min(per_call.values()) <= 1.10, per_call
+    assert max(per_call.values()) < 8_000, per_call

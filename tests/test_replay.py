@@ -34,6 +34,8 @@ def test_histories_are_committed() -> None:
         "continued_as_new.run2",
         # a tool activity that failed, so the workflow reloaded the file
         "reload_after_failure",
+        # a batch of fast tools as one local activity, then a mixed batch run plainly
+        "fast_tools",
     } <= stems
 
 

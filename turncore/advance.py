@@ -18,7 +18,7 @@ workflow stays deterministic and the order is tested without Temporal
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import assert_never
 
@@ -439,6 +439,83 @@ def invoked_ids(events: Sequence[TurnEvent]) -> set[str]:
     response reuses (§24) is checked afresh instead of inheriting the grant.
     """
     return {e.tool_call_id for e in events if isinstance(e, ToolInvocationRequested)}
+
+
+# ---------------------------------------------------------------- fast tools
+
+
+def fast_batch(
+    events: Sequence[TurnEvent], fast: Mapping[str, float]
+) -> list[ToolInvocationRequested] | None:
+    """The invocations of ``events`` when all of them invoke fast sync tools, else None.
+
+    Such a batch runs as one local activity that appends the invocations itself,
+    then runs the tools. A batch that also invokes anything else (a plain sync
+    tool, an async tool, ``spawn_agent``, a human-dependent tool without a human)
+    is appended and run the plain way, fast tools included: §10.5 wants every
+    invocation of a batch durable before any of its tools starts.
+    """
+    invocations = [e for e in events if isinstance(e, ToolInvocationRequested)]
+    if not invocations or len(invocations) != len(events):
+        return None
+    if all(e.execution == "sync" and e.tool_id in fast for e in invocations):
+        return invocations
+    return None
+
+
+@dataclass(frozen=True)
+class FastAttempt:
+    """What one attempt of a fast batch does, decided from the file (§23)."""
+
+    found: list[TurnEvent]
+    """Lines a lost attempt wrote for these calls (invocations, progress, results)."""
+    invoke: list[ToolInvocationRequested]
+    """Invocations to append now, in source order; their tools then run."""
+    interrupted: list[TurnEvent]
+    """Indeterminate results for calls a lost attempt invoked and did not finish:
+    it may have started them, so they are never run again."""
+
+
+def fast_attempt(
+    state: TurnState,
+    log: Sequence[TurnEvent],
+    invocations: Sequence[ToolInvocationRequested],
+    ts: str,
+) -> FastAttempt:
+    """Plan an attempt of a fast batch against ``state`` (the file as read now).
+
+    A local activity may be executed again after its worker died: only the file
+    says whether an earlier attempt got as far as invoking a call. Invoked without
+    a result: interrupted (never re-run). Invoked with a result: done. Not
+    invoked: invoke and run it.
+    """
+    ids = {e.tool_call_id for e in invocations}
+    found: list[TurnEvent] = [
+        e
+        for e in log
+        if isinstance(e, (ToolInvocationRequested, ToolProgress, ToolResult))
+        and e.tool_call_id in ids
+    ]
+    invoke: list[ToolInvocationRequested] = []
+    interrupted: list[TurnEvent] = []
+    for e in invocations:
+        call = state.tool_call(e.tool_call_id)
+        if call is None or call.invocation is None:
+            invoke.append(e)
+        elif call.result is None:
+            interrupted.append(_runtime_error(state, call, INTERRUPTED_TOOL_RESULT, ts))
+    return FastAttempt(found=found, invoke=invoke, interrupted=interrupted)
+
+
+def fast_overrun_result(name: str, bound: float) -> ToolResultData:
+    """The error result of a fast tool that did not finish within its bound."""
+    return ToolResultData(
+        output=(
+            f"Tool {name} did not finish within its {bound:g} s bound as a fast tool; "
+            "its outcome is unknown and it was not retried."
+        ),
+        is_error=True,
+    )
 
 
 def sync_calls_to_start(state: TurnState, running: Collection[str]) -> list[ToolCallState]:

@@ -6,8 +6,9 @@ that crosses into the workflow passes through ``elide_event``, which replaces
 each oversized value with a marker that says what was removed. The file keeps
 the value; the ``state`` query shows the marker. For events without large
 values it is the identity, so normal turns keep the central invariant
-``reduce_turn(read(file)) == state`` exactly; for turns with large values the
-invariant is ``reduce_turn(map(elide_event, read(file))) == state``.
+``reduce_turn(read(file)) == state`` exactly; for turns with large values
+(tool outputs and progress above ``TOOL_VALUE_BUDGET``, anything else above
+``DEFAULT_VALUE_BUDGET``) the invariant is ``reduce_turn(map(elide_event, read(file))) == state``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,15 @@ from .events import TurnEvent, parse_event
 
 DEFAULT_VALUE_BUDGET = 16 * 1024
 """Bytes (of JSON) above which a value stays in the file only."""
+
+TOOL_VALUE_BUDGET = 1024
+"""Bytes (of JSON) above which a tool's output, metadata or progress stays in the
+file only. Lower than the general budget: the workflow never reads them (the
+model activity composes requests from the file), and each one would otherwise
+ride in history with the activity that wrote it, so history per model call
+would grow with the tools' outputs instead of staying flat."""
+
+_TOOL_KINDS = ("tool_result", "tool_progress")
 
 ELIDED_KEY = "turncoreElided"
 
@@ -118,7 +128,7 @@ def elide_wire(wire: dict[str, Any], budget: int = DEFAULT_VALUE_BUDGET) -> dict
         leaf = path[-1]
         if isinstance(parent, dict) and leaf in parent:
             size = _size(parent[leaf])
-            if size > budget:
+            if size > (min(budget, TOOL_VALUE_BUDGET) if kind in _TOOL_KINDS else budget):
                 # Copy the parent chain so the caller's dict is not mutated.
                 holder = out
                 for key in path[:-1]:

@@ -24,9 +24,12 @@ pydantic model, a dataclass, or a ``ToolResultData`` for full control.
 Everything the runtime needs about a tool is on the ``Tool``: its stable id,
 name, description, schema, execution mode (``"sync"`` runs here;
 ``"async"`` is completed later by an external input and has no body),
-permission (``"none"`` or ``"ask"``) and ``requires_human``. The wire
-snapshot in ``turn_created`` is ``Tool.descriptor()``; the registry maps
-snapshotted ids back to live tools when a turn advances.
+permission (``"none"`` or ``"ask"``), ``requires_human``, and ``fast``
+(a sync tool that finishes within ``fast_timeout`` seconds and runs as a
+Temporal local activity; see ``docs/architecture.md``). The wire snapshot in
+``turn_created`` is ``Tool.descriptor()`` (``fast`` is how this runtime runs
+the tool, not part of the spec's descriptor); the registry maps snapshotted
+ids back to live tools when a turn advances.
 """
 
 from __future__ import annotations
@@ -63,6 +66,22 @@ ReportProgress = Callable[[JsonValue], Awaitable[None]]
 Execution = Literal["sync", "async"]
 Permission = Literal["none", "ask"]
 TOOL_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
+DEFAULT_FAST_TIMEOUT = 10.0
+"""Seconds a fast tool may run unless it declares otherwise."""
+MAX_FAST_TIMEOUT = 30.0
+"""The longest bound a fast tool may declare. A local activity holds its workflow
+task while it runs; anything longer belongs in a plain (heartbeating) activity."""
+
+
+def fast_problem(fast: bool, execution: str, timeout: float) -> str | None:
+    """Why this fast declaration is refused, or None when it is sound."""
+    if not fast:
+        return None
+    if execution != "sync":
+        return "fast applies to sync tools only (an async tool's result arrives later as an input)"
+    if not timeout > 0 or timeout > MAX_FAST_TIMEOUT:  # not > 0 also refuses NaN
+        return f"fast_timeout must be more than 0 and at most {MAX_FAST_TIMEOUT:g} seconds, not {timeout:g}"
+    return None
 
 
 @dataclass(frozen=True)
@@ -371,6 +390,10 @@ class Tool:
     requires_human: bool = False
     tool_id: str = ""
     """The stable registry identity snapshotted in each turn (§6.3); derived when empty."""
+    fast: bool = False
+    """A sync tool that finishes within ``fast_timeout``: it runs as a local activity."""
+    fast_timeout: float = DEFAULT_FAST_TIMEOUT
+    """Seconds a fast tool may run; past it the call gets an error result and is not run again."""
     function: Callable[..., Any] | None = field(default=None, compare=False, repr=False)
     _signature: _Signature | None = field(default=None, compare=False, repr=False)
 
@@ -384,6 +407,9 @@ class Tool:
             object.__setattr__(self, "tool_id", f"{prefix}:{self.name}")
         if self.execution == "sync" and self.function is None:
             raise ToolDeclarationError(f"tool {self.name!r}: a sync tool needs a function")
+        problem = fast_problem(self.fast, self.execution, self.fast_timeout)
+        if problem is not None:
+            raise ToolDeclarationError(f"tool {self.name!r}: {problem}")
 
     # ------------------------------------------------------------ building
 
@@ -549,6 +575,8 @@ def tool(
     execution: Execution = "sync",
     requires_human: bool = False,
     tool_id: str = "",
+    fast: bool = False,
+    fast_timeout: float = DEFAULT_FAST_TIMEOUT,
 ) -> Tool: ...
 
 
@@ -563,6 +591,8 @@ def tool(
     execution: Execution = "sync",
     requires_human: bool = False,
     tool_id: str = "",
+    fast: bool = False,
+    fast_timeout: float = DEFAULT_FAST_TIMEOUT,
 ) -> Callable[[Callable[..., Any]], Tool]: ...
 
 
@@ -576,12 +606,16 @@ def tool(
     execution: Execution = "sync",
     requires_human: bool = False,
     tool_id: str = "",
+    fast: bool = False,
+    fast_timeout: float = DEFAULT_FAST_TIMEOUT,
 ) -> Tool | Callable[[Callable[..., Any]], Tool]:
     """Declare a tool from a typed function: ``@tool``, ``@tool(permission="none")`` or ``tool(fn)``.
 
     ``execution="async"`` declares a tool whose result arrives later (``turns
     complete``, ``Turns.complete``); the function then only describes the
-    input and never runs.
+    input and never runs. ``fast=True`` declares a sync tool that finishes
+    within ``fast_timeout`` seconds (10 by default, at most 30): it runs as a
+    Temporal local activity, with every guarantee of a sync tool kept.
     """
 
     def build(f: Callable[..., Any]) -> Tool:
@@ -597,6 +631,8 @@ def tool(
             permission=permission,
             requires_human=requires_human,
             tool_id=tool_id,
+            fast=fast,
+            fast_timeout=fast_timeout,
             function=f if execution == "sync" else None,
             _signature=sig if execution == "sync" else None,
         )
@@ -644,9 +680,12 @@ class ToolRegistry:
         self,
         sync_tools: Mapping[str, SyncTool] | None = None,
         async_tools: frozenset[str] | set[str] = frozenset(),
+        fast: Mapping[str, float] | None = None,
     ) -> None:
         self._sync = dict(sync_tools or {})
         self._async = frozenset(async_tools)
+        self._fast = dict(fast or {})
+        """Fast bounds by tool id for implementations that are not ``Tool``s."""
 
     @classmethod
     def of(cls, tools: Iterable[Tool]) -> ToolRegistry:
@@ -655,6 +694,19 @@ class ToolRegistry:
             {t.tool_id: t for t in listed if t.execution == "sync"},
             {t.tool_id for t in listed if t.execution == "async"},
         )
+
+    def fast_tools(self, tool_ids: Iterable[str] | None = None) -> dict[str, float]:
+        """The fast tools registered here (of ``tool_ids`` when given), with their bounds."""
+        wanted = None if tool_ids is None else set(tool_ids)
+        out: dict[str, float] = {}
+        for tid, t in self._sync.items():
+            if wanted is not None and tid not in wanted:
+                continue
+            if isinstance(t, Tool) and t.fast:
+                out[tid] = t.fast_timeout
+            elif tid in self._fast:
+                out[tid] = self._fast[tid]
+        return out
 
     def register(self, tool_id: str, tool: SyncTool) -> None:
         self._sync[tool_id] = tool

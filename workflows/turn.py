@@ -53,6 +53,7 @@ from turncore.events import (
     StagedAsyncToolProgressInput,
     StagedAsyncToolResultInput,
     ToolDescriptor,
+    ToolInvocationRequested,
     ToolResult,
     ToolResultData,
     TurnEvent,
@@ -75,11 +76,14 @@ from turncore_temporal.activities.failures import (
 from turncore_temporal.activities.payloads import (
     AppendInput,
     AwaitChildInput,
+    CheckOutcome,
     CheckPermissionsInput,
+    CheckPermissionsResult,
     ClassifyInput,
     CreateChildInput,
     CreateChildResult,
     Derived,
+    FastToolsInput,
     LoadInput,
     MaterializeAgentInput,
     ModelCallInput,
@@ -122,6 +126,14 @@ when any activity fails, instead of losing the call's task and starting it anew.
 _SUBAGENT_RESULT_FROM_FILE = "subagent-result-from-file"
 """Runs from here on have the append activity build a ``spawn_agent`` result from the
 child's file: the child's outcome reaches the workflow elided."""
+
+_CHECKED_WITH_MODEL = "permissions-checked-with-the-model-call"
+"""Runs from here on take the checker's answers from the model activity's result."""
+_FAST_TOOLS = "fast-tools-as-local-activities"
+"""Runs from here on run a batch of fast sync tools as one local activity."""
+FAST_MARGIN_SECONDS = 30.0
+"""A fast batch's local activity may take its longest bound plus this (reading
+the file, appending invocations and results) before Temporal times it out."""
 
 _I = TypeVar("_I")
 _R = TypeVar("_R")
@@ -188,6 +200,10 @@ class TurnWorkflow:
         self._ended_before = False
         """The file was already terminal when this run loaded it (nothing to count)."""
         self._child_slots = asyncio.Semaphore(8)
+        self._fast: dict[str, float] = {}
+        self._prechecked: dict[str, CheckOutcome] = {}
+        """The checker's answers the last model call brought, by call id, until used."""
+        """Tool ids this turn runs fast, with their bounds (as the last load recorded)."""
 
     # ------------------------------------------------------------------ run
 
@@ -276,7 +292,11 @@ class TurnWorkflow:
             )
             match action:
                 case advance.Append(events):
-                    await self._append(events)
+                    fast = advance.fast_batch(events, self._fast) if self._fast else None
+                    if fast is not None and workflow.patched(_FAST_TOOLS):
+                        await self._run_fast(fast)
+                    else:
+                        await self._append(events)
                 case advance.CheckPermissions(calls):
                     await self._check_permissions(calls)
                 case advance.Classify(calls):
@@ -366,12 +386,15 @@ class TurnWorkflow:
         while start is not None:
             load = LoadInput(turn_id=self._turn_id, start=start, validate=validate and start == 0)
             result = await self._local(Activities.load_turn, load)
+            if load.start == 0:
+                self._fast = dict(result.fast_tools)
             for e in result.events:
                 reducer.apply(e)
             start = result.next_start
             self._saw(result.offset)
         self._reducer = reducer
         self._flags.reload = False
+        self._prechecked = {}
         self._allowed.clear()  # ask the checker again about anything not yet invoked
         state = reducer.state
         if state.terminal is not None or not recover:
@@ -496,9 +519,19 @@ class TurnWorkflow:
         return self._tools
 
     async def _check_permissions(self, calls: list[ToolCallState]) -> None:
-        checked = await self._local(
-            Activities.check_permissions, CheckPermissionsInput.of(self._turn_id, calls)
-        )
+        pre, self._prechecked = self._prechecked, {}
+        if (
+            pre
+            and all(
+                c.tool_call_id in pre and pre[c.tool_call_id].tool_id == c.tool_id for c in calls
+            )
+            and workflow.patched(_CHECKED_WITH_MODEL)
+        ):
+            checked = CheckPermissionsResult(outcomes=[pre[c.tool_call_id] for c in calls])
+        else:
+            checked = await self._local(
+                Activities.check_permissions, CheckPermissionsInput.of(self._turn_id, calls)
+            )
         required, allowed = advance.permission_required_events(
             self._state, checked.checks(), _ts(), self._allowed, self._tools
         )
@@ -570,6 +603,54 @@ class TurnWorkflow:
         finally:
             self._running.pop(call.tool_call_id, None)
             self._wake()
+
+    async def _run_fast(self, invocations: list[ToolInvocationRequested]) -> None:
+        """Invoke and run a batch of fast tools as one local activity (no task queue
+        round trip). It appends the invocations itself, so a re-executed attempt
+        knows from the file what a lost one may have started (§23)."""
+        assert self._reducer is not None
+        trial = self._reducer.copy()
+        for e in invocations:
+            trial.apply(e)  # an illegal decision must never reach the file
+        bounds = {e.tool_call_id: self._fast[e.tool_id] for e in invocations}
+        names = ", ".join(f"{e.tool_name} · {e.tool_call_id}" for e in invocations)
+        try:
+            result = await workflow.execute_local_activity_method(
+                Activities.run_fast_tools,
+                FastToolsInput(
+                    turn_id=self._turn_id,
+                    invocations=invocations,
+                    bounds=bounds,
+                    known_offset=self._seen_lines,
+                ),
+                start_to_close_timeout=timedelta(
+                    seconds=max(bounds.values()) + FAST_MARGIN_SECONDS
+                ),
+                retry_policy=_ONE_ATTEMPT,
+                cancellation_type=workflow.ActivityCancellationType.WAIT_CANCELLATION_COMPLETED,
+                summary=f"fast tool {names}",
+            )
+        except (ActivityError, ApplicationError) as exc:
+            # We cannot be sure what the activity did: trust the file.
+            workflow.logger.warning("fast tools %s ended without a result: %s", names, exc)
+            self._flags.reload = True
+            return
+        except asyncio.CancelledError:
+            self._flags.reload = True
+            raise
+        self._saw(result.offset)
+        # A lost attempt's invocations (as on file) first, else the ones given,
+        # then results and progress.
+        found = [e for e in result.events if isinstance(e, ToolInvocationRequested)]
+        known = {e.tool_call_id for e in found}
+        for event in [*found, *(e for e in invocations if e.tool_call_id not in known)]:
+            call = self._state.tool_call(event.tool_call_id)
+            if call is None or call.invocation is None:
+                self._reducer.apply(event)
+        for other in result.events:
+            if other.type != "tool_invocation_requested" and not self._already_have(other):
+                self._reducer.apply(other)
+        self._allowed.difference_update(advance.invoked_ids(invocations))
 
     async def _run_child(self, call: ToolCallState) -> None:
         """``spawn_agent``: run the call as a child turn with its own file and workflow,
@@ -775,6 +856,7 @@ class TurnWorkflow:
         assert self._reducer is not None
         for event in result.events:
             self._reducer.apply(event)
+        self._prechecked = {c.tool_call_id: c for c in result.checks or ()}
 
     # ---------------------------------------------------------------- inputs
 

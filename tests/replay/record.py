@@ -188,6 +188,22 @@ async def reload_after_failure(client: Client, work: Path) -> str:
         return turn_id
 
 
+async def fast_tools(client: Client, work: Path) -> str:
+    """A batch of two fast tools (one local activity), then a mixed batch run plainly."""
+    script = [_calls("f", "f"), _calls("f", "s"), {"text": "done"}]
+    async with Harness(
+        client,
+        work,
+        script,
+        tools=[sync_tool("f"), sync_tool("s")],
+        implementations={"f": echo, "s": echo},
+        fast={"f": 5.0},
+        permissions={"builtin:f": "none", "builtin:s": "none"},
+    ) as h:
+        turn_id, _ = await h.run("go")
+        return turn_id
+
+
 SCENARIOS: dict[str, Callable[[Client, Path], Awaitable[str]]] = {
     "plain": plain,
     "tools_and_inputs": tools_and_inputs,
@@ -196,6 +212,7 @@ SCENARIOS: dict[str, Callable[[Client, Path], Awaitable[str]]] = {
     "spawn_agent": spawn_agent,
     "continued_as_new": continued_as_new,
     "reload_after_failure": reload_after_failure,
+    "fast_tools": fast_tools,
 }
 
 

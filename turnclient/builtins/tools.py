@@ -64,7 +64,7 @@ def _builtin(t: Tool) -> Tool:
 
 
 def clock_tool(now: Callable[[], datetime] = lambda: datetime.now(UTC)) -> Tool:
-    @tool(permission="none")
+    @tool(permission="none", fast=True)
     def clock(
         time_zone: Annotated[
             str, Field(alias="timeZone", description="An IANA time zone name.")
@@ -176,7 +176,7 @@ def _check(value: Any) -> Any:
 
 
 def calculator_tool() -> Tool:
-    @tool(permission="none")
+    @tool(permission="none", fast=True)
     def calculator(expression: str) -> dict[str, Any]:
         """Evaluate an arithmetic expression: numbers, + - * / // % **, parentheses, pi, e, and sqrt, exp, log, log10, sin, cos, tan, abs, round, floor, ceil."""
         return {"expression": expression, "result": evaluate(expression)}

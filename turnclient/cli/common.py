@@ -194,7 +194,7 @@ class _Interrupts:
     cleanup still waits for — a tool running in a worker thread cannot be
     interrupted — and a second signal exits at once. A hard exit is safe:
     the kernel drops this process's file locks, the embedded server's
-    watchdog stops the server once idle, and the turn's workflow resumes on
+    supervisor stops the server once idle, and the turn's workflow resumes on
     the next worker from its file.
     """
 

@@ -51,7 +51,14 @@ from turnclient.lib.cost import PriceConfigError, ProviderPrice
 from turncore.context import ElisionPolicy
 from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
-from turncore.tools import TOOL_NAME, Tool, ToolDeclarationError, schema_disagreement, tool
+from turncore.tools import (
+    TOOL_NAME,
+    Tool,
+    ToolDeclarationError,
+    fast_problem,
+    schema_disagreement,
+    tool,
+)
 
 CONFIG_FILE = "turns.toml"
 DEFAULT_WORK_DIR = ".turns"
@@ -180,6 +187,10 @@ class ToolTable(_Table):
     requires_human: bool | None = None
     callable: str | None = None
     """``module:function`` of a sync tool (a typed function or a ``Tool``)."""
+    fast: bool | None = None
+    """A sync tool that finishes within ``fast_timeout``: it runs as a local activity."""
+    fast_timeout: float | None = None
+    """Seconds a fast tool may run (default 10, at most 30)."""
 
 
 class AgentTable(_Table):
@@ -371,11 +382,12 @@ def _check_tool_table(name: str, t: ToolTable) -> None:
         raise ValueError(f"{where}: a tool name is 1-64 letters, digits, '_' or '-'")
     if name in BUILTIN_NAMES:
         given = t.model_dump(exclude_none=True)
-        if set(given) - {"description", "permission"}:
+        if set(given) - {"description", "permission", "fast", "fast_timeout"}:
             raise ValueError(
-                f"{where}: {name} is a built-in tool; only its description and permission "
-                "can be changed"
+                f"{where}: {name} is a built-in tool; only its description, permission, "
+                "fast and fast_timeout can be changed"
             )
+        _check_fast(where, t, "sync")
         return
     execution = t.execution or ("sync" if t.callable is not None else None)
     if execution is None:
@@ -386,6 +398,20 @@ def _check_tool_table(name: str, t: ToolTable) -> None:
         raise ValueError(
             f"{where}: an async tool has no callable; its result arrives with `turns complete`"
         )
+    _check_fast(where, t, execution)
+
+
+def _check_fast(where: str, t: ToolTable, execution: str) -> None:
+    """``fast`` is for sync tools; ``fast_timeout`` is a bound within the local-activity limit."""
+    if t.fast and execution != "sync":
+        raise ValueError(
+            f"{where}.fast: an async tool cannot be fast (its result arrives later as an "
+            "input); remove fast or make the tool sync"
+        )
+    if t.fast_timeout is not None:
+        problem = fast_problem(True, "sync", t.fast_timeout)
+        if problem is not None:
+            raise ValueError(f"{where}.fast_timeout: {problem.removeprefix('fast_timeout ')}")
 
 
 def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None:
@@ -525,10 +551,12 @@ def import_callable(name: str, target: str, search: Path) -> Any:
 
 def _tool_from_table(name: str, t: ToolTable, base: Tool | None, root: Path) -> Tool:
     where = f"tools.{name}"
-    if base is not None:  # a built-in: only description and permission change
+    if base is not None:  # a built-in: only description, permission and fast change
         return base.with_(
             description=t.description if t.description is not None else base.description,
             permission=t.permission or base.permission,
+            fast=t.fast if t.fast is not None else base.fast,
+            fast_timeout=t.fast_timeout if t.fast_timeout is not None else base.fast_timeout,
         )
     permission = t.permission or "ask"  # fail closed
     if t.callable is None:
@@ -560,7 +588,14 @@ def _tool_from_table(name: str, t: ToolTable, base: Tool | None, root: Path) -> 
         changes["requires_human"] = t.requires_human
     if isinstance(target, Tool) and t.permission is None:
         changes["permission"] = target.permission  # declared next to the function
-    return declared.with_(**changes)
+    if t.fast is not None:
+        changes["fast"] = t.fast
+    if t.fast_timeout is not None:
+        changes["fast_timeout"] = t.fast_timeout
+    try:
+        return declared.with_(**changes)
+    except ToolDeclarationError as exc:
+        raise ConfigError(f"{where}.fast: {exc}") from None
 
 
 def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:

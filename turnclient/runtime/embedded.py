@@ -29,22 +29,25 @@ Leaving (reference counting): under the lock, drop our user file. With no
 idle grace (``idle_grace=0``), if no live user remains, stop the server
 (SIGTERM, then SIGKILL after a grace period) and remove ``server.json``. So
 the last command out stops the server — not necessarily the one that started
-it — and a server left behind by a killed command is reused by the next
-command and stopped when that one leaves.
+it. A command killed before it could leave is noticed by the supervisor
+(below), which stops the server once no live user is left.
 
 With an idle grace (the CLI's default, ``TURNS_SERVER_IDLE`` seconds), the
 server outlives its last user by that long, so a following command reuses it
-instead of paying for a restart. Whoever starts such a server also starts a
-small watchdog process beside it (``python -m turnclient.runtime.embedded watch``):
-it stops the server once no live user has held it for the whole grace, and
-exits when the server does. Since the kernel drops a dead command's user
-lock, a command that was killed or had to exit hard never orphans a server.
+instead of paying for a restart.
 
-The server runs in its own session (so a Ctrl-C in the terminal reaches the
-command, which then leaves cleanly, and never the shared server) and is
-started with ``subprocess.Popen`` rather than asyncio's subprocess API: an
-asyncio transport kills its child when the event loop closes, but the
-server must outlive its starter while other commands still use it. Nothing
+The server is never a command's own child: the command starts a small
+supervisor (``supervisor.py``, standard library only), which starts the
+server as *its* child with the parent-death signal set, watches it, and
+stops it when no live user has held it for the grace, when the work dir or
+the database file is deleted or replaced, or when the supervisor itself is
+asked to stop. If the supervisor dies, however it dies (SIGKILL included),
+the kernel kills the server (Linux). Since the kernel also drops a dead
+command's user lock, a command that was killed or had to exit hard never
+orphans a server, and neither does deleting the work dir under it.
+
+The supervisor runs in its own session (so a Ctrl-C in the terminal reaches
+the command, which then leaves cleanly, and never the shared server). Nothing
 here blocks the event loop: lock waits, readiness checks and shutdown waits
 are polls with ``asyncio.sleep`` in between.
 
@@ -56,7 +59,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import errno
 import fcntl
 import json
 import os
@@ -77,6 +79,7 @@ from temporalio.client import Client
 from temporalio.common import SearchAttributeIndexedValueType, SearchAttributeKey
 
 from turnclient.runtime.devserver import find_temporal_cli
+from turnclient.runtime.supervisor import live_users
 
 NAMESPACE = "default"
 HOST = "127.0.0.1"
@@ -184,7 +187,8 @@ def _pid_alive(pid: int) -> bool:
 
 
 def _serves_db(argv: list[str], db: str) -> bool:
-    return "start-dev" in argv and db in argv
+    # argv[1:3], not anywhere: the supervisor's own argv carries the server's.
+    return argv[1:3] == ["server", "start-dev"] and db in argv
 
 
 def is_server_process(pid: int, db: str) -> bool:
@@ -211,22 +215,16 @@ def servers_on(db: str) -> list[int]:
     return found
 
 
-async def _stop_process(pid: int, popen: subprocess.Popen[bytes] | None, grace: float) -> None:
+async def _stop_process(pid: int, grace: float) -> None:
     """SIGTERM, wait up to ``grace`` seconds, then SIGKILL; returns once it is gone."""
-
-    def gone() -> bool:
-        if popen is not None and popen.pid == pid:
-            return popen.poll() is not None  # also reaps our own child
-        return not _pid_alive(pid)
-
     for sig, wait in ((signal.SIGTERM, grace), (signal.SIGKILL, 10.0)):
-        if gone():
+        if not _pid_alive(pid):
             return
         with contextlib.suppress(ProcessLookupError):
             os.kill(pid, sig)
         deadline = time.monotonic() + wait
         while time.monotonic() < deadline:
-            if gone():
+            if not _pid_alive(pid):
                 return
             await asyncio.sleep(0.05)
     raise EmbeddedServerError(f"the embedded Temporal server (pid {pid}) did not stop")
@@ -268,7 +266,7 @@ class EmbeddedServer:
         self._idle_grace = idle_grace
         self._port = port
         self._user: tuple[Path, int] | None = None
-        self._popen: subprocess.Popen[bytes] | None = None
+        self._supervisor: subprocess.Popen[bytes] | None = None
         self.info: ServerInfo | None = None
         self.started = False
         """Whether this command started the server it uses (rather than reusing one)."""
@@ -325,44 +323,13 @@ class EmbeddedServer:
         async with self._locked():
             self._unregister()
             if self._idle_grace > 0 or self.live_users():
-                return False  # the watchdog stops an idle server after the grace
+                return False  # the supervisor stops an idle server after the grace
             await self._stop_all(self._read_state())
-            return True
-
-    async def stop_if_idle(self, server_pid: int) -> bool:
-        """The watchdog's step: stop the server of ``server_pid`` if no live command uses it."""
-        async with self._locked():
-            info = self._read_state()
-            if info is None or info.pid != server_pid or self.live_users():
-                return False
-            await self._stop_all(info)
             return True
 
     def live_users(self) -> list[str]:
         """The user files of live commands; stale ones (their command died) are removed."""
-        live: list[str] = []
-        mine = self._user[0] if self._user is not None else None
-        if not self._users.is_dir():
-            return live
-        for path in sorted(self._users.iterdir()):
-            if path == mine:
-                live.append(path.name)
-                continue
-            try:
-                fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
-            except FileNotFoundError:
-                continue
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except OSError as exc:
-                if exc.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
-                    raise
-                live.append(path.name)
-            else:
-                path.unlink(missing_ok=True)  # its command died without leaving
-            finally:
-                os.close(fd)
-        return live
+        return live_users(self._users, self._user[0] if self._user is not None else None)
 
     # -- locking and users ---------------------------------------------------
 
@@ -450,7 +417,11 @@ class EmbeddedServer:
         if info is not None and is_server_process(info.pid, db):
             pids.add(info.pid)
         for pid in sorted(pids):
-            await _stop_process(pid, self._popen, self._stop_grace)
+            await _stop_process(pid, self._stop_grace)
+        supervisor, deadline = self._supervisor, time.monotonic() + 5.0
+        # Ours leaves as soon as its server has gone: reap it rather than keep a zombie.
+        while supervisor is not None and supervisor.poll() is None and time.monotonic() < deadline:
+            await asyncio.sleep(0.05)
         self.state_file.unlink(missing_ok=True)
 
     async def _answers(self, info: ServerInfo, patience: float) -> bool:
@@ -509,31 +480,20 @@ class EmbeddedServer:
                 args.append("--headless")
             with open(self.log_file, "ab") as log:
                 log.write(f"--- {_now()} pid {os.getpid()} starts: {' '.join(args)}\n".encode())
-                log.flush()
-                popen = subprocess.Popen(
-                    args,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=log,
-                    start_new_session=True,
-                    close_fds=True,
-                )
-            self._popen = popen
+            server_pid = await self._supervise(args)
             info = ServerInfo(
-                pid=popen.pid, port=port, db=str(self.db), started=_now(), ui_port=ui_port
+                pid=server_pid, port=port, db=str(self.db), started=_now(), ui_port=ui_port
             )
             deadline = time.monotonic() + self._ready_timeout
-            while popen.poll() is None and time.monotonic() < deadline:
+            while _pid_alive(server_pid) and time.monotonic() < deadline:
                 if await self._probe(info.address):
                     self._write_state(info)
                     self.started = True
-                    if self._idle_grace > 0:
-                        self._start_watchdog(popen.pid)
-                    self.notes.append(f"started a server (pid {popen.pid}) on {info.address}")
+                    self.notes.append(f"started a server (pid {server_pid}) on {info.address}")
                     return info
                 await asyncio.sleep(0.1)
-            if popen.poll() is None:
-                await _stop_process(popen.pid, popen, self._stop_grace)
+            if _pid_alive(server_pid):
+                await _stop_process(server_pid, self._stop_grace)
                 raise EmbeddedServerError(
                     f"the embedded Temporal server did not answer within {self._ready_timeout:.0f}s; "
                     f"see {self.log_file}"
@@ -544,24 +504,36 @@ class EmbeddedServer:
             f"(see {self.log_file})"
         )
 
-    def _start_watchdog(self, server_pid: int) -> None:
+    async def _supervise(self, server_argv: list[str]) -> int:
+        """Start the server under its supervisor (``supervisor.py``); returns the server's pid."""
         with open(self.log_file, "ab") as log:
-            subprocess.Popen(
+            supervisor = subprocess.Popen(
                 [
                     sys.executable,
-                    "-m",
-                    "turnclient.runtime.embedded",
-                    "watch",
-                    str(self.dir.parent),
-                    str(server_pid),
+                    "-I",  # the supervisor needs the standard library only
+                    str(Path(__file__).with_name("supervisor.py")),
+                    str(self.dir),
                     str(self._idle_grace),
+                    "--",
+                    *server_argv,
                 ],
                 stdin=subprocess.DEVNULL,
-                stdout=log,
+                stdout=subprocess.PIPE,
                 stderr=log,
-                start_new_session=True,
+                start_new_session=True,  # a Ctrl-C in the terminal never reaches it
                 close_fds=True,
             )
+        self._supervisor = supervisor
+        assert supervisor.stdout is not None
+        line = await asyncio.to_thread(supervisor.stdout.readline)
+        supervisor.stdout.close()
+        try:
+            return int(line)
+        except ValueError:
+            raise EmbeddedServerError(
+                f"the embedded server's supervisor could not start it: {self._log_tail() or 'no output'} "
+                f"(see {self.log_file})"
+            ) from None
 
     def _log_tail(self) -> str:
         try:
@@ -569,27 +541,6 @@ class EmbeddedServer:
         except OSError:
             return ""
         return lines[-1][:300] if lines else ""
-
-
-async def watch(work_dir: str, server_pid: int, idle_grace: float) -> None:
-    """Stop the work dir's server once it has had no live user for ``idle_grace`` seconds."""
-    manager = EmbeddedServer(work_dir, ())
-    idle_since: float | None = None
-    while _pid_alive(server_pid):
-        now = time.monotonic()
-        # Under the lock: a joining command creates its user file, then locks
-        # it; looking between the two would take the file for a dead one's.
-        async with manager._locked():
-            busy = bool(manager.live_users())
-        if busy:
-            idle_since = None
-        elif idle_since is None:
-            idle_since = now
-        elif now - idle_since >= idle_grace:
-            if await manager.stop_if_idle(server_pid):
-                return
-            idle_since = None
-        await asyncio.sleep(0.25)
 
 
 def _now() -> str:
@@ -605,12 +556,3 @@ __all__ = [
     "search_attribute_flags",
     "servers_on",
 ]
-
-
-if __name__ == "__main__":
-    if len(sys.argv) == 5 and sys.argv[1] == "watch":
-        asyncio.run(watch(sys.argv[2], int(sys.argv[3]), float(sys.argv[4])))
-    else:
-        raise SystemExit(
-            "usage: python -m turnclient.runtime.embedded watch WORK_DIR SERVER_PID GRACE"
-        )

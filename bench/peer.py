@@ -1,0 +1,319 @@
+"""turncore beside Pydantic AI's ``TemporalAgent``, on one dev server, in one run.
+
+Run from anywhere, after ``pip install pydantic-ai-slim`` (bench only, never a
+project dependency): ``python bench/peer.py [--repeat 5] [--sizes 40,200]``.
+It starts one Temporal dev server and one worker process per system (this
+script with ``--worker``): turncore's (the real ``build_worker``, file
+storage, a scripted model with no delay) and the peer's (``bench/_peer.py``:
+``TemporalAgent`` over a zero-latency ``FunctionModel``, on a plain
+``Worker`` with Pydantic AI's plugins). This process only drives them. Each model call but the last asks for one ``blob`` tool
+call. turncore runs the tool two ways: ``fast`` (a fast tool, a local
+activity) and ``plain`` (a sync-tool activity). Systems alternate within
+every measurement, so they share the machine's load alike.
+
+1. ``iteration_ms``: the time one more model+tool iteration adds to a turn
+   (median of turns with 0 and ``ITERATIONS`` iterations; the slope).
+2. ``history_bytes_per_model_call``: Temporal history bytes one more
+   model+tool iteration adds, with tool outputs of 100 B, 10 KB and 100 KB,
+   and the spread across the three.
+3. ``load``: ``N`` turns of three model calls started at once, for each N in
+   ``--sizes``: turns/s (N over the wall time) and p50/p99 of a turn's time
+   from start to outcome.
+
+Targets (ratios to the peer, turncore fast): iteration ≤ 0.6×; history per
+model call ≤ 0.2× at each output size and within 10% across them;
+throughput ≥ 3× and p99 ≤ 0.3× at each load size. Prints one JSON object.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin  # noqa: E402
+from temporalio.client import Client  # noqa: E402
+from temporalio.testing import WorkflowEnvironment  # noqa: E402
+from temporalio.worker import Worker  # noqa: E402
+
+from bench import _peer  # noqa: E402
+from tests.harness import Harness, sync_tool  # noqa: E402
+from turnclient.lib.api import TurnClient  # noqa: E402
+from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
+from turncore.messages import UserMessage  # noqa: E402
+from turncore.model.port import ModelCallRequest  # noqa: E402
+from turncore.model.scripted import call_index  # noqa: E402
+from turncore_temporal.worker import build_worker  # noqa: E402
+from turncore_temporal.workflows import SEARCH_ATTRIBUTES  # noqa: E402
+
+ITERATIONS = 4
+OUTPUT_SIZES = {"100B": 100, "10KB": 10_000, "100KB": 100_000}
+LOAD_CALLS = 3
+TARGETS = {
+    "iteration_ratio_at_most": 0.6,
+    "history_ratio_at_most": 0.2,
+    "history_spread_at_most": 0.10,
+    "throughput_ratio_at_least": 3.0,
+    "p99_ratio_at_most": 0.3,
+}
+
+Run = Callable[[str], Awaitable[Any]]
+"""Runs one turn with this prompt to its end; returns its workflow id."""
+
+
+def _model(request: ModelCallRequest) -> dict[str, Any]:
+    prompt = next(m.content for m in request.messages if isinstance(m, UserMessage))
+    _, wanted, size = str(prompt).split()
+    index = call_index(request.messages)
+    if index < int(wanted):
+        return {"toolCalls": [{"toolName": "blob", "input": {"i": index, "size": int(size)}}]}
+    return {"text": f"Done after {index} calls."}
+
+
+def _blob(value: Any, context: Any) -> Any:
+    return "x" * int(value["size"])
+
+
+def _harness(client: Client, work: Path, fast: bool) -> Harness:
+    return Harness(
+        client,
+        work,
+        _model,
+        tools=[sync_tool("blob")],
+        implementations={"blob": _blob},
+        fast={"blob": 10.0} if fast else {},
+        permissions={"builtin:blob": "none"},
+    )
+
+
+async def serve(kind: str, address: str, task_queue: str, work: Path) -> None:
+    """``--worker``: run one system's worker until killed."""
+    if kind == "peer":
+        client = await Client.connect(address, plugins=[PydanticAIPlugin()])
+        worker = Worker(
+            client,
+            task_queue=task_queue,
+            workflows=[_peer.PeerWorkflow],
+            plugins=[AgentPlugin(_peer.peer)],
+        )
+    else:
+        h = _harness(await Client.connect(address), work, fast=kind == "turncore_fast")
+        h.task_queue = task_queue
+        worker = build_worker(h.client, h.deps, task_queue=task_queue)
+    (work / "worker.ready").write_text(str(os.getpid()))
+    await worker.run()
+
+
+async def _start_worker(
+    kind: str, address: str, task_queue: str, work: Path
+) -> asyncio.subprocess.Process:
+    work.mkdir(parents=True, exist_ok=True)
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, __file__, "--worker", kind, address, task_queue, str(work), cwd=ROOT
+    )
+    deadline = time.monotonic() + 60
+    while not (work / "worker.ready").exists():
+        if proc.returncode is not None or time.monotonic() > deadline:
+            raise RuntimeError(f"the {kind} worker did not start")
+        await asyncio.sleep(0.05)
+    return proc
+
+
+def _turncore(h: Harness) -> Run:
+    async def run(prompt: str) -> str:
+        turn_id = await h.create(prompt)
+        outcome = await h.turns.advance_turn(turn_id).outcome
+        assert outcome.status == "completed", outcome
+        return turn_id
+
+    return run
+
+
+def _peer_run(client: Client, task_queue: str) -> Run:
+    async def run(prompt: str) -> str:
+        workflow_id = f"peer-{uuid.uuid4()}"
+        await client.execute_workflow(
+            _peer.PeerWorkflow.run, prompt, id=workflow_id, task_queue=task_queue
+        )
+        return workflow_id
+
+    return run
+
+
+async def _timed(run: Run, prompt: str) -> tuple[float, str]:
+    started = time.perf_counter()
+    workflow_id = await run(prompt)
+    return time.perf_counter() - started, workflow_id
+
+
+async def _history_bytes(client: Client, workflow_id: str) -> int:
+    history = await client.get_workflow_handle(workflow_id).fetch_history()
+    return sum(e.ByteSize() for e in history.events)
+
+
+def _pct(values: list[float], q: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(q * (len(ordered) - 1))))]
+
+
+async def measure_iteration(systems: dict[str, Run], repeat: int) -> dict[str, Any]:
+    times: dict[str, dict[int, list[float]]] = {s: {0: [], ITERATIONS: []} for s in systems}
+    for _ in range(repeat):
+        for n in (0, ITERATIONS):
+            for name, run in systems.items():
+                seconds, _ = await _timed(run, f"tools {n} 100")
+                times[name][n].append(seconds)
+    out = {
+        name: round(
+            (statistics.median(t[ITERATIONS]) - statistics.median(t[0])) / ITERATIONS * 1000, 1
+        )
+        for name, t in times.items()
+    }
+    return {
+        "ms": out,
+        "one_call_turn_ms": {
+            name: round(statistics.median(t[0]) * 1000, 1) for name, t in times.items()
+        },
+        "ratio_fast_to_peer": round(out["turncore_fast"] / out["peer"], 3),
+        "ratio_plain_to_peer": round(out["turncore_plain"] / out["peer"], 3),
+    }
+
+
+async def measure_history(systems: dict[str, Run], clients: dict[str, Client]) -> dict[str, Any]:
+    per: dict[str, dict[str, int]] = {s: {} for s in systems}
+    for label, size in OUTPUT_SIZES.items():
+        for name, run in systems.items():
+            _, none = await _timed(run, f"tools 0 {size}")
+            _, many = await _timed(run, f"tools {ITERATIONS} {size}")
+            grown = await _history_bytes(clients[name], many) - await _history_bytes(
+                clients[name], none
+            )
+            per[name][label] = round(grown / ITERATIONS)
+    out: dict[str, Any] = {"bytes": per}
+    for name in ("turncore_fast", "turncore_plain"):
+        values = list(per[name].values())
+        out[f"{name}_spread"] = round(max(values) / min(values) - 1, 3)
+        out[f"{name}_ratio_to_peer"] = {
+            label: round(per[name][label] / per["peer"][label], 3) for label in OUTPUT_SIZES
+        }
+    return out
+
+
+async def measure_load(systems: dict[str, Run], n: int) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name, run in systems.items():
+        started = time.perf_counter()
+        results = await asyncio.gather(
+            *(_timed(run, f"tools {LOAD_CALLS - 1} 100") for _ in range(n)), return_exceptions=True
+        )
+        wall = time.perf_counter() - started
+        latencies = [r[0] for r in results if isinstance(r, tuple)]
+        out[name] = {
+            "turns": n,
+            "failed": n - len(latencies),
+            "wall_s": round(wall, 2),
+            "turns_per_s": round(len(latencies) / wall, 2),
+            "p50_s": round(_pct(latencies, 0.5), 3) if latencies else None,
+            "p99_s": round(_pct(latencies, 0.99), 3) if latencies else None,
+        }
+    fast, peer = out["turncore_fast"], out["peer"]
+    out["throughput_ratio_fast_to_peer"] = round(fast["turns_per_s"] / peer["turns_per_s"], 2)
+    out["p99_ratio_fast_to_peer"] = round(fast["p99_s"] / peer["p99_s"], 3)
+    return out
+
+
+async def run(repeat: int, sizes: list[int]) -> dict[str, Any]:
+    env = await WorkflowEnvironment.start_local(
+        dev_server_existing_path=find_temporal_cli(), search_attributes=SEARCH_ATTRIBUTES
+    )
+    address = env.client.service_client.config.target_host
+    peer_client = await Client.connect(address, plugins=[PydanticAIPlugin()])
+    queues = {
+        name: f"{name}-{uuid.uuid4()}" for name in ("turncore_fast", "turncore_plain", "peer")
+    }
+    workers: list[asyncio.subprocess.Process] = []
+    try:
+        with tempfile.TemporaryDirectory() as tmp:
+            for name, queue in queues.items():
+                workers.append(await _start_worker(name, address, queue, Path(tmp) / name))
+            drivers = {}
+            for name in ("turncore_fast", "turncore_plain"):
+                h = _harness(env.client, Path(tmp) / name, fast=name == "turncore_fast")
+                h.turns = TurnClient(h.client, h.repo, h.resolver, task_queue=queues[name])
+                drivers[name] = h
+            systems = {
+                "turncore_fast": _turncore(drivers["turncore_fast"]),
+                "turncore_plain": _turncore(drivers["turncore_plain"]),
+                "peer": _peer_run(peer_client, queues["peer"]),
+            }
+            clients = {
+                "turncore_fast": env.client,
+                "turncore_plain": env.client,
+                "peer": peer_client,
+            }
+            for r in systems.values():  # warm up: imports, sandbox, caches
+                await r("tools 1 100")
+            iteration = await measure_iteration(systems, repeat)
+            history = await measure_history(systems, clients)
+            load = {str(n): await measure_load(systems, n) for n in sizes}
+    finally:
+        for proc in workers:
+            if proc.returncode is None:
+                proc.kill()
+                await proc.wait()
+        await env.shutdown()
+    met = {
+        "iteration": iteration["ratio_fast_to_peer"] <= TARGETS["iteration_ratio_at_most"],
+        "history": all(
+            r <= TARGETS["history_ratio_at_most"]
+            for r in history["turncore_fast_ratio_to_peer"].values()
+        )
+        and history["turncore_fast_spread"] <= TARGETS["history_spread_at_most"],
+        "throughput": all(
+            v["throughput_ratio_fast_to_peer"] >= TARGETS["throughput_ratio_at_least"]
+            for v in load.values()
+        ),
+        "p99": all(
+            v["p99_ratio_fast_to_peer"] <= TARGETS["p99_ratio_at_most"] for v in load.values()
+        ),
+    }
+    return {
+        "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
+        "cpus": os.cpu_count(),
+        "iteration_ms": iteration,
+        "history_bytes_per_model_call": history,
+        "load": load,
+        "targets": TARGETS,
+        "met": met,
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--repeat", type=int, default=5, help="runs per latency measurement")
+    parser.add_argument("--sizes", default="40,200", help="concurrent turns, comma-separated")
+    parser.add_argument("--worker", nargs=4, metavar=("KIND", "ADDRESS", "QUEUE", "WORK"))
+    args = parser.parse_args()
+    if args.worker:
+        kind, address, queue, work = args.worker
+        asyncio.run(serve(kind, address, queue, Path(work)))
+        return
+    sizes = [int(s) for s in args.sizes.split(",")]
+    print(json.dumps(asyncio.run(run(args.repeat, sizes)), indent=2), flush=True)
+    os._exit(0)  # the SDK's Rust threads outlive the loop: skip finalisation
+
+
+if __name__ == "__main__":
+    main()
