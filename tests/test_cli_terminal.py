@@ -579,9 +579,13 @@ def test_dev_keeps_its_port_when_only_time_wait_connections_remain(home: Path) -
     wait_for("the server to stop", lambda: no_server(home), timeout=30)
 
 
-def test_a_server_whose_database_is_gone_is_named_with_the_fix_at_once(home: Path) -> None:
-    """The embedded server answers but cannot store anything (its dev.db deleted
-    under it: "shard status unknown"): commands say so in one line and exit."""
+def test_a_server_that_cannot_write_its_database_is_named_with_the_fix_at_once(
+    home: Path,
+) -> None:
+    """The embedded server answers but cannot store anything (its dev.db on a mount
+    made read-only under it: "shard status unknown", every write retried as if the
+    server restarted): commands say so in one line and exit."""
+    db = home / "temporal" / "dev.db"
     dev = start(home, "dev", "--no-worker", "--json")
     assert dev.stdout is not None
     text = ""
@@ -595,7 +599,8 @@ def test_a_server_whose_database_is_gone_is_named_with_the_fix_at_once(home: Pat
         r = turns(home, "run", "Save 'x' to x.txt", "--json")
         assert r.returncode == 3, r.stderr
         suspended = json.loads(r.stdout)["turnId"]
-        (home / "temporal" / "dev.db").unlink()
+        subprocess.run(["mount", "--bind", str(db), str(db)], check=True)
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(db)], check=True)
         for args in (("run", "What time is it in Tokyo?"), ("recover", suspended)):
             began = time.monotonic()
             r = turns(home, *args)
@@ -603,8 +608,10 @@ def test_a_server_whose_database_is_gone_is_named_with_the_fix_at_once(home: Pat
             assert time.monotonic() - began < 60, args
             [message] = r.stderr.strip().splitlines()
             assert "answers but cannot store anything" in message, message
-            assert f"was deleted while it ran. Stop it (`kill {pid}`" in message
+            assert "(or its folder) is not writable. Make it writable" in message
+            assert f"`kill {pid}`" in message
     finally:
+        subprocess.run(["umount", str(db)], check=False)
         dev.send_signal(signal.SIGTERM)
         dev.communicate(timeout=60)
     wait_for("the server to stop", lambda: no_server(home), timeout=30)

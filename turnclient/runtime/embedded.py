@@ -287,17 +287,17 @@ class EmbeddedServer:
         if info is None:
             return
         db = Path(info.db)
-        problem = None
+        stop = f"stop it (`kill {info.pid}`, or end `turns dev`) and run the command again"
         if not db.exists():
-            problem = f"its database {db} was deleted while it ran"
+            problem, fix = f"its database {db} was deleted while it ran", stop.capitalize()
         elif not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)):
             problem = f"its database {db} (or its folder) is not writable"
-        if problem is None:
+            fix = f"Make it writable (a read-only mount, a full disk?), then {stop}"
+        else:
             return
         raise EmbeddedServerError(
             f"the embedded Temporal server (pid {info.pid}) answers but cannot store "
-            f"anything: {problem}. Stop it (`kill {info.pid}`, or end `turns dev`) and run "
-            "the command again: a new server starts, and every turn resumes from its file "
+            f"anything: {problem}. {fix}; every turn resumes from its file "
             "(`turns recover TURN`)"
         )
 
