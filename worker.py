@@ -9,7 +9,10 @@ else ./.turns), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
 TURNS_LOG_LEVEL (INFO), TURNS_MIGRATE (1: create or migrate the turn
 database's schema first, with [storage] kind = "postgres"; the URL is in
 the variable [storage] url_env names, TURNS_DATABASE_URL by default),
-TURNS_METRICS ([HOST]:PORT: serve Prometheus metrics there), OTEL_* (traces,
+TURNS_METRICS ([HOST]:PORT: serve Prometheus metrics there), TURNS_DEPLOYMENT_NAME /
+TURNS_BUILD_ID / TURNS_VERSIONING (worker deployment versioning), TURNS_APP
+(MODULE:ATTR: the app whose agents, tools and models to serve; also ``--app
+MODULE:ATTR`` on the command line, or app = in turns.toml), OTEL_* (traces,
 with turncore[otel]). See docs/operations.md.
 """
 
@@ -18,20 +21,40 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
+import importlib.abc
+import importlib.machinery
 import logging
 import os
+import re
 import signal
 import sys
-from collections.abc import AsyncIterator, Callable, Mapping
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
+from typing import Any
 
+from temporalio.bridge.proto.workflow_activation import RemoveFromCache, WorkflowActivation
+from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.client import Client
+from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError
-from temporalio.worker import Worker
+from temporalio.worker import (
+    Worker,
+    WorkerDeploymentConfig,
+    WorkflowInstance,
+    WorkflowInstanceDetails,
+    WorkflowRunner,
+)
 from temporalio.worker.workflow_sandbox import SandboxedWorkflowRunner, SandboxRestrictions
+from temporalio.workflow import Info
 
+from turnclient.lib.api import TurnClient
+from turnclient.lib.stuck import NON_DETERMINISM as STUCK_NONDETERMINISM
+from turnclient.runtime.config import WorkerVersioning
 from turnclient.runtime.connection import ConnectOptions, Runtime, Temporal, temporal
 from turnclient.runtime.embedded import is_server_process
 from turnclient.runtime.storage import MIGRATE_ENV
@@ -62,13 +85,231 @@ PASSTHROUGH = (
     "turncore_temporal.activities.contract",
     "turncore_temporal.activities.failures",
     "turncore_temporal.activities.payloads",
+    "turncore_temporal.workflows._types",
 )
 
 
+SANDBOXED_MODULES = ("turncore_temporal.workflows", "turncore_temporal.workflows.turn")
+"""The modules the sandbox imports afresh for every workflow run."""
+
+
+class _CompiledOnce(importlib.abc.MetaPathFinder):
+    """Serves the sandboxed workflow modules from code compiled once per process.
+
+    The sandbox re-imports the workflow module for every workflow run. Where
+    no bytecode is cached (``PYTHONDONTWRITEBYTECODE``, a source checkout)
+    that compiled ``turn.py`` from source each time: a tenth of a loaded
+    worker's CPU. Code objects are immutable, so one per module is shared by
+    every run; the module itself is still executed afresh in each sandbox.
+    """
+
+    def __init__(self, names: Sequence[str]) -> None:
+        self._names = frozenset(names)
+        self._code: dict[str, Any] = {}
+
+    def find_spec(
+        self, fullname: str, path: Sequence[str] | None, target: Any = None
+    ) -> importlib.machinery.ModuleSpec | None:
+        if fullname not in self._names:
+            return None
+        for finder in sys.meta_path:
+            find = getattr(finder, "find_spec", None)
+            if finder is self or find is None:
+                continue
+            spec: importlib.machinery.ModuleSpec | None = find(fullname, path, target)
+            if spec is None:
+                continue
+            loader = spec.loader
+            if type(loader) is importlib.machinery.SourceFileLoader:
+                spec.loader = _CachedCodeLoader(loader.name, loader.path, self._code)
+            return spec
+        return None
+
+
+class _CachedCodeLoader(importlib.machinery.SourceFileLoader):
+    def __init__(self, fullname: str, path: str, cache: dict[str, Any]) -> None:
+        super().__init__(fullname, path)
+        self._cache = cache
+
+    def get_code(self, fullname: str) -> Any:
+        code = self._cache.get(self.path)
+        if code is None:
+            code = self._cache[self.path] = super().get_code(fullname)
+        return code
+
+
+_COMPILED_ONCE = _CompiledOnce(SANDBOXED_MODULES)
+
+
 def workflow_runner() -> SandboxedWorkflowRunner:
+    if _COMPILED_ONCE not in sys.meta_path:
+        sys.meta_path.insert(0, _COMPILED_ONCE)
     return SandboxedWorkflowRunner(
         restrictions=SandboxRestrictions.default.with_passthrough_modules(*PASSTHROUGH)
     )
+
+
+NON_DETERMINISM = "non-determinism after a code change"
+
+
+class FailingTasks:
+    """Says once, at WARNING, that a turn's workflow task fails, and how to fix it.
+
+    Temporal retries a failed workflow task about every ten seconds, forever;
+    the SDK's own lines repeat with each attempt and name the run, not the
+    turn. This names the turn, the cause (non-determinism after a code change,
+    or the failure's own words) and the fix, once per turn and cause. A turn
+    not seen failing for ``QUIET`` seconds is forgotten, so a failure after
+    it was fixed is reported anew. Called from the workflow threads, hence
+    the lock.
+    """
+
+    LIMIT = 10_000
+    """Turns remembered at most (the oldest are forgotten first)."""
+
+    QUIET = 120.0
+    """Seconds without a failure after which a turn's next failure is said again."""
+
+    def __init__(
+        self,
+        clock: Callable[[], float] = time.monotonic,
+        on_nondeterminism: Callable[[str], None] | None = None,
+    ) -> None:
+        self._lock = threading.Lock()
+        self._clock = clock
+        self._said: OrderedDict[str, tuple[str, float]] = OrderedDict()
+        self._on_nondeterminism = on_nondeterminism
+        """Called (from a workflow thread) at each non-determinism failure: the self-heal."""
+
+    def failed(self, turn_id: str, cause: str) -> None:
+        if self._on_nondeterminism is not None and cause.startswith(NON_DETERMINISM):
+            self._on_nondeterminism(turn_id)
+        now = self._clock()
+        with self._lock:
+            said = self._said.get(turn_id)
+            self._said[turn_id] = (cause, now)
+            self._said.move_to_end(turn_id)
+            while len(self._said) > self.LIMIT:
+                self._said.popitem(last=False)
+        if said is not None and said[0] == cause and now - said[1] < self.QUIET:
+            return
+        log.warning(
+            "turn %s: its workflow task fails (%s) and Temporal retries it; commands waiting on "
+            "the turn report it stuck. Fix: turns recover %s (terminates the run and starts a new "
+            "one from the turn's file), or roll the workers back to code that replays it",
+            turn_id,
+            cause,
+            turn_id,
+        )
+
+
+class SelfHeal:
+    """Rebuilds a turn from its file once its run failed ``after`` workflow tasks on
+    non-determinism (``[temporal] rebuild_stuck_after``; off by default).
+
+    The count is the server's (the pending task's attempt), so it holds across
+    every worker of the queue. The rebuild is ``TurnClient.rebuild``: the run is
+    terminated and a new one starts from the file, exactly as ``turns recover``
+    does; inputs the stuck run had not accepted were already refused to their
+    senders. One check per turn at a time; failures are logged, never raised.
+    """
+
+    def __init__(self, turns: TurnClient, after: int, loop: asyncio.AbstractEventLoop) -> None:
+        self._turns = turns
+        self._after = after
+        self._loop = loop
+        self._busy: set[str] = set()
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def __call__(self, turn_id: str) -> None:
+        """From a workflow thread: check the turn on the worker's loop."""
+        self._loop.call_soon_threadsafe(self._start, turn_id)
+
+    def _start(self, turn_id: str) -> None:
+        if turn_id in self._busy:
+            return
+        self._busy.add(turn_id)
+        task = self._loop.create_task(self._check(turn_id))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _check(self, turn_id: str) -> None:
+        try:
+            stuck = await self._turns.stuck(turn_id)
+            if stuck is None or stuck.kind != STUCK_NONDETERMINISM:
+                return
+            if stuck.attempts - 1 < self._after:
+                return  # the next failure checks again
+            if await self._turns.rebuild(turn_id) is not None:
+                log.warning(
+                    "turn %s: rebuilt from its file after %d failed workflow tasks (%s): "
+                    "its run was terminated and a new one started",
+                    turn_id,
+                    stuck.attempts - 1,
+                    stuck.cause,
+                )
+        except TurnError as exc:
+            log.warning("turn %s: could not rebuild it from its file: %s", turn_id, exc)
+        finally:
+            self._busy.discard(turn_id)
+
+
+class WatchedRunner(WorkflowRunner):
+    """The sandboxed runner, with every activation's fate reported to ``FailingTasks``."""
+
+    def __init__(self, inner: WorkflowRunner, tasks: FailingTasks | None = None) -> None:
+        self._inner = inner
+        self._tasks = tasks or FailingTasks()
+
+    def prepare_workflow(self, defn: Any) -> None:
+        self._inner.prepare_workflow(defn)
+
+    def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
+        return _WatchedInstance(self._inner.create_instance(det), self._tasks)
+
+    def set_worker_level_failure_exception_types(
+        self, types: Sequence[type[BaseException]]
+    ) -> None:
+        self._inner.set_worker_level_failure_exception_types(types)
+
+
+class _WatchedInstance(WorkflowInstance):
+    def __init__(self, inner: WorkflowInstance, tasks: FailingTasks) -> None:
+        self._inner = inner
+        self._tasks = tasks
+
+    def activate(self, act: WorkflowActivation) -> WorkflowActivationCompletion:
+        completion = self._inner.activate(act)
+        turn_id = self._inner.get_info().workflow_id
+        for job in act.jobs:
+            if job.HasField("remove_from_cache"):
+                evicted = job.remove_from_cache
+                if evicted.reason == RemoveFromCache.EvictionReason.NONDETERMINISM:
+                    self._tasks.failed(
+                        turn_id, f"{NON_DETERMINISM}: {_first_line(evicted.message)}"
+                    )
+                return completion
+        if completion.HasField("failed"):
+            self._tasks.failed(turn_id, _first_line(completion.failed.failure.message))
+        return completion
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        return self._inner.get_serialization_context(command_info)
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._inner.get_external_store_context(command_info)
+
+    def get_info(self) -> Info:
+        return self._inner.get_info()
+
+
+def _first_line(text: str, limit: int = 300) -> str:
+    # Core wraps its own failure in a debug rendering: keep the message inside.
+    inner = re.search(r'message: "((?:[^"\\]|\\.)*)"', text)
+    if inner is not None:
+        text = inner.group(1)
+    line = text.strip().splitlines()[0] if text.strip() else "no message"
+    return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
 def typed_client(client: Client) -> Client:
@@ -106,19 +347,31 @@ def build_worker(
     activities: TurnActivities | None = None,
     max_concurrent_activities: int = 64,
     graceful_shutdown: timedelta = timedelta(0),
+    workflow: type = TurnWorkflow,
+    versioning: WorkerVersioning | None = None,
+    rebuild_stuck_after: int | None = None,
+    turns: TurnClient | None = None,
 ) -> Worker:
     """A worker for the Turn workflow and its activities.
 
     ``activities`` replaces the activities built from ``deps`` (tests pass a
-    subclass of ``TurnActivities`` that injects faults under the real names).
+    subclass of ``TurnActivities`` that injects faults under the real names);
+    ``workflow`` replaces the workflow class (tests pass a changed copy, as a
+    deploy of new worker code would bring). ``versioning`` makes it a worker
+    of one version of a Temporal worker deployment (docs/operations.md,
+    "Deploying new worker code"). ``rebuild_stuck_after`` (with ``turns``, the
+    client to rebuild through) turns on the self-heal (``SelfHeal``).
     """
     acts = activities if activities is not None else TurnActivities(deps)
+    heal = None
+    if rebuild_stuck_after is not None and turns is not None:
+        heal = SelfHeal(turns, rebuild_stuck_after, asyncio.get_running_loop())
     return Worker(
         typed_client(client),
         task_queue=task_queue,
-        workflows=[TurnWorkflow],
+        workflows=[workflow],
         activities=[getattr(acts, name) for name in ACTIVITY_NAMES],
-        workflow_runner=workflow_runner(),
+        workflow_runner=WatchedRunner(workflow_runner(), FailingTasks(on_nondeterminism=heal)),
         activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
         # Cancellation reaches an activity with the reply to a heartbeat, so
@@ -129,6 +382,25 @@ def build_worker(
         # cancelling them (a long-lived `turns worker` waits; tests do not).
         graceful_shutdown_timeout=graceful_shutdown,
         sticky_queue_schedule_to_start_timeout=STICKY_QUEUE_TIMEOUT,
+        deployment_config=deployment_config(versioning),
+    )
+
+
+def deployment_config(versioning: WorkerVersioning | None) -> WorkerDeploymentConfig | None:
+    """Temporal's worker deployment options for ``versioning`` (None: unversioned)."""
+    if versioning is None:
+        return None
+    behavior = (
+        VersioningBehavior.PINNED
+        if versioning.behavior == "pinned"
+        else VersioningBehavior.AUTO_UPGRADE
+    )
+    return WorkerDeploymentConfig(
+        version=WorkerDeploymentVersion(
+            deployment_name=versioning.deployment_name, build_id=versioning.build_id
+        ),
+        use_worker_versioning=True,
+        default_versioning_behavior=behavior,
     )
 
 
@@ -136,7 +408,13 @@ def build_turn_worker(
     runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
 ) -> Worker:
     return build_worker(
-        client, runtime.deps, task_queue=runtime.task_queue, graceful_shutdown=graceful_shutdown
+        client,
+        runtime.deps,
+        task_queue=runtime.task_queue,
+        graceful_shutdown=graceful_shutdown,
+        versioning=runtime.config.versioning,
+        rebuild_stuck_after=runtime.config.rebuild_stuck_after,
+        turns=runtime.turn_client(client),
     )
 
 
@@ -146,14 +424,20 @@ async def serving(
 ) -> AsyncIterator[Worker]:
     """Run a worker in this process for the block; it is shut down when the block ends."""
     worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown)
+    if runtime.mcp is not None:
+        runtime.mcp.serve()
     task = asyncio.create_task(worker.run())
     try:
         yield worker
     finally:
-        if not task.done():
-            await worker.shutdown()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        try:
+            if not task.done():
+                await worker.shutdown()
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        finally:
+            if runtime.mcp is not None:  # the stdio servers this worker started stop with it
+                await runtime.mcp.close()
 
 
 PENDING_EVERY = 15.0
@@ -329,10 +613,14 @@ def _metrics_from_env() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the worker; a configuration or storage problem is one line on stderr, exit 1.
 
-    It is configured by the environment only: ``--help`` prints how, and any
-    other argument is refused (exit 2) rather than ignored.
+    It is configured by the environment: ``--help`` prints how, and an argument
+    it does not know is refused (exit 2) rather than ignored.
+    ``--app MODULE:ATTR`` names the app to serve (as ``TURNS_APP``); a name that
+    does not load (no such module or attribute, not an app) is exit 2.
     """
     import argparse
+
+    from turnclient.runtime.app import AppError
 
     parser = argparse.ArgumentParser(
         prog="python -m turncore_temporal.worker",
@@ -340,12 +628,30 @@ def main(argv: list[str] | None = None) -> int:
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog="`turns worker` is the same worker with flags (`turns worker --help`).",
     )
-    parser.parse_args(sys.argv[1:] if argv is None else argv)  # exits on --help or a mistake
+    parser.add_argument(
+        "--app",
+        metavar="MODULE:ATTR",
+        help="serve this app's agents, tools and models (default $TURNS_APP, or app = in "
+        "turns.toml)",
+    )
+    args = parser.parse_args(sys.argv[1:] if argv is None else argv)
+    if args.app is not None:
+        from pathlib import Path
+
+        from turnclient.runtime.app import load_app
+        from turnclient.runtime.config import work_dir_from_env
+
+        try:  # loaded here first, so a problem names --app rather than TURNS_APP
+            load_app(args.app, [Path.cwd(), work_dir_from_env()], "--app")
+        except AppError as exc:
+            print(f"turncore worker: {' '.join(str(exc).split())}", file=sys.stderr)
+            return 2 if exc.usage else 1
+        os.environ["TURNS_APP"] = args.app
     try:
         asyncio.run(run_worker_from_env())
     except TurnError as exc:  # ConfigError, an unreachable turn database, ...
         print(f"turncore worker: {' '.join(str(exc).split())}", file=sys.stderr)
-        return 1
+        return 2 if isinstance(exc, AppError) and exc.usage else 1
     return 0
 
 

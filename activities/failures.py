@@ -22,6 +22,7 @@ from temporalio.exceptions import ApplicationError
 
 from turncore.errors import (
     DependencyError,
+    ExpiredDeliveryError,
     InfrastructureError,
     RejectedInputError,
     TurnError,
@@ -30,6 +31,7 @@ from turncore.errors import (
 DEPENDENCY: Final = "DependencyError"
 INFRASTRUCTURE: Final = "InfrastructureError"
 REJECTED: Final = "RejectedInputError"
+EXPIRED: Final = "ExpiredDeliveryError"
 
 # An update validator's refusal arrives as the exception's class name.
 _REJECTION_KINDS: Final = frozenset({REJECTED, "ValueError", "ValidationError"})
@@ -66,6 +68,11 @@ def rejection(message: str) -> ApplicationError:
     return ApplicationError(message, type=REJECTED)
 
 
+def expired(message: str) -> ApplicationError:
+    """An update's refusal: it reached the run after its sender's deadline (never applied)."""
+    return ApplicationError(message, type=EXPIRED)
+
+
 def failure_of(exc: BaseException | None) -> ApplicationError | None:
     """The ``ApplicationError`` behind ``exc`` (local activities may raise it unwrapped)."""
     current = exc
@@ -100,6 +107,8 @@ def update_refusal(exc: BaseException | None, fallback: str) -> TurnError:
         return RejectedInputError(str(exc) if exc is not None else fallback)
     if exc.type == DEPENDENCY:
         return DependencyError(exc.message)
+    if exc.type == EXPIRED:
+        return ExpiredDeliveryError(exc.message)
     if exc.type is None or exc.type in _REJECTION_KINDS:
         return RejectedInputError(exc.message)
     return InfrastructureError(exc.message)
@@ -114,10 +123,12 @@ def run_failure(exc: BaseException | None, description: str) -> TurnError:
 
 __all__ = [
     "DEPENDENCY",
+    "EXPIRED",
     "INFRASTRUCTURE",
     "REJECTED",
     "cause",
     "dependency_failure",
+    "expired",
     "failure_of",
     "infrastructure_failure",
     "is_dependency_failure",

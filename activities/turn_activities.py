@@ -32,7 +32,7 @@ from turncore.advance import (
     input_events,
     outcome_of,
 )
-from turncore.agents import AgentResolver
+from turncore.agents import AgentResolver, ListedTools, fallback_models, resolve_listed
 from turncore.compose import closed_transcript, compose_model_request, next_model_request
 from turncore.context import ContextResolver
 from turncore.elision import elide_event
@@ -86,6 +86,7 @@ from turncore.model import (
     failure_code,
     failure_message,
 )
+from turncore.model.routing import falls_back
 from turncore.permissions import (
     PermissionChecker,
     PermissionCheckInput,
@@ -167,6 +168,8 @@ class TurnDependencies:
     agents: AgentResolver | None = None
     """Resolves sub-agents for ``spawn_agent`` (absent: the tool reports it is unavailable)."""
     ids: TurnIdGenerator | None = None
+    listed: ListedTools | None = None
+    """Tools sub-agents get from elsewhere (MCP servers), listed as a child is created."""
 
 
 class TurnActivities(TurnActivityContract):
@@ -330,7 +333,7 @@ class TurnActivities(TurnActivityContract):
             return CreateChildResult(error="sub-agents are not configured in this runtime")
         agent_id, prompt = request
         try:
-            resolved = d.agents.resolve(RequestedAgent(agent_id=agent_id))
+            resolved = await resolve_listed(d.agents, d.listed, RequestedAgent(agent_id=agent_id))
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
         parent = state.definition
@@ -444,7 +447,14 @@ class TurnActivities(TurnActivityContract):
         """§15.3: the live model and tools must match the snapshot before advancing."""
         try:
             self._check_dependencies(await self._state(input.turn_id))
-        except (InfrastructureError, DependencyError) as exc:
+        except DependencyError as exc:
+            # What is missing is this worker's to have: say how it gets it.
+            missing = DependencyError(
+                f"{exc}; the worker that took the turn lacks it: start workers with the app "
+                "that defines it (--app MODULE:ATTR or TURNS_APP)"
+            )
+            raise to_application_error(missing) from exc
+        except InfrastructureError as exc:
             raise to_application_error(exc) from exc
 
     @activity.defn
@@ -549,10 +559,18 @@ class TurnActivities(TurnActivityContract):
             agent = d.contexts.resolve_agent(state.definition)
             context = d.contexts.resolve(state.definition.context)
             model = d.models.resolve(agent.model)
+            # The turn's fallback models (its file's requested composition), tried in
+            # order when the one before fails transiently before any output.
+            chain = [(agent.model, model)] + [
+                (fallback, d.models.resolve(fallback))
+                for fallback in fallback_models(state.definition.agent.requested)
+            ]
         except (InfrastructureError, DependencyError) as exc:
             raise to_application_error(exc) from exc
 
         written: list[TurnEvent] = []
+        streamed = [0]  # stream events of this call so far: none yet, a fallback may follow
+        fell_back: list[dict[str, Any]] = []
 
         async def commit(*events: TurnEvent) -> None:
             for e in events:
@@ -587,6 +605,7 @@ class TurnActivities(TurnActivityContract):
                 )
 
         async def sink(event: StreamEvent) -> None:
+            streamed[0] += 1
             activity.heartbeat()
             # Durable step events land before the next stream event is read (§13).
             try:
@@ -633,36 +652,61 @@ class TurnActivities(TurnActivityContract):
                 parameters = dict(composed.parameters)
                 if composed.reasoning_effort is not None:
                     parameters["reasoningEffort"] = composed.reasoning_effort
-                request = build_request(
-                    model=composed.model,
-                    system_prompt=composed.system,
-                    tools=agent.tools,
-                    messages=composed.messages,
-                    parameters=parameters,
-                    binding=binding,
-                )
-                # Shielded: a Temporal cancellation sets the token instead of tearing
-                # the attempt down, so the failure it ends with keeps its evidence.
                 telemetry.chat_request_content(span, composed.system, composed.messages)
-                attempt = asyncio.ensure_future(model.turn(request, sink, cancel.clone()))
-                try:
-                    outcome = await asyncio.shield(attempt)
-                except asyncio.CancelledError:
-                    cancel.cancel()
-                    if not _cancelled_by_the_workflow():
-                        # Not the turn's cancellation: this worker is stopping (a
-                        # detached `turns run`, a redeploy), or the server gave up
-                        # on this attempt (a timeout) and recovery owns the call
-                        # now. Record nothing; the open request is the recovery
-                        # table's interrupted call, re-issued by a worker (§23).
-                        attempt.cancel()
-                        await asyncio.gather(attempt, return_exceptions=True)
-                        raise
-                    cancelled = True
-                    await attempt  # cancellation wins over completion: the port raises
-                    raise ModelFailure(
-                        FailureKind.CANCELLED, Dispatch.ACCEPTED, "the attempt was cancelled"
-                    ) from None
+                for position, (descriptor, candidate) in enumerate(chain):
+                    model, binding = candidate, candidate.binding
+                    request = build_request(
+                        model=composed.model if position == 0 else descriptor,
+                        system_prompt=composed.system,
+                        tools=agent.tools,
+                        messages=composed.messages,
+                        parameters=parameters,
+                        binding=binding,
+                    )
+                    # Shielded: a Temporal cancellation sets the token instead of tearing
+                    # the attempt down, so the failure it ends with keeps its evidence.
+                    attempt = asyncio.ensure_future(model.turn(request, sink, cancel.clone()))
+                    try:
+                        outcome = await asyncio.shield(attempt)
+                    except asyncio.CancelledError:
+                        cancel.cancel()
+                        if not _cancelled_by_the_workflow():
+                            # Not the turn's cancellation: this worker is stopping (a
+                            # detached `turns run`, a redeploy), or the server gave up
+                            # on this attempt (a timeout) and recovery owns the call
+                            # now. Record nothing; the open request is the recovery
+                            # table's interrupted call, re-issued by a worker (§23).
+                            attempt.cancel()
+                            await asyncio.gather(attempt, return_exceptions=True)
+                            raise
+                        cancelled = True
+                        await attempt  # cancellation wins over completion: the port raises
+                        raise ModelFailure(
+                            FailureKind.CANCELLED, Dispatch.ACCEPTED, "the attempt was cancelled"
+                        ) from None
+                    except ModelFailure as exc:
+                        last = position == len(chain) - 1
+                        if last or streamed[0] or cancel.cancelled or not falls_back(exc):
+                            raise
+                        # Nothing streamed and the provider is unavailable: the next
+                        # model answers this same call; the evidence stays with it.
+                        fell_back.append(
+                            {
+                                "model": descriptor.label(),
+                                "code": failure_code(exc),
+                                "error": failure_message(exc, binding),
+                            }
+                        )
+                        activity.logger.warning(
+                            "model call %s of %s: %s failed (%s); falling back to %s",
+                            index,
+                            turn_id,
+                            descriptor.label(),
+                            failure_code(exc),
+                            chain[position + 1][0].label(),
+                        )
+                        continue
+                    break
             except ModelFailure as exc:
                 failure = exc
             if storage_failure:
@@ -675,6 +719,9 @@ class TurnActivities(TurnActivityContract):
                 usage_seen = failure.usage
                 await steps(recorder.fail(failure, binding))
                 message = failure_message(failure, binding)
+                if fell_back:
+                    earlier = "; ".join(f"{f['model']}: {f['code']}" for f in fell_back)
+                    message = f"{message} (fallback after {earlier})"
                 failed = ModelCallFailed(
                     turn_id=turn_id, ts=d.clock(), model_call_index=index, error=message
                 )
@@ -695,6 +742,10 @@ class TurnActivities(TurnActivityContract):
                 return ModelCallResult(events=_elided(written), offset=reducer.event_count)
             await steps(recorder.finish(outcome))
             fields = completion_fields(outcome)
+            if fell_back:
+                # Which models failed before the one that answered (whose binding
+                # the observation already carries), each with its evidence.
+                fields.provider_metadata["turncore"]["fallbackFrom"] = fell_back
             completed = ModelCallCompleted(
                 turn_id=turn_id,
                 ts=d.clock(),

@@ -2,7 +2,7 @@
 
 Run it (embedded dev server, no key needed):
 
-    pip install 'turncore[examples]'
+    pip install -e '.[examples]'    # from a clone of turncore
     uvicorn --factory examples.webapp:main --port 8000
 
     curl -s localhost:8000/turns -d '{"prompt": "restart web"}'

@@ -128,6 +128,12 @@ class Harness:
     """Builds the activities (a ``TurnActivities`` subclass injects faults under the real names)."""
     repository: TurnRepository | None = None
     """Where turns are kept (default: files under ``work_dir``)."""
+    workflow: type | None = None
+    """The workflow class the worker runs (default: the installed one)."""
+    versioning: Any = None
+    """The worker's ``WorkerVersioning`` (default: unversioned)."""
+    rebuild_stuck_after: int | None = None
+    """The worker's self-heal (default: off)."""
 
     def __post_init__(self) -> None:
         self.task_queue = f"tq-{uuid.uuid4()}"
@@ -185,6 +191,10 @@ class Harness:
             self.deps,
             task_queue=self.task_queue,
             activities=self.activities(self.deps),
+            **({"workflow": self.workflow} if self.workflow is not None else {}),
+            versioning=self.versioning,
+            rebuild_stuck_after=self.rebuild_stuck_after,
+            turns=self.turns,
         )
         self._task = asyncio.create_task(self.worker.run())
 

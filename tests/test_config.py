@@ -128,7 +128,7 @@ def test_a_full_file_layers_over_the_built_ins(tmp_path: Path) -> None:
         ("defualt_agent = 'x'", "turns.toml: unknown key defualt_agent"),
         ("default_agent = 'nobody'", "default_agent 'nobody' is not an agent"),
         ("default_model = 'gpt-4'", "a model reference is PROVIDER/MODEL"),
-        ("default_model = 'openai/gpt-4'", "provider 'openai' is not configured"),
+        ("default_model = 'acme/gpt-4'", "provider 'acme' is not configured"),
         ("[agents.x]\nmodel = 'scripted/demo'", "agents.x needs a system_prompt"),
         (
             "[agents.x]\nsystem_prompt = 's'\ntools = ['bash']",

@@ -20,6 +20,7 @@ import pytest
 from temporalio.api.enums.v1 import EventType
 from temporalio.testing import WorkflowEnvironment
 
+from tests.harness import Harness, sync_tool
 from turnclient import Agent, ToolContext, Turns, tool
 from turnclient.builtins.tools import calculator_tool, clock_tool
 from turnclient.runtime.config import ConfigError, load_config
@@ -234,3 +235,50 @@ async def test_a_fast_tool_past_its_bound_gets_an_error_and_is_not_run_again(
     )
     assert runs == ["stall"]
     assert events[-1].type == "turn_completed"  # the turn went on
+
+
+async def test_progress_and_a_cancel_while_a_fast_batch_runs(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A fast tool's progress is durable like a plain tool's. A cancel that arrives
+    while the batch runs reaches the workflow once the batch's workflow task ends
+    (a local activity holds it, within the tool's bound): the result is
+    recorded, and the cancel then closes what runs next (the model call)."""
+    started = asyncio.Event()
+
+    async def slow(value: Any, ctx: ToolContext) -> Any:
+        await ctx.report_progress({"step": 1})
+        started.set()
+        await asyncio.sleep(1.5)
+        return {"done": True}
+
+    script = [
+        {"toolCalls": [{"toolName": "slow", "input": {}}]},
+        {"text": "a long answer that streams slowly enough for the cancel to land"},
+    ]
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("slow")],
+        implementations={"slow": slow},
+        fast={"slow": 5.0},
+        permissions={"builtin:slow": "none"},
+        delay=0.5,
+    ) as h:
+        turn_id = await h.create("go")
+        running = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)
+        await asyncio.wait_for(started.wait(), 30)
+        cancelled = await h.send(turn_id, {"type": "cancel", "reason": "stop"})
+        assert cancelled.status == "cancelled"
+        assert (await asyncio.wait_for(running, 30)).status == "cancelled"
+        kinds = h.types(turn_id)
+        assert kinds[kinds.index("tool_invocation_requested") :][:3] == [
+            "tool_invocation_requested",
+            "tool_progress",
+            "tool_result",
+        ]
+        assert kinds[-1] == "turn_cancelled"
+        result = h.file_state(turn_id).tool_calls[0].result
+        assert result is not None and result.result.output == {"done": True}
+        await h.assert_file_matches_query(turn_id)

@@ -8,6 +8,7 @@ from the working tree and reads its file list.
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import zipfile
@@ -17,23 +18,34 @@ ROOT = Path(__file__).resolve().parents[1]
 
 
 def test_wheel_has_only_project_namespaces(tmp_path: Path) -> None:
-    subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "pip",
-            "wheel",
-            "--no-deps",
-            "-q",
-            "-w",
-            str(tmp_path),
-            str(ROOT),
-        ],
+    built = subprocess.run(
+        [sys.executable, "-m", "pip", "wheel", "--no-deps", "-v", "-w", str(tmp_path), str(ROOT)],
         check=True,
         capture_output=True,
+        text=True,
     )
+    # setuptools says what it would ignore or is deprecated as warnings in the verbose log
+    # (a data folder that is not a declared package, a licence table, ...): none may appear.
+    warnings = [
+        line
+        for line in (built.stdout + built.stderr).splitlines()
+        if "warning" in line.lower()
+        and "byte-compiling is disabled" not in line  # pip's own choice for wheels
+        and "is ignored: it is neither a file nor a directory" not in line  # pip's index config
+    ]
+    assert warnings == []
     (wheel,) = tmp_path.glob("turncore-*.whl")
-    names = zipfile.ZipFile(wheel).namelist()
+    archive = zipfile.ZipFile(wheel)
+    names = archive.namelist()
+    # The licence travels in the wheel and its metadata says which one it is.
+    (licence,) = [n for n in names if n.endswith(".dist-info/licenses/LICENSE")]
+    assert archive.read(licence) == (ROOT / "LICENSE").read_bytes()
+    assert b"Apache License" in archive.read(licence)
+    (metadata_name,) = [n for n in names if n.endswith(".dist-info/METADATA")]
+    metadata = archive.read(metadata_name).decode()
+    assert "License-Expression: Apache-2.0" in metadata
+    assert "Project-URL: Source, " in metadata
+    assert "Classifier: Programming Language :: Python :: 3.11" in metadata
     tops = {n.split("/", 1)[0] for n in names if not n.split("/", 1)[0].endswith(".dist-info")}
     assert tops == {"turncore", "turncore_temporal", "turnclient"}
     assert "turncore_temporal/worker.py" in names
@@ -62,3 +74,41 @@ def test_modules_are_imported_once_under_their_installed_names() -> None:
         [sys.executable, "-c", code], check=True, capture_output=True, text=True, cwd="/"
     )
     assert out.stdout.strip() == "[]"
+
+
+def test_install_hints_name_installable_requirements(tmp_path: Path) -> None:
+    """A missing extra's hint names the extra's own requirements, not ``turncore[ui]``.
+
+    turncore is installed from a clone or a wheel and is on no package index, so
+    ``pip install 'turncore[ui]'`` would fail; the requirements themselves install
+    anywhere. The web UI's packages are hidden here by a module that refuses to load,
+    and the real command prints the hint.
+    """
+    from turnclient.runtime.extras import extra_requirements
+
+    blocker = tmp_path / "block"
+    for name in ("starlette", "uvicorn"):
+        (blocker / name).mkdir(parents=True)
+        (blocker / name / "__init__.py").write_text(f"raise ImportError('{name} is hidden')\n")
+    env = {
+        **os.environ,
+        "PYTHONPATH": str(blocker),
+        "TURNS_HOME": str(tmp_path / "home"),
+    }
+    out = subprocess.run(
+        [sys.executable, "-m", "turnclient.cli", "ui", "--port", "0"],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=120,
+    )
+    assert out.returncode == 1, out.stderr
+    (line,) = out.stderr.strip().splitlines()
+    assert "turncore[" not in line
+    requirements = extra_requirements("ui")
+    assert {r.split(">=")[0] for r in requirements} == {"starlette", "uvicorn"}
+    assert line.endswith(
+        "pip install " + " ".join(f"'{r}'" for r in requirements) + " (turncore's ui extra)"
+    )
+    for extra in ("postgres", "otel", "encryption"):
+        assert extra_requirements(extra), extra

@@ -202,8 +202,8 @@ def test_python_agents_are_checked_like_the_file(tmp_path: Path) -> None:
         Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", tools=("nope",))], env={})
     with pytest.raises(ConfigError, match="permissions.deny: unknown tool 'nope'"):
         Turns(tmp_path, deny=["nope"], env={})
-    with pytest.raises(ConfigError, match="agents.x.model: provider 'openai' is not configured"):
-        Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", model="openai/gpt")], env={})
+    with pytest.raises(ConfigError, match="agents.x.model: provider 'acme' is not configured"):
+        Turns(tmp_path, agents=[Agent(name="x", system_prompt="s", model="acme/gpt")], env={})
     effort: Any = "max"  # what an untyped caller passes
     with pytest.raises(
         ConfigError, match='agents.x.reasoning_effort must be "low", "medium" or "high"'

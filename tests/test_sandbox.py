@@ -10,6 +10,7 @@ from __future__ import annotations
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 from temporalio.client import WorkflowFailureError
@@ -103,6 +104,7 @@ _DECIDING_MODULES = (
     "activities/payloads.py",
     "activities/failures.py",
     "workflows/turn.py",
+    "workflows/_types.py",
 )
 _FORBIDDEN_MODULES = {"random", "secrets", "uuid", "time"}
 _FORBIDDEN_ATTRIBUTES = {"now", "utcnow", "today", "urandom", "getenv", "environ"}
@@ -133,3 +135,25 @@ def test_the_passed_through_decision_code_reads_no_clock_and_does_no_io() -> Non
             elif isinstance(node, ast.Name) and node.id == "open":
                 problems.append(f"{where} uses open")
     assert problems == []
+
+
+async def test_the_sandboxed_workflow_module_is_compiled_once_per_process(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The sandbox imports the workflow module for every run; its code object is
+    built once (not compiled from source each run where no bytecode is cached)."""
+    import importlib
+
+    from tests.harness import Harness
+    from turncore_temporal import worker
+
+    async with Harness(temporal_env.client, tmp_path, ["hello"]) as h:
+        await h.run("hi")
+        await h.run("hi again")
+    turn = importlib.import_module("turncore_temporal.workflows.turn")
+    code = worker._COMPILED_ONCE._code.get(turn.__file__)
+    assert code is not None  # the sandbox's imports went through it
+    package = importlib.import_module("turncore_temporal.workflows")
+    spec = worker._COMPILED_ONCE.find_spec(turn.__name__, package.__path__)
+    assert spec is not None and spec.loader is not None
+    assert spec.loader.get_code(turn.__name__) is code  # type: ignore[attr-defined]

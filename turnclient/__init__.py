@@ -28,13 +28,15 @@ from turncore._lazy import lazy_exports
 if TYPE_CHECKING:
     from turnclient.lib.listing import TurnSummary
     from turnclient.lib.turns import TurnResult, Turns
-    from turnclient.runtime.config import Agent, ConfigError
+    from turnclient.runtime.app import App, AppError
+    from turnclient.runtime.config import Agent, ConfigError, McpServer
     from turnclient.runtime.connection import Runtime
     from turncore.errors import (
         DependencyError,
         InvalidInputError,
         InvalidTurnIdError,
         RejectedInputError,
+        StuckTurnError,
         TurnError,
         TurnNotFoundError,
     )
@@ -45,7 +47,10 @@ if TYPE_CHECKING:
 
 _EXPORTS = {
     "Agent": "turnclient.runtime.config",
+    "App": "turnclient.runtime.app",
+    "AppError": "turnclient.runtime.app",
     "ConfigError": "turnclient.runtime.config",
+    "McpServer": "turnclient.runtime.config",
     "Turns": "turnclient.lib.turns",
     "TurnResult": "turnclient.lib.turns",
     "TurnSummary": "turnclient.lib.listing",
@@ -61,6 +66,7 @@ _EXPORTS = {
     "InvalidInputError": "turncore.errors",
     "InvalidTurnIdError": "turncore.errors",
     "RejectedInputError": "turncore.errors",
+    "StuckTurnError": "turncore.errors",
     "TurnError": "turncore.errors",
     "TurnNotFoundError": "turncore.errors",
 }
@@ -68,11 +74,15 @@ _EXPORTS = {
 
 __all__ = [
     "Agent",
+    "App",
+    "AppError",
     "ConfigError",
     "DependencyError",
     "InvalidInputError",
     "InvalidTurnIdError",
+    "McpServer",
     "RejectedInputError",
+    "StuckTurnError",
     "ModelCallRequest",
     "Runtime",
     "Tool",

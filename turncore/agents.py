@@ -7,7 +7,13 @@ from dataclasses import dataclass, field
 from typing import Protocol
 
 from .errors import DependencyError
-from .events import ModelDescriptor, RequestedAgent, ResolvedAgent, ToolDescriptor
+from .events import (
+    AgentOverrides,
+    ModelDescriptor,
+    RequestedAgent,
+    ResolvedAgent,
+    ToolDescriptor,
+)
 
 
 class AgentResolver(Protocol):
@@ -21,6 +27,51 @@ class AgentDefinition:
     tools: Sequence[str] = ()
     """Tool names from the catalog, in the order they are advertised."""
     model: ModelDescriptor | None = None
+    fallbacks: Sequence[ModelDescriptor] = ()
+    """Models tried in order after ``model`` fails with a transient or unavailable error."""
+
+
+FALLBACK_MODELS = "fallbackModels"
+"""The key of ``requested.overrides.composition`` that carries a turn's fallback models."""
+
+
+def fallback_composition(
+    agent: RequestedAgent, fallbacks: Sequence[ModelDescriptor]
+) -> RequestedAgent:
+    """``agent`` with its fallback models persisted in ``overrides.composition`` (§6.1: opaque
+    composition hints, persisted verbatim), so the turn's file says what it may fall back to."""
+    if not fallbacks:
+        return agent
+    overrides = agent.overrides or AgentOverrides()
+    if overrides.model is not None:
+        return agent  # an explicit model replaces the whole chain
+    base = overrides.composition if isinstance(overrides.composition, dict) else {}
+    if overrides.composition is not None and not isinstance(overrides.composition, dict):
+        return agent  # a caller's own non-object composition is kept as it is
+    composition = {**base, FALLBACK_MODELS: [m.to_wire() for m in fallbacks]}
+    return agent.model_copy(
+        update={"overrides": overrides.model_copy(update={"composition": composition})}
+    )
+
+
+def fallback_models(agent: RequestedAgent) -> list[ModelDescriptor]:
+    """The fallback models a turn's requested agent carries (none if absent or malformed)."""
+    overrides = agent.overrides
+    if overrides is None or overrides.model is not None:
+        return []
+    composition = overrides.composition
+    if not isinstance(composition, dict):
+        return []
+    listed = composition.get(FALLBACK_MODELS)
+    if not isinstance(listed, list):
+        return []
+    out: list[ModelDescriptor] = []
+    for item in listed:
+        try:
+            out.append(ModelDescriptor.model_validate(item))
+        except ValueError:
+            return []
+    return out
 
 
 @dataclass
@@ -35,6 +86,13 @@ class StaticAgentResolver:
     default_model: ModelDescriptor | None = None
     available: frozenset[str] | None = field(default=None)
     """Tool names available in this environment (None: all); others are filtered out."""
+
+    def fallbacks_for(self, agent: RequestedAgent) -> Sequence[ModelDescriptor]:
+        """The agent's fallback models, unless the request overrides its model."""
+        definition = self.agents.get(agent.agent_id)
+        if definition is None or (agent.overrides is not None and agent.overrides.model):
+            return ()
+        return definition.fallbacks
 
     def model_for(
         self, agent_id: str, override: ModelDescriptor | None = None
@@ -68,3 +126,46 @@ class StaticAgentResolver:
             model=model,
             tools=tools,
         )
+
+
+class ListedTools(Protocol):
+    """Tools an agent gets from elsewhere (MCP servers), listed once when a turn is created.
+
+    ``tools_for`` does the I/O (bounded by its own timeout) and raises
+    ``DependencyError`` naming what is down or wrong; its descriptors are
+    snapshotted into ``turn_created`` like any other (§6.3, §6.4).
+    """
+
+    async def tools_for(self, agent_id: str) -> list[ToolDescriptor]: ...
+
+
+async def resolve_listed(
+    resolver: AgentResolver, listed: ListedTools | None, agent: RequestedAgent
+) -> ResolvedAgent:
+    """``resolver.resolve(agent)`` plus the tools ``listed`` gives the agent, after its own.
+
+    Two tools advertised under one name (across servers, or beside a configured
+    tool) are a ``DependencyError`` naming both tool ids: the model could not
+    tell them apart.
+    """
+    return await with_listed(resolver.resolve(agent), listed)
+
+
+async def with_listed(resolved: ResolvedAgent, listed: ListedTools | None) -> ResolvedAgent:
+    """``resolved`` plus the tools ``listed`` gives its agent (see ``resolve_listed``)."""
+    if listed is None:
+        return resolved
+    extra = await listed.tools_for(resolved.agent_id)
+    if not extra:
+        return resolved
+    by_name: dict[str, str] = {}
+    for t in [*resolved.tools, *extra]:
+        other = by_name.get(t.name)
+        if other is not None:
+            raise DependencyError(
+                f"agent {resolved.agent_id!r}: two tools are advertised under the name "
+                f"{t.name!r}: {other} and {t.tool_id}; set a prefix on the MCP server "
+                "([mcp.NAME] prefix) or deny one of them"
+            )
+        by_name[t.name] = t.tool_id
+    return resolved.model_copy(update={"tools": [*resolved.tools, *extra]})

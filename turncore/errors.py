@@ -66,6 +66,21 @@ class AppendConflictError(InfrastructureError):
     """
 
 
+class StuckTurnError(InfrastructureError):
+    """The turn's run cannot advance: its workflow task keeps failing.
+
+    ``applied`` says whether the input the caller sent is in the file (it was
+    accepted before the run got stuck) or certainly not (it must be sent
+    again once the run is fixed); None when no input was sent.
+    """
+
+    def __init__(self, message: str, *, turn_id: str, cause: str, applied: bool | None) -> None:
+        self.turn_id = turn_id
+        self.cause = cause
+        self.applied = applied
+        super().__init__(message)
+
+
 class DependencyError(InfrastructureError):
     """A live dependency (model, tool, context, agent) could not be resolved or does not match."""
 
@@ -95,6 +110,13 @@ class InvalidTurnIdError(InvalidInputError):
 
 class RejectedInputError(InvalidInputError):
     """An external input that targets nothing pending, or arrives after the turn ended."""
+
+
+class ExpiredDeliveryError(RejectedInputError):
+    """The run saw the input only after the sender's deadline: it was not applied.
+
+    Safe to send again (``TurnClient`` does, with a new deadline).
+    """
 
 
 class StagedValueError(RejectedInputError):

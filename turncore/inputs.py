@@ -128,6 +128,26 @@ def accept_input(name: str, args: Sequence[Any]) -> ExternalDelivery:
     return parsed
 
 
+DELIVER_BY = "deliverByMs"
+"""The key of an update's delivery terms: the sender's deadline for acceptance."""
+
+
+def delivery_terms(args: Sequence[Any]) -> tuple[Sequence[Any], int | None]:
+    """An input update's arguments without its delivery terms, and the deadline they set.
+
+    ``TurnClient`` sends each input update as ``(input, {"deliverByMs": T})``:
+    the run accepts it only until ``T`` (milliseconds since the epoch, by the
+    workflow's clock), so a sender that stopped waiting (its run was stuck)
+    knows, once ``T`` has passed, that the input can never be applied later.
+    Anything else is returned as it came, for ``accept_input`` to judge.
+    """
+    if len(args) == 2 and isinstance(args[1], dict) and set(args[1]) == {DELIVER_BY}:
+        deadline = args[1][DELIVER_BY]
+        if isinstance(deadline, int) and not isinstance(deadline, bool):
+            return args[:1], deadline
+    return args, None
+
+
 def rejection_record(name: str, args: Sequence[Any], reason: str, at: str) -> dict[str, Any]:
     """What the ``state`` query lists for a rejected input: bounded, whatever came in."""
     record: dict[str, Any] = {"signal": _clip(name)}

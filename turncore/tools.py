@@ -680,12 +680,16 @@ class ToolRegistry:
         self,
         sync_tools: Mapping[str, SyncTool] | None = None,
         async_tools: frozenset[str] | set[str] = frozenset(),
+        families: Mapping[str, Callable[[ToolDescriptor], SyncTool]] | None = None,
         fast: Mapping[str, float] | None = None,
     ) -> None:
         self._sync = dict(sync_tools or {})
         self._async = frozenset(async_tools)
         self._fast = dict(fast or {})
         """Fast bounds by tool id for implementations that are not ``Tool``s."""
+        self._families = dict(families or {})
+        """``toolId`` prefix (``mcp:``) to the factory that runs such a snapshotted
+        tool here, or raises ``DependencyError`` saying why it cannot."""
 
     @classmethod
     def of(cls, tools: Iterable[Tool]) -> ToolRegistry:
@@ -711,7 +715,16 @@ class ToolRegistry:
     def register(self, tool_id: str, tool: SyncTool) -> None:
         self._sync[tool_id] = tool
 
+    def register_family(self, prefix: str, factory: Callable[[ToolDescriptor], SyncTool]) -> None:
+        self._families[prefix] = factory
+
+    def _family(self, tool_id: str) -> Callable[[ToolDescriptor], SyncTool] | None:
+        return next((f for p, f in self._families.items() if tool_id.startswith(p)), None)
+
     def sync_tool(self, descriptor: ToolDescriptor) -> SyncTool:
+        family = self._family(descriptor.tool_id)
+        if family is not None and descriptor.execution == "sync":
+            return family(descriptor)
         self.check(descriptor)
         return self._sync[descriptor.tool_id]
 
@@ -722,6 +735,12 @@ class ToolRegistry:
             if tid != SPAWN_AGENT_TOOL_ID:
                 raise DependencyError(f"no workflow-native tool {tid!r} exists in this runtime")
             return  # implemented by the turn workflow itself
+        family = self._family(tid)
+        if family is not None:
+            if descriptor.execution != "sync":
+                raise DependencyError(f"tool {tid!r} is snapshotted as async; it runs as sync here")
+            family(descriptor)  # raises when this runtime cannot run it
+            return
         if descriptor.execution == "sync":
             if tid not in self._sync:
                 hint = " (it is registered as async)" if tid in self._async else ""

@@ -30,7 +30,6 @@ import dataclasses
 import json
 from collections import Counter, deque
 from collections.abc import Awaitable, Callable, Sequence
-from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any, TypeVar, assert_never
 
@@ -59,7 +58,13 @@ from turncore.events import (
     TurnEvent,
     outcome_adapter,
 )
-from turncore.inputs import INPUT_NAMES, MAX_REJECTED_INPUTS, accept_input, rejection_record
+from turncore.inputs import (
+    INPUT_NAMES,
+    MAX_REJECTED_INPUTS,
+    accept_input,
+    delivery_terms,
+    rejection_record,
+)
 from turncore.reducer import ToolCallState, TurnReducer, TurnState
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, child_result
 from turncore.timestamps import format_ts
@@ -67,6 +72,7 @@ from turncore_temporal.activities import TurnActivityContract as Activities
 from turncore_temporal.activities.failures import (
     cause,
     dependency_failure,
+    expired,
     failure_of,
     infrastructure_failure,
     is_dependency_failure,
@@ -92,6 +98,7 @@ from turncore_temporal.activities.payloads import (
     ToolCallInput,
     ValidateDependenciesInput,
 )
+from turncore_temporal.workflows._types import Flags, Queued, TurnWorkflowInput
 
 TURN_STATUS = SearchAttributeKey.for_keyword("TurnStatus")
 TURN_AGENT = SearchAttributeKey.for_keyword("TurnAgent")
@@ -127,6 +134,9 @@ _SUBAGENT_RESULT_FROM_FILE = "subagent-result-from-file"
 """Runs from here on have the append activity build a ``spawn_agent`` result from the
 child's file: the child's outcome reaches the workflow elided."""
 
+_HAND_OVER_AFTER_PROGRESS = "hand-over-after-progress"
+"""Runs from here on continue as new only after they added to the file: a run whose
+reload alone outgrows the history budget works on instead of handing over in a loop."""
 _CHECKED_WITH_MODEL = "permissions-checked-with-the-model-call"
 """Runs from here on take the checker's answers from the model activity's result."""
 _FAST_TOOLS = "fast-tools-as-local-activities"
@@ -139,38 +149,6 @@ _I = TypeVar("_I")
 _R = TypeVar("_R")
 
 
-@dataclass
-class TurnWorkflowInput:
-    turn_id: str
-    model_call_timeout_seconds: float = 600.0
-    tool_timeout_seconds: float = 3600.0
-    heartbeat_timeout_seconds: float = 30.0
-    cancel: dict[str, Any] | None = None
-    """A cancel input to apply on start (cancelling a turn whose workflow is gone)."""
-    max_history_events: int = 5000
-    """Continue as new (reloading from the file) once history grows past this,
-    or earlier when Temporal suggests it."""
-    rejected_inputs: list[dict[str, Any]] = field(default_factory=list)
-    """Carried across continue-as-new so the state query keeps listing them."""
-    max_concurrent_children: int = 8
-    """How many ``spawn_agent`` children run at once; further calls wait for a slot."""
-
-
-@dataclass
-class _Queued:
-    input: ExternalDelivery
-    waiter: asyncio.Future[dict[str, Any]] | None = None
-
-
-@dataclass
-class _Flags:
-    reload: bool = False
-    woken: int = 0
-    strikes: int = 0
-    """Model call attempts in a row that ended without a result."""
-    rejected: list[dict[str, Any]] = field(default_factory=list)
-
-
 def _ts() -> str:
     return format_ts(workflow.now())
 
@@ -180,14 +158,14 @@ class TurnWorkflow:
     def __init__(self) -> None:
         self._turn_id = ""
         self._reducer: TurnReducer | None = None
-        self._queue: deque[_Queued] = deque()
+        self._queue: deque[Queued] = deque()
         self._settle_waiters: list[asyncio.Future[dict[str, Any]]] = []
         self._running: dict[str, asyncio.Task[None]] = {}
         self._model_handle: workflow.ActivityHandle[ModelCallResult] | None = None
         self._tools: list[ToolDescriptor] | None = None
         """An inherited snapshot's materialized tools, once a tool call needed them."""
         self._cancel: CancelInput | None = None
-        self._flags = _Flags()
+        self._flags = Flags()
         self._allowed: set[str] = set()
         """Calls the permission checker allowed outright, until their invocation is appended."""
         self._input = TurnWorkflowInput(turn_id="")
@@ -199,6 +177,8 @@ class TurnWorkflow:
         flight, so a retried batch found there is that append's earlier attempt."""
         self._ended_before = False
         """The file was already terminal when this run loaded it (nothing to count)."""
+        self._loaded_events = 0
+        """Events this run's first load found: a run hands over only after adding some."""
         self._child_slots = asyncio.Semaphore(8)
         self._fast: dict[str, float] = {}
         self._prechecked: dict[str, CheckOutcome] = {}
@@ -232,6 +212,7 @@ class TurnWorkflow:
             # dependencies (§22).
             await self._reload(validate=self._cancel is None)
             self._ended_before = self._state.terminal is not None
+            self._loaded_events = self._reducer.event_count if self._reducer is not None else 0
             if self._reducer is not None and self._reducer.event_count == 1:
                 _count("turncore_turns_started", "Turns that began advancing")
             await self._drive()
@@ -329,10 +310,15 @@ class TurnWorkflow:
         if self._running or (self._model_handle is not None and not self._model_handle.done()):
             return False
         info = workflow.info()
-        return (
+        if not (
             info.is_continue_as_new_suggested()
             or info.get_current_history_length() > self._input.max_history_events
-        )
+        ):
+            return False
+        # A new run reloads the file, and that alone adds history: a run that
+        # hands over before adding anything could hand over forever.
+        added = self._reducer is not None and self._reducer.event_count > self._loaded_events
+        return added or not workflow.patched(_HAND_OVER_AFTER_PROGRESS)
 
     async def _continue_as_new(self) -> None:
         """Hand the turn to a fresh run; it reloads everything from the file.
@@ -870,7 +856,7 @@ class TurnWorkflow:
                 self._settle_waiters.append(waiter)
             self._wake()
             return
-        self._queue.append(_Queued(parsed, waiter))
+        self._queue.append(Queued(parsed, waiter))
         self._wake()
 
     def _signal(self, name: str, args: Sequence[Any]) -> None:
@@ -891,6 +877,16 @@ class TurnWorkflow:
         del self._flags.rejected[:-MAX_REJECTED_INPUTS]
 
     def _validate(self, name: str, args: Sequence[Any]) -> None:
+        args, deliver_by = delivery_terms(args)
+        if deliver_by is not None and workflow.now().timestamp() * 1000 > deliver_by:
+            # Its sender stopped waiting (this run was stuck, or no worker took
+            # it in time) and may have told its caller it was not applied: it
+            # never is. Validators do not run on replay, so this adds nothing
+            # to the history and changes no command.
+            raise expired(
+                f"the {name} input reached turn {self._turn_id} after its sender's deadline; "
+                "it was not applied: send it again"
+            )
         parsed = accept_input(name, args)
         if self._reducer is not None:
             # Before the first load the input is checked when it is applied.
@@ -899,14 +895,14 @@ class TurnWorkflow:
     async def _update(self, name: str, args: Sequence[Any]) -> dict[str, Any]:
         try:
             # The validator accepted it; a replay (which skips validators) sees the same.
-            parsed = accept_input(name, args)
+            parsed = accept_input(name, delivery_terms(args)[0])
         except RejectedInputError as exc:
             raise rejection(str(exc)) from None
         waiter: asyncio.Future[dict[str, Any]] = asyncio.get_running_loop().create_future()
         self._enqueue(parsed, waiter)
         return await waiter
 
-    async def _apply_input(self, queued: _Queued) -> None:
+    async def _apply_input(self, queued: Queued) -> None:
         staged = queued.input
         try:
             advance.check_input(self._state, queued.input)
@@ -922,8 +918,16 @@ class TurnWorkflow:
                 # recorded histories are unchanged. A value that is missing or
                 # does not match is rejected here, like a stale input.
                 await self._append_built(staged=staged)
+        except _Unserviceable as exc:
+            # This worker lacks the turn's model or a tool: nothing is written, and
+            # the caller hears a dependency error (exit 1, HTTP 503) naming it, not a
+            # rejection it would retry. The same update failure, so no new command.
+            self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
+            if queued.waiter is not None and not queued.waiter.done():
+                queued.waiter.set_exception(dependency_failure(str(exc)))
+            return
         except RejectedInputError as exc:
-            # Valid when it arrived, stale (or unserviceable) by its turn in the queue.
+            # Valid when it arrived, stale by its turn in the queue.
             self._reject(queued.input.type, [queued.input.to_wire()], str(exc))
             if queued.waiter is not None and not queued.waiter.done():
                 queued.waiter.set_exception(rejection(str(exc)))
@@ -1179,9 +1183,13 @@ class TurnWorkflow:
             if is_dependency_failure(exc):
                 message = f"turn {self._turn_id} cannot advance: {cause(exc)}"
                 if reject:
-                    raise RejectedInputError(message) from exc
+                    raise _Unserviceable(message) from exc
                 raise dependency_failure(message) from exc
             raise
+
+
+class _Unserviceable(Exception):
+    """An input cannot be applied because this worker lacks a live dependency (§15.3)."""
 
 
 def _count(name: str, description: str, attributes: dict[str, str] | None = None) -> None:

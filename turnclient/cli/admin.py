@@ -1,5 +1,5 @@
 """Commands that look after files, storage and configuration: ``repair``,
-``db``, ``export``, ``import``, ``config``, ``completion``.
+``db``, ``export``, ``import``, ``config``, ``mcp``, ``completion``.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ from turnclient.cli.common import (
     emit_json,
     in_database,
     path_of,
+    run_async,
     run_sync,
     storage_config,
     stored_repository,
@@ -247,9 +248,11 @@ def config(args: argparse.Namespace) -> int:
         from turnclient.runtime.connection import uses_embedded
 
         cfg = load_config(current_work_dir())
+        origin = cfg.origins.get
         doc = {
             "workDir": str(cfg.work_dir),
             "configFile": str(cfg.source) if cfg.source else None,
+            "app": cfg.app,
             "workspace": str(cfg.workspace),
             "taskQueue": cfg.task_queue,
             "temporal": "embedded" if uses_embedded() else os.environ.get("TEMPORAL_ADDRESS"),
@@ -260,7 +263,9 @@ def config(args: argparse.Namespace) -> int:
                 n: {
                     "model": a.model,
                     "tools": list(a.tool_names),
+                    "mcp": list(a.mcp_names),
                     "reasoningEffort": a.reasoning_effort,
+                    "origin": origin(f"agents.{n}"),
                 }
                 for n, a in cfg.agents.items()
             },
@@ -270,8 +275,12 @@ def config(args: argparse.Namespace) -> int:
                     "execution": t.execution,
                     "permission": t.permission,
                     "requiresHuman": t.requires_human,
+                    "origin": origin(f"tools.{n}"),
                 }
                 for n, t in cfg.tools.items()
+            },
+            "models": {
+                f"scripted/{n}": {"origin": origin(f"models.scripted/{n}")} for n in cfg.models
             },
             "providers": {
                 n: {
@@ -279,39 +288,147 @@ def config(args: argparse.Namespace) -> int:
                     "baseUrl": p.base_url,
                     "apiKeyEnv": p.api_key_env,
                     "apiKeySet": bool(p.api_key_env and os.environ.get(p.api_key_env)),
+                    "origin": origin(f"providers.{n}"),
                 }
                 for n, p in cfg.providers.items()
             },
+            "mcp": {n: _mcp_summary(m) for n, m in cfg.mcp.items()},
         }
         if args.json:
             emit_json(doc)
             return EXIT_OK
         print(f"work dir      {doc['workDir']}")
         print(f"turns.toml    {doc['configFile'] or '(none: built-in defaults)'}")
+        print(f"app           {cfg.app or '(none: --app, TURNS_APP or app = in turns.toml)'}")
         print(f"workspace     {doc['workspace']}")
         print(f"temporal      {doc['temporal']} · task queue {doc['taskQueue']}")
         print(f"storage       {_storage_line(_storage_summary(cfg))}")
-        print(f"default agent {doc['defaultAgent']} · default model {doc['defaultModel'] or '-'}")
+        chosen = f" (from {origin('default_model')})" if doc["defaultModel"] else ""
+        print(
+            f"default agent {doc['defaultAgent']} · default model {doc['defaultModel'] or '-'}"
+            f"{chosen}"
+        )
         print("agents")
         for n, a in cfg.agents.items():
+            models = " → ".join(a.models) or "(default model)"
+            servers = f" · mcp: {', '.join(a.mcp_names)}" if a.mcp else ""
             print(
-                f"  {n:<12} {a.model or '(default model)'} · tools: {', '.join(a.tool_names) or 'none'}"
+                f"  {n:<12} {models} · tools: {', '.join(a.tool_names) or 'none'}"
+                f"{servers} · from {origin(f'agents.{n}') or '?'}"
             )
         print("tools")
         for n, t in cfg.tools.items():
             human = ", needs a human" if t.requires_human else ""
-            print(f"  {n:<12} {t.tool_id} · {t.execution} · permission {t.permission}{human}")
+            print(
+                f"  {n:<12} {t.tool_id} · {t.execution} · permission {t.permission}{human}"
+                f" · from {origin(f'tools.{n}') or '?'}"
+            )
         print("providers")
         print("  scripted     built in (demo, or a JSON script file)")
+        for name in cfg.models:
+            print(
+                f"    scripted/{name}  a Python function · from {origin(f'models.scripted/{name}')}"
+            )
         for n, p in cfg.providers.items():
             key = ""
             if p.api_key_env:
                 state = "set" if os.environ.get(p.api_key_env) else "NOT set"
                 key = f" · key ${p.api_key_env} {state}"
-            print(f"  {n:<12} {p.kind} · {p.base_url or 'default endpoint'}{key}")
+            print(
+                f"  {n:<12} {p.kind} · {p.base_url or 'default endpoint'}{key}"
+                f" · from {origin(f'providers.{n}') or '?'}"
+            )
+        if cfg.mcp:
+            print("mcp servers")
+            for n, m in cfg.mcp.items():
+                users = [a for a, agent in cfg.agents.items() if n in agent.mcp_names]
+                print(f"  {n:<12} {_mcp_line(m)} · agents: {', '.join(users) or 'none'}")
         return EXIT_OK
 
     return run_sync(args, body)
+
+
+def _mcp_summary(server: Any) -> dict[str, Any]:
+    """A ``[mcp.NAME]`` for ``turns config --json``: variable names, never their values."""
+    return {
+        "transport": "stdio" if server.command is not None else "http",
+        "command": server.command,
+        "args": list(server.args),
+        "url": server.url,
+        "env": list(server.env),
+        "headersEnv": dict(server.headers_env),
+        "timeout": server.timeout,
+        "permission": server.permission,
+        "allow": list(server.allow),
+        "deny": list(server.deny),
+        "prefix": server.prefix,
+    }
+
+
+def _mcp_line(server: Any) -> str:
+    bits = [server.where, f"permission {server.permission}", f"timeout {server.timeout:g} s"]
+    if server.allow:
+        bits.append(f"allow {', '.join(server.allow)}")
+    if server.deny:
+        bits.append(f"deny {', '.join(server.deny)}")
+    if server.prefix:
+        bits.append(f"prefix {server.prefix}_")
+    return " · ".join(bits)
+
+
+@command(
+    "mcp",
+    "list an MCP server's tools as an agent would see them (turns mcp list NAME)",
+    arg("action", choices=["list"], help="list: connect, list the tools, print them"),
+    arg("server", metavar="NAME", help="a server configured as [mcp.NAME] in turns.toml"),
+    JSON,
+)
+def mcp(args: argparse.Namespace) -> int:
+    async def body() -> int:
+        import json
+        import textwrap
+
+        from turnclient.builtins.mcp import descriptors, list_tools
+        from turnclient.runtime.config import load_config
+        from turncore.errors import InvalidInputError
+
+        cfg = load_config(current_work_dir())
+        server = cfg.mcp.get(args.server)
+        if server is None:
+            known = ", ".join(sorted(cfg.mcp)) or "none: add an [mcp.NAME] table to turns.toml"
+            raise InvalidInputError(f"no MCP server {args.server!r} is configured ({known})")
+        listed = await list_tools(server, os.environ)
+        advertised = descriptors(server, listed)
+        denied = sorted(t.name for t in listed if t.name in server.deny)
+
+        def permission(tool: str) -> str:  # the checker's rule (turnclient.builtins.mcp)
+            return "none" if server.permission == "none" or tool in server.allow else "ask"
+
+        rows = [
+            {
+                "name": d.name,
+                "toolId": d.tool_id,
+                "permission": permission(d.tool_id.rpartition("/")[2]),
+                "description": d.description,
+                "inputSchema": d.input_schema,
+            }
+            for d in advertised
+        ]
+        if args.json:
+            emit_json({"server": server.name, "tools": rows, "denied": denied})
+            return EXIT_OK
+        print(f"MCP {server.name} · {server.where} · {len(rows)} tools")
+        for row in rows:
+            print(f"\n{row['name']}  ({row['toolId']} · permission {row['permission']})")
+            if row["description"]:
+                print(textwrap.indent(str(row["description"]).strip(), "  "))
+            schema = json.dumps(row["inputSchema"], indent=2, ensure_ascii=False)
+            print(textwrap.indent(schema, "  "))
+        if denied:
+            print(f"\ndenied (never advertised): {', '.join(denied)}")
+        return EXIT_OK
+
+    return run_async(args, body)
 
 
 @command(

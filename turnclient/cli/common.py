@@ -137,6 +137,10 @@ def _classify(exc: BaseException) -> tuple[int, str]:
 
     if isinstance(exc, Failure):
         return exc.code, str(exc)
+    from turnclient.runtime.app import AppError
+
+    if isinstance(exc, AppError):
+        return (EXIT_USAGE if exc.usage else EXIT_PROBLEM), str(exc)
     if isinstance(exc, RejectedInputError):
         return EXIT_REJECTED, f"rejected: {exc}"
     if isinstance(exc, (InvalidInputError, TurnNotFoundError)):
@@ -178,8 +182,8 @@ def emit_json(doc: Any) -> None:
     sys.stdout.flush()
 
 
-def _quiet_logging() -> None:
-    level = os.environ.get("TURNS_LOG_LEVEL", "ERROR").upper()
+def _quiet_logging(default: str = "ERROR") -> None:
+    level = os.environ.get("TURNS_LOG_LEVEL", default).upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
 
@@ -297,12 +301,19 @@ def between_turns(hint: str) -> None:
         _INTERRUPTS.idle_hint = hint
 
 
-def run_async(args: argparse.Namespace, body: Callable[[], Awaitable[int]]) -> int:
-    """Run an async command: errors become one line and an exit code; signals detach."""
+def run_async(
+    args: argparse.Namespace, body: Callable[[], Awaitable[int]], *, log_level: str = "ERROR"
+) -> int:
+    """Run an async command: errors become one line and an exit code; signals detach.
+
+    Commands log at ``log_level`` unless ``TURNS_LOG_LEVEL`` says otherwise:
+    ERROR, except the long-lived workers (INFO, as docs/operations.md says),
+    whose warnings (a turn's workflow task failing) an operator must see.
+    """
     import asyncio
 
     global _INTERRUPTS
-    _quiet_logging()
+    _quiet_logging(log_level)
     from turnclient.runtime.telemetry import install_default_runtime
 
     install_default_runtime()

@@ -11,6 +11,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from turnclient.cli.common import (
+    EXIT_OK,
     EXIT_REJECTED,
     EXIT_USAGE,
     JSON,
@@ -21,6 +22,7 @@ from turnclient.cli.common import (
     arg,
     command,
     command_line,
+    emit_json,
     load_turn,
     open_runtime,
     report_failure,
@@ -289,8 +291,14 @@ def cancel(args: argparse.Namespace) -> int:
 
 @command(
     "recover",
-    "serve a turn until it settles; start its workflow from the file if none runs",
-    TURN,
+    "serve a turn until it settles; start its workflow from the file if none runs, "
+    "or rebuild a stuck one",
+    arg("turn", metavar="TURN", nargs="?", help="a turn id, `last`, or a unique prefix of one"),
+    arg(
+        "--all-stuck",
+        action="store_true",
+        help="rebuild every stuck turn from its file (terminate the run, start a new one)",
+    ),
     JSON,
     NO_WORKER,
     WAIT_FOR_WORKER,
@@ -300,6 +308,11 @@ def recover(args: argparse.Namespace) -> int:
 
     from turncore.reducer import reduce_turn
 
+    if (args.turn is None) == (not args.all_stuck):
+        return report_failure(args, EXIT_USAGE, "recover takes a TURN or --all-stuck (not both)")
+    if args.all_stuck:
+        return run_async(args, lambda: _recover_all_stuck(args))
+
     async def body() -> int:
         from turnclient.cli.render import StreamRenderer, running_tools_note, wants_color
 
@@ -308,6 +321,9 @@ def recover(args: argparse.Namespace) -> int:
         if not runtime.repository.exists(turn_id):
             raise Failure(f"no turn {turn_id} in {runtime.work_dir}", EXIT_USAGE)
         async with worker_session(args, runtime) as (_, turns):
+            rebuilt = await turns.rebuild(turn_id)
+            if rebuilt is not None and not args.json:
+                print(_rebuilt_line(turn_id, rebuilt.cause), flush=True)
             renderer = None
             if not args.json:
                 renderer = StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
@@ -320,3 +336,35 @@ def recover(args: argparse.Namespace) -> int:
             return finish(args, turn_id, outcome, renderer=renderer)
 
     return run_async(args, body)
+
+
+def _rebuilt_line(turn_id: str, cause: str) -> str:
+    return (
+        f"turn {turn_id} was stuck ({cause}): terminated its run and started a new one "
+        "from the turn's file"
+    )
+
+
+async def _recover_all_stuck(args: argparse.Namespace) -> int:
+    """``turns recover --all-stuck``: rebuild each stuck open turn; the new runs go on
+    by themselves (this command does not wait for them to settle)."""
+    from turnclient.lib.replaycheck import open_turn_ids
+
+    runtime = open_runtime()
+    rebuilt: list[dict[str, str]] = []
+    # No worker here: the new runs are the workers' to serve, not this short-lived process's.
+    async with worker_session(args, runtime, worker=False) as (conn, turns):
+        for turn_id in await open_turn_ids(conn.client, runtime.task_queue):
+            if not runtime.repository.exists(turn_id):
+                continue  # a turn of another work dir on the same namespace
+            stuck = await turns.rebuild(turn_id)
+            if stuck is None:
+                continue
+            rebuilt.append({"turnId": turn_id, "cause": stuck.cause})
+            if not args.json:
+                print(_rebuilt_line(turn_id, stuck.cause), flush=True)
+    if args.json:
+        emit_json({"rebuilt": rebuilt})
+    elif not rebuilt:
+        print("no stuck turns")
+    return EXIT_OK

@@ -13,10 +13,13 @@ from typing import TYPE_CHECKING, Any, NoReturn
 
 from turnclient.cli.common import (
     COMMANDS,
+    EXIT_PROBLEM,
     EXIT_USAGE,
     PROG,
+    Arg,
     Command,
     Run,
+    arg,
     closed_pipe,
     report_failure,
 )
@@ -48,6 +51,8 @@ environment:
   TEMPORAL_ADDRESS  use this Temporal server instead of the embedded one; also
                     TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* as usual
   TURNS_TASK_QUEUE  the task queue (default turns, or task_queue in turns.toml)
+  TURNS_APP         MODULE:ATTR of the app whose agents, tools and models to serve
+                    (like --app; default: app = in turns.toml)
   TURNS_DATABASE_URL  the turn database with [storage] kind = "postgres"
 
 With --json, stdout carries one JSON document (JSON lines for `watch`); a
@@ -84,7 +89,8 @@ class _Parser(argparse.ArgumentParser):
 ORDER = (
     *("run", "chat", "approve", "deny", "complete", "progress", "cancel", "recover", "watch"),
     *("list", "show", "state", "log", "inspect", "validate", "repair"),
-    *("dev", "worker", "ui", "config", "db", "export", "import", "codec-server", "completion"),
+    *("dev", "worker", "ui", "config", "mcp", "db", "export", "import", "codec-server"),
+    "completion",
 )
 """The order of ``turns --help``: the order people reach for commands — running and
 answering turns first, reading them next, operating the runtime last. A command
@@ -111,6 +117,19 @@ def listed() -> list[Command]:
     )
 
 
+APP_COMMANDS = frozenset(
+    {"worker", "dev", "ui", "run", "chat", "approve", "deny", "complete", "progress", "cancel"}
+    | {"recover", "config"}
+)
+"""The commands that serve turns or resolve agents: each takes ``--app MODULE:ATTR``."""
+APP: Arg = arg(
+    "--app",
+    metavar="MODULE:ATTR",
+    help="load the agents, tools and models of this app (a Turns or App object; "
+    "default $TURNS_APP, or app = in turns.toml)",
+)
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """The ``turns`` parser; with ``only``, just that command's subparser.
 
@@ -131,7 +150,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     for c in listed() if only is None else [COMMANDS[only]]:
         p = sub.add_parser(c.name, help=c.help, description=c.help)
-        for a in c.args:
+        for a in (*c.args, APP) if c.name in APP_COMMANDS else c.args:
             p.add_argument(*a.flags, **a.options)
         p.set_defaults(run=c.run)
     return parser
@@ -157,6 +176,20 @@ def main(argv: list[str] | None = None) -> int:
     if run is None:
         parser.print_help(sys.stderr)
         return EXIT_USAGE
+    if getattr(args, "app", None) is not None:
+        import os
+        from pathlib import Path
+
+        from turnclient.runtime.app import AppError, load_app
+        from turnclient.runtime.config import work_dir_from_env
+
+        try:  # loaded here first, so a problem names --app rather than TURNS_APP
+            load_app(args.app, [Path.cwd(), work_dir_from_env()], "--app")
+        except AppError as exc:
+            return report_failure(args, EXIT_USAGE if exc.usage else EXIT_PROBLEM, str(exc))
+        # Through the environment, so every configuration this command loads, and
+        # every process it starts, serves the same app.
+        os.environ["TURNS_APP"] = args.app
     streams = sys.stdout, sys.stderr
     # What people read shows control characters (model text, tool output, ids)
     # as escapes; --json, `log` and `completion` keep their bytes exact.

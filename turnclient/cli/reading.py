@@ -1,5 +1,6 @@
 """Commands that read a turn: ``validate``, ``state``, ``show``, ``log``,
-``inspect`` (a file or a stored turn, no server), ``watch`` and ``list``.
+``inspect`` (a file or a stored turn, no server), ``watch``, ``list`` and
+``replay`` (the pre-deploy check).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import orjson
 from turnclient.cli.common import (
     EXIT_CODES,
     EXIT_OK,
+    EXIT_PROBLEM,
     EXIT_USAGE,
     JSON,
     NO_WORKER,
@@ -50,12 +52,57 @@ from turncore.errors import CorruptTurnError, InfrastructureError, TurnNotFoundE
 from turncore.ids import is_turn_id
 
 if TYPE_CHECKING:
+    from turnclient.lib.stuck import StuckRun
     from turnclient.runtime.connection import Runtime
     from turncore.events import TurnEvent
     from turncore.reducer import TurnState
 
 
 # ---------------------------------------------------------------- file commands
+
+
+def _stuck_of(state: TurnState) -> StuckRun | None:
+    """The open turn's stuck run, asked of a Temporal server that is already up.
+
+    ``show`` and ``state`` read the file; they never start the embedded server
+    for this, and a server that does not answer within seconds leaves the turn
+    unmarked rather than failing the command.
+    """
+    import asyncio
+
+    from temporalio.client import Client
+    from temporalio.service import RPCError
+
+    from turnclient.lib.stuck import stuck_run
+    from turnclient.runtime.connection import uses_embedded
+    from turnclient.runtime.embedded import NAMESPACE, ServerInfo, is_server_process
+
+    if state.terminal is not None:
+        return None
+    turn_id = state.definition.turn_id
+
+    async def ask() -> StuckRun | None:
+        if uses_embedded():
+            try:
+                info = ServerInfo.from_json(
+                    orjson.loads((current_work_dir() / "temporal" / "server.json").read_bytes())
+                )
+            except (OSError, ValueError, KeyError, TypeError):
+                return None
+            if not is_server_process(info.pid, info.db):
+                return None
+            client = await Client.connect(info.address, namespace=NAMESPACE)
+        else:
+            from temporalio.envconfig import ClientConfig
+
+            connect = ClientConfig.load_client_connect_config()
+            client = await Client.connect(**connect)
+        return await stuck_run(client, turn_id)
+
+    try:
+        return asyncio.run(asyncio.wait_for(ask(), timeout=5.0))
+    except (RuntimeError, TimeoutError, OSError, RPCError):
+        return None  # no server to ask: the file's view stands unmarked
 
 
 @command(
@@ -123,6 +170,9 @@ def state(args: argparse.Namespace) -> int:
             emit_json(reduced.to_wire())
         else:
             print(summarize(reduced))
+            stuck = _stuck_of(reduced)
+            if stuck is not None:
+                print(stuck.describe())
         return EXIT_OK
 
     return run_sync(args, body)
@@ -139,20 +189,29 @@ def show(args: argparse.Namespace) -> int:
     from turncore.reducer import reduce_turn
 
     def body() -> int:
+        from turnclient.lib.turnview import answering_lines, answering_models
+
         _, events = load_turn(args.turn)
         reduced = reduce_turn(events)
+        stuck = _stuck_of(reduced)
         if args.json:
             emit_json(
                 {
                     "turnId": reduced.definition.turn_id,
                     "status": status_of(reduced),
+                    "stuck": {"cause": stuck.cause, "fix": stuck.fix} if stuck else None,
                     "state": reduced.to_wire(),
                     "cost": cost_json(reduced, session=True),
+                    "models": answering_models(events),
                 }
             )
         else:
             print(transcript(reduced))
+            for line in answering_lines(events):
+                print(line)
             print("\n".join(cost_text(reduced)))
+            if stuck is not None:
+                print(stuck.describe())
         return EXIT_OK
 
     return run_sync(args, body)
@@ -549,12 +608,62 @@ def list_turns(args: argparse.Namespace) -> int:
                 pending += (
                     f" · workflow {r['workflowStatus']}: {command_line('recover', r['turnId'])}"
                 )
+            if r["stuck"]:
+                pending += f" · STUCK ({r['stuck']}): {command_line('recover', r['turnId'])}"
             words = clip(" ".join(str(r["input"] or "").split()), 48)
             print(
                 f"{r['turnId']}  {r['created']}  {r['status'] or '?':<9}  "
                 f"{r['agent'] or '?':<10}  {words}{pending}"
             )
         return EXIT_OK
+
+    return run_async(args, body)
+
+
+@command(
+    "replay",
+    "pre-deploy check: replay open turns' histories against this code; exit 1 naming each "
+    "turn that does not replay",
+    arg("turns", nargs="*", metavar="TURN", help="these turns (default: every open turn)"),
+    arg("--sample", type=positive, metavar="N", help="at most N open turns, picked at random"),
+    JSON,
+)
+def replay(args: argparse.Namespace) -> int:
+    async def body() -> int:
+        from turnclient.lib.replaycheck import open_turn_ids, replay_turns, sample
+        from turnclient.runtime.connection import ConnectOptions, temporal
+
+        runtime = open_runtime()
+        options = ConnectOptions.for_config(runtime.config)
+        async with temporal(runtime.work_dir, options=options) as conn:
+            if args.turns:
+                ids = [resolve_turn_id(t) for t in args.turns]
+            else:
+                ids = await open_turn_ids(conn.client, runtime.task_queue)
+            ids = sample(ids, args.sample)
+            results = await replay_turns(conn.client, ids)
+        bad = [r for r in results if not r.ok]
+        if args.json:
+            emit_json(
+                {
+                    "replayed": len(results),
+                    "incompatible": [{"turnId": r.turn_id, "failure": r.failure} for r in bad],
+                }
+            )
+        else:
+            for r in bad:
+                print(f"{r.turn_id}: does not replay: {r.failure}")
+            plural = "s" if len(results) != 1 else ""
+            if bad:
+                print(
+                    f"{len(bad)} of {len(results)} turn{plural} do not replay against this "
+                    "code: deploying it makes them stuck (put the change behind "
+                    "workflow.patched, or rebuild them after the deploy with "
+                    "turns recover --all-stuck)"
+                )
+            else:
+                print(f"all {len(results)} turn{plural} replay against this code")
+        return EXIT_PROBLEM if bad else EXIT_OK
 
     return run_async(args, body)
 

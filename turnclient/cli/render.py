@@ -46,6 +46,7 @@ from turncore.events import (
     TurnOutcome,
     TurnSuspended,
 )
+from turncore.jsonvalue import JsonValue
 from turncore.messages import (
     AssistantMessage,
     ReasoningPart,
@@ -264,9 +265,8 @@ class StreamRenderer:
                 self._tools[event.tool_call_id] = event.tool_name
                 request = event.request
                 shown = request.get("input") if isinstance(request, dict) else request
-                self._line(
-                    f"? {event.tool_name} ({event.tool_call_id}) needs approval: {preview(shown)}"
-                )
+                label = permission_label(event.tool_name, request)
+                self._line(f"? {label} ({event.tool_call_id}) needs approval: {preview(shown)}")
                 if event.checker_error:
                     self._line(
                         f"  (the permission checker failed: {clip(event.checker_error, 120)})"
@@ -350,6 +350,16 @@ def outcome_json(turn_id: str, outcome: TurnOutcome) -> dict[str, Any]:
     return {"turnId": turn_id, **outcome.to_wire()}
 
 
+def permission_label(tool_name: str, request: JsonValue) -> str:
+    """What an approval is about: ``MCP SERVER · TOOL`` for an MCP tool's request (its
+    ``kind: "mcp"`` metadata), the tool's advertised name otherwise."""
+    if isinstance(request, dict) and request.get("kind") == "mcp":
+        server, tool = request.get("server"), request.get("tool")
+        if isinstance(server, str) and isinstance(tool, str):
+            return f"MCP {server} · {tool}"
+    return tool_name
+
+
 def continue_commands(
     turn_id: str, outcome: SuspendedOutcome, env: Mapping[str, str] | None = None
 ) -> list[tuple[str, list[str]]]:
@@ -358,9 +368,10 @@ def continue_commands(
     for p in outcome.pending_permissions:
         request = p.request
         shown = request.get("input") if isinstance(request, dict) else request
+        label = permission_label(p.tool_name, request)
         out.append(
             (
-                f"approval: {p.tool_name} ({p.tool_call_id}) {preview(shown, 100)}",
+                f"approval: {label} ({p.tool_call_id}) {preview(shown, 100)}",
                 [
                     command_line("approve", turn_id, p.tool_call_id, env=env),
                     command_line("deny", turn_id, p.tool_call_id, "--reason", "not now", env=env),

@@ -60,7 +60,7 @@ async def worker_session(
     async with temporal(runtime.work_dir, options=options) as conn:
         if worker and not getattr(args, "no_worker", False):
             async with serving(runtime, conn.client):
-                yield conn, runtime.turn_client(conn.client, conn.server)
+                yield conn, runtime.turn_client(conn.client, conn.server, serving=True)
         else:
             if worker and not getattr(args, "wait_for_worker", False):
                 await _require_a_worker(conn, runtime.task_queue)
@@ -307,7 +307,8 @@ def turn_request(
         raise Failure(str(exc), EXIT_USAGE) from None
     if model is None:
         raise Failure(
-            f"agent {agent_name!r} names no model: pass --model PROVIDER/MODEL or set "
+            f"agent {agent_name!r} names no model: set OPENAI_API_KEY or ANTHROPIC_API_KEY "
+            "(its default model follows the key), pass --model PROVIDER/MODEL, or set "
             "default_model in turns.toml",
             EXIT_USAGE,
         )

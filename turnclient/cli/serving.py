@@ -2,7 +2,7 @@
 
 Kept apart from ``turnclient.cli`` (which imports this module to register
 the command): the web stack (Starlette, uvicorn) is imported only when the
-command runs, and it is an optional extra — ``pip install 'turncore[ui]'``.
+command runs, and it is an optional extra (``ui``).
 ``dev_web_ui`` is what ``turns dev`` serves next to Temporal Web.
 """
 
@@ -40,7 +40,13 @@ if TYPE_CHECKING:
 
     from turnclient.runtime.connection import Runtime, Temporal
 
-MISSING = "the web UI needs its extra: pip install 'turncore[ui]' (starlette, uvicorn)"
+
+def missing_ui() -> str:
+    """Why ``turns ui`` cannot run, and the install command that fixes it (read when needed:
+    the hint reads the installed metadata, which costs every command's start-up)."""
+    from turnclient.runtime.extras import install_hint
+
+    return f"the web UI needs starlette and uvicorn: {install_hint('ui')}"
 
 
 def _port(text: str) -> int:
@@ -78,7 +84,7 @@ def ui(args: argparse.Namespace) -> int:
                 web_ui,
             )
         except ImportError:
-            raise Failure(MISSING) from None
+            raise Failure(missing_ui()) from None
         from turnclient.runtime.connection import Runtime, temporal
         from turncore_temporal.worker import serving
 
@@ -90,7 +96,7 @@ def ui(args: argparse.Namespace) -> int:
         async with temporal(runtime.work_dir) as conn, contextlib.AsyncExitStack() as stack:
             if not args.no_worker:
                 await stack.enter_async_context(serving(runtime, conn.client))
-            app = create_app(runtime, conn.client, token=token)
+            app = create_app(runtime, conn.client, token=token, serving=not args.no_worker)
             async with web_ui(app, args.host, args.port) as web:
                 opened = f"{web.url}/?token={token}" if token else f"{web.url}/"
                 if args.json:
@@ -138,7 +144,9 @@ async def _until_stopped(server: asyncio.Task[None]) -> None:
 
 
 @contextlib.asynccontextmanager
-async def dev_web_ui(runtime: Runtime, client: Client, port: int) -> AsyncIterator[str | None]:
+async def dev_web_ui(
+    runtime: Runtime, client: Client, port: int, *, serving: bool = True
+) -> AsyncIterator[str | None]:
     """The web UI on loopback for ``turns dev`` (a free port if ``port`` is taken); None if
     the extra is not installed."""
     try:
@@ -146,7 +154,7 @@ async def dev_web_ui(runtime: Runtime, client: Client, port: int) -> AsyncIterat
     except ImportError:
         yield None
         return
-    app = create_app(runtime, client)
+    app = create_app(runtime, client, serving=serving)
     async with web_ui(app, "127.0.0.1", port, fallback=True) as web:
         yield f"{web.url}/"
 
@@ -232,7 +240,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = Fals
 
         @contextlib.asynccontextmanager
         async def serve_web(conn: Temporal) -> AsyncIterator[None]:
-            async with dev_web_ui(runtime, conn.client, args.web_port) as url:
+            async with dev_web_ui(runtime, conn.client, args.web_port, serving=worker) as url:
                 web_url[:] = [url]  # a replaced embedded server serves the UI anew
                 yield
 
@@ -260,7 +268,9 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = Fals
                 print(f"Temporal Web  {conn.ui_url or 'off (a headless server is in use)'}")
             if web:
                 shown = web_url[0] if web_url else None
-                print(f"turns web UI  {shown or 'off: ' + 'pip install turncore[ui]'}")
+                from turnclient.runtime.extras import install_hint
+
+                print(f"turns web UI  {shown or 'off: ' + install_hint('ui')}")
             if worker:
                 print(f"worker        task queue {runtime.task_queue}, work dir {runtime.work_dir}")
             print("Ctrl-C to stop.", flush=True)
@@ -277,7 +287,7 @@ def _serve(args: argparse.Namespace, *, ui: bool, worker: bool, web: bool = Fals
         )
         return EXIT_OK
 
-    return run_async(args, body)
+    return run_async(args, body, log_level="INFO" if worker else "ERROR")
 
 
 # ---------------------------------------------------------------- observability
@@ -322,6 +332,7 @@ def codec_server(args: argparse.Namespace) -> int:
         import secrets
 
         from turnclient.runtime.config import load_config
+        from turnclient.runtime.extras import install_hint
 
         try:
             from turnclient.runtime.codec import (
@@ -332,9 +343,7 @@ def codec_server(args: argparse.Namespace) -> int:
             )
             from turnclient.servers.codec_server import DEFAULT_ORIGINS, CodecServer
         except ImportError:
-            raise Failure(
-                "the codec needs cryptography: pip install 'turncore[encryption]'"
-            ) from None
+            raise Failure(f"the codec needs cryptography: {install_hint('encryption')}") from None
         if args.new_key:
             try:
                 spec = new_key_spec(args.new_key)

@@ -11,13 +11,18 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
-from dataclasses import dataclass
-from datetime import UTC, datetime
+from dataclasses import dataclass, replace
+from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
 from pydantic import ValidationError
+from temporalio.api.common.v1 import WorkflowExecution
+from temporalio.api.enums.v1 import UpdateWorkflowExecutionLifecycleStage
+from temporalio.api.update.v1 import UpdateRef, WaitPolicy
+from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import (
     Client,
     WorkflowExecutionStatus,
@@ -25,6 +30,7 @@ from temporalio.client import (
     WorkflowHandle,
     WorkflowUpdateFailedError,
     WorkflowUpdateRPCTimeoutOrCancelledError,
+    WorkflowUpdateStage,
 )
 from temporalio.common import (
     SearchAttributePair,
@@ -34,14 +40,23 @@ from temporalio.common import (
 )
 from temporalio.service import RPCError, RPCStatusCode
 
+from turnclient.lib.stuck import StuckRun, stuck_run
 from turnclient.lib.summary import message_preview
 from turncore.advance import check_input, outcome_of
-from turncore.agents import AgentResolver
+from turncore.agents import (
+    AgentResolver,
+    ListedTools,
+    StaticAgentResolver,
+    fallback_composition,
+    with_listed,
+)
 from turncore.context import ContextResolver
 from turncore.errors import (
+    ExpiredDeliveryError,
     InfrastructureError,
     InvalidInputError,
     RejectedInputError,
+    StuckTurnError,
     TurnExistsError,
     TurnNotFoundError,
     invalid_input,
@@ -70,7 +85,7 @@ from turncore.events import (
     outcome_adapter,
 )
 from turncore.ids import MINT_ATTEMPTS, TurnIdGenerator, validate_turn_id
-from turncore.inputs import staged_form
+from turncore.inputs import DELIVER_BY, accept_input, staged_form
 from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.model.port import unsendable_media
@@ -149,6 +164,23 @@ def open_turn_message(state: TurnState) -> str:
     )
 
 
+NO_PROGRESS_SECONDS = 60.0
+"""How long a follower rides runs that hand over (continue as new) without a new
+event in the turn's file before it gives up; a turn that keeps appending is
+followed across any number of runs, for as long as it takes."""
+
+STUCK_POLL_SECONDS = 1.0
+"""How often a command waiting on a run checks whether its workflow task keeps failing."""
+
+DELIVER_WINDOW_SECONDS = 5.0
+"""How long a run may take to accept an input update; later it refuses it as expired
+(the client then sends it again). The bound lets a caller that stopped waiting
+on a stuck run say for certain that its input was not applied."""
+
+CLOCK_SKEW_SECONDS = 1.0
+"""How far the client's clock may be ahead of the Temporal server's (the run
+checks the deadline by the server's clock): NTP keeps hosts well within it."""
+
 LAG_GRACE = 10.0
 """How long an input the file shows applicable is resent while its run catches up."""
 
@@ -224,8 +256,17 @@ class TurnClient:
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
         server_check: Callable[[], None] | None = None,
+        serves: Callable[[TurnState], None] | None = None,
+        no_progress_seconds: float = NO_PROGRESS_SECONDS,
+        listed: ListedTools | None = None,
+        stuck_poll_seconds: float = STUCK_POLL_SECONDS,
+        deliver_window_seconds: float = DELIVER_WINDOW_SECONDS,
     ) -> None:
         self._client = client
+        self._serves = serves
+        """Raises ``DependencyError`` when this process's worker cannot run the turn."""
+        self._listed = listed
+        """Tools agents get from elsewhere (MCP servers), listed when a turn is created."""
         self._repo = repository
         self._resolver = resolver
         self._ids = ids or TurnIdGenerator()
@@ -239,6 +280,9 @@ class TurnClient:
         self._server_check = server_check
         """Raises when a transient failure is the server's lasting fault (the embedded
         server's database gone), so the caller hears it at once, not after minutes."""
+        self._no_progress = no_progress_seconds
+        self._stuck_poll = stuck_poll_seconds
+        self._deliver_window = deliver_window_seconds
         # Reads predecessors for §6.7 inheritance at creation (files only).
         self._contexts = contexts or ContextResolver(
             lambda tid: TurnReducer.of(repository.read(tid)).state
@@ -288,6 +332,10 @@ class TurnClient:
 
     async def create_turn(self, request: CreateTurnInput) -> str:
         resolved = self._resolver.resolve(request.agent)  # raises: no file is written
+        if isinstance(self._resolver, StaticAgentResolver):
+            # The agent's fallback models travel in the file (requested composition).
+            fallbacks = self._resolver.fallbacks_for(request.agent)
+            request = replace(request, agent=fallback_composition(request.agent, fallbacks))
         context = request.context if request.context is not None else []
         refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
         if refused is not None:
@@ -299,6 +347,9 @@ class TurnClient:
             # Only an ended turn can be continued (§6.6): refused here, before
             # any file is written, rather than failing the new turn later.
             await self._closed_predecessor(context.previous_turn_id)
+        # The agent's MCP servers are listed here, once; a server that is down
+        # fails the creation (DependencyError naming it) before any file exists.
+        resolved = await with_listed(resolved, self._listed)
         snapshot = await asyncio.to_thread(
             self._contexts.snapshot_for, resolved, context, request.session_id
         )
@@ -433,6 +484,12 @@ class TurnClient:
                 return outcome
             if input is not None:
                 check_input(state, input)
+            if self._serves is not None and (input is None or input.type != "cancel"):
+                # A worker in this process would take the turn's next task and fail it:
+                # say what is missing now, before anything is sent (cancelling needs
+                # no model or tool, so it always goes through).
+                await asyncio.to_thread(self._serves, state)
+            if input is not None:
                 input = await self._stage_if_large(turn_id, input)
             cancel = input.to_wire() if input is not None and input.type == "cancel" else None
             started = await self._ensure_running(turn_id, state.definition, cancel)
@@ -504,21 +561,36 @@ class TurnClient:
         A run may close under the update (it continued as new, it ended, or it
         failed): the update then goes to the next run, or the closed run's
         outcome or failure is reported. An input that never reached a run
-        that applied it is rejected, never silently dropped.
+        that applied it is rejected, never silently dropped. A run whose
+        workflow task keeps failing ends the wait with ``StuckTurnError``
+        (``_exchange``).
+
+        There is no deadline on the whole follow: a turn that keeps appending is
+        followed across any number of runs. Only runs that hand over without a
+        new line in the file for ``no_progress_seconds`` end it (``_Progress``).
         """
-        deadline = asyncio.get_running_loop().time() + 60.0
+        loop = asyncio.get_running_loop()
+        resend_until = loop.time() + self._rpc_deadline
+        progress = _Progress(self._repo, turn_id, self._no_progress)
         while True:
             handle = self._client.get_workflow_handle(turn_id)
             # One id per delivery: a retry after a lost answer attaches to the
             # same update instead of applying the input twice.
             update_id = f"{name}-{uuid.uuid4()}"
+            deliver_by = None
+            args: list[Any] = [arg]
+            if name != "settle":
+                deliver_by = int((time.time() + self._deliver_window) * 1000)
+                args.append({DELIVER_BY: deliver_by})
             try:
-                raw: dict[str, Any] = await self._retrying(
-                    f"{name} for turn {turn_id}",
-                    functools.partial(handle.execute_update, name, arg, id=update_id),
-                )
+                raw = await self._exchange(turn_id, handle, name, args, update_id, deliver_by)
             except WorkflowUpdateFailedError as exc:
-                raise update_refusal(exc.cause, str(exc)) from None
+                refusal = update_refusal(exc.cause, str(exc))
+                if isinstance(refusal, ExpiredDeliveryError) and loop.time() < resend_until:
+                    # Seen only after its deadline (no worker took the run in
+                    # time): certainly not applied, so sent again under a new id.
+                    continue
+                raise refusal from None
             except RPCError as exc:
                 if exc.status != RPCStatusCode.NOT_FOUND and "aborted" not in exc.message:
                     raise InfrastructureError(
@@ -533,14 +605,160 @@ class TurnClient:
                     return closed
                 raw = {"continuedAsNew": True}  # a newer run is there: ask it again
                 if name != "settle":
+                    await progress.check(f"{name} to be applied")
                     await asyncio.sleep(0.05)
                     continue
             if not raw.get("continuedAsNew"):
                 return raw
             name, arg = "settle", None  # the input (if any) was applied; wait for a settle point
-            if asyncio.get_running_loop().time() > deadline:
-                raise InfrastructureError(f"turn {turn_id} kept handing over between runs for 60 s")
+            await progress.check("a settle point (suspended or ended)")
             await asyncio.sleep(0.05)
+
+    async def _exchange(
+        self,
+        turn_id: str,
+        handle: WorkflowHandle[Any, Any],
+        name: str,
+        args: list[Any],
+        update_id: str,
+        deliver_by: int | None,
+    ) -> dict[str, Any]:
+        """One update, from its start to its answer, unless the run is stuck.
+
+        While it waits, the run is checked every ``stuck_poll_seconds``
+        (``stuck_run``). A stuck run ends the wait with ``StuckTurnError``,
+        whose message says whether the input was applied. An input the run
+        has not accepted is declared not applied only once its deadline
+        (``deliver_by``, which the run's validator enforces) has passed, so it
+        can never be applied after the caller was told otherwise, whatever
+        the workers do next (a rebuild, a rollback).
+        """
+        what = f"{name} for turn {turn_id}"
+        accepted = False
+
+        async def talk() -> dict[str, Any]:
+            nonlocal accepted
+            update = await self._retrying(
+                what,
+                functools.partial(
+                    handle.start_update,
+                    name,
+                    args=args,
+                    id=update_id,
+                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                ),
+            )
+            accepted = True
+            raw: dict[str, Any] = await self._retrying(what, update.result)
+            return raw
+
+        task = asyncio.ensure_future(talk())
+        try:
+            while True:
+                await asyncio.wait([task], timeout=self._stuck_poll)
+                if task.done():
+                    return task.result()
+                stuck = await self._stuck(turn_id)
+                if stuck is None:
+                    continue
+                if not accepted and deliver_by is not None:
+                    # Until its deadline the run may still take the input (a
+                    # rollback lands): keep waiting for it meanwhile.
+                    wait = deliver_by / 1000 + CLOCK_SKEW_SECONDS - time.time()
+                    if wait > 0:
+                        await asyncio.wait([task], timeout=wait)
+                        if task.done():
+                            return task.result()
+                    if accepted or await self._update_accepted(turn_id, update_id):
+                        accepted = True
+                        continue  # the run took it after all: it is not stuck now
+                raise await self._stuck_error(stuck, name, args[0], accepted, deliver_by)
+        finally:
+            if not task.done():
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+
+    async def _stuck(self, turn_id: str) -> StuckRun | None:
+        """``stuck_run``, or None while Temporal does not answer (the update's own
+        retries report a server that stays away)."""
+        try:
+            return await stuck_run(self._client, turn_id)
+        except RPCError:
+            return None
+
+    async def _update_accepted(self, turn_id: str, update_id: str) -> bool:
+        """Whether the server has the update as accepted (or completed) now."""
+        try:
+            answer = await self._client.workflow_service.poll_workflow_execution_update(
+                PollWorkflowExecutionUpdateRequest(
+                    namespace=self._client.namespace,
+                    update_ref=UpdateRef(
+                        workflow_execution=WorkflowExecution(workflow_id=turn_id),
+                        update_id=update_id,
+                    ),
+                    identity=self._client.identity,
+                    wait_policy=WaitPolicy(
+                        lifecycle_stage=UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ADMITTED
+                    ),
+                ),
+                timeout=timedelta(seconds=10),
+            )
+        except RPCError as exc:
+            if exc.status == RPCStatusCode.NOT_FOUND:
+                return False  # never admitted, or its run is gone
+            raise InfrastructureError(
+                f"cannot tell whether turn {turn_id} took the input: {exc}"
+            ) from exc
+        if answer.outcome.HasField("failure"):
+            return False  # refused (expired): not applied
+        return answer.stage in (
+            UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_ACCEPTED,
+            UpdateWorkflowExecutionLifecycleStage.UPDATE_WORKFLOW_EXECUTION_LIFECYCLE_STAGE_COMPLETED,
+        )
+
+    async def _stuck_error(
+        self, stuck: StuckRun, name: str, arg: Any, accepted: bool, deliver_by: int | None
+    ) -> StuckTurnError:
+        """The one-line error for a wait that ended on a stuck run."""
+        turn_id = stuck.turn_id
+        head = f"turn {turn_id} is stuck: {stuck.cause}"
+        fix = f"{stuck.fix} rebuilds it from its file (or roll the workers back)"
+        if deliver_by is None:
+            return StuckTurnError(
+                f"{head}; {fix}", turn_id=turn_id, cause=stuck.cause, applied=None
+            )
+        if not accepted:
+            return StuckTurnError(
+                f"{head}; the {name} input was not applied: {fix}, then send it again",
+                turn_id=turn_id,
+                cause=stuck.cause,
+                applied=False,
+            )
+        in_file = await self._in_file(turn_id, arg)
+        said = (
+            f"the {name} input was applied (it is in the file)"
+            if in_file
+            else f"the stuck run took the {name} input but has not written it: after the fix, "
+            f"send it again if the turn still awaits it"
+        )
+        return StuckTurnError(
+            f"{head}; {said}; {fix}", turn_id=turn_id, cause=stuck.cause, applied=in_file
+        )
+
+    async def _in_file(self, turn_id: str, wire: Any) -> bool:
+        """Whether the file no longer awaits the input ``wire`` targets (it was applied)."""
+        try:
+            parsed = accept_input(wire.get("type", ""), [wire]) if isinstance(wire, dict) else None
+        except RejectedInputError:
+            return False
+        if parsed is None:
+            return False
+        state = TurnReducer.of(await asyncio.to_thread(self._repo.read, turn_id)).state
+        try:
+            check_input(state, parsed)
+        except RejectedInputError:
+            return True
+        return False
 
     async def _closed_outcome(self, turn_id: str) -> dict[str, Any] | None:
         """The outcome of the turn's closed latest run; None if a run is running."""
@@ -602,6 +820,42 @@ class TurnClient:
         """The spec's ``advanceTurn(turnId)`` with no input."""
         return await self.advance_turn(turn_id).outcome
 
+    async def stuck(self, turn_id: str) -> StuckRun | None:
+        """The turn's run, if its workflow task keeps failing (``stuck_run``)."""
+        validate_turn_id(turn_id)
+        return await self._retrying(
+            f"describing turn {turn_id}", lambda: stuck_run(self._client, turn_id)
+        )
+
+    async def rebuild(self, turn_id: str) -> StuckRun | None:
+        """Terminate the turn's run if it is stuck and start a new run from the file
+        (recovery is a reload). Returns the stuck run, or None if the run was not
+        stuck (then nothing is done).
+
+        Terminating drops what only the stuck run knew: inputs it had not
+        accepted, which their senders were told were not applied. Everything
+        the turn did is in its file.
+        """
+        stuck = await self.stuck(turn_id)
+        if stuck is None:
+            return None
+        handle = self._client.get_workflow_handle(turn_id, run_id=stuck.run_id)
+        try:
+            await self._retrying(
+                f"terminating the stuck run of turn {turn_id}",
+                lambda: handle.terminate(
+                    reason=f"stuck ({stuck.cause}); rebuilt from the turn's file"
+                ),
+            )
+        except RPCError as exc:
+            if exc.status != RPCStatusCode.NOT_FOUND:
+                raise
+            # Closed meanwhile (another rebuild got there first): start it all the same.
+        state = await self.state(turn_id)
+        if state.terminal is None:
+            await self._ensure_running(turn_id, state.definition)
+        return stuck
+
     async def _events(
         self,
         turn_id: str,
@@ -628,6 +882,40 @@ class TurnClient:
         finally:
             if deltas is not None and self._hub is not None:
                 self._hub.detach(turn_id, deltas)
+
+
+class _Progress:
+    """Whether a turn whose runs hand over is still getting anywhere.
+
+    Progress is a new line in the turn's file (the truth, DESIGN §1), looked at
+    each time a run hands over: every line resets the clock, so a turn is
+    followed for as long as it appends. Runs that keep continuing as new with
+    no new line for ``patience`` seconds (a defect: the workflow hands over only
+    after appending) end the follow with an error; nothing is sent or written.
+    """
+
+    def __init__(self, repo: TurnRepository, turn_id: str, patience: float) -> None:
+        self._repo = repo
+        self._turn_id = turn_id
+        self._patience = patience
+        self._lines = -1
+        self._since = 0.0
+
+    async def check(self, waiting_for: str) -> None:
+        lines = await asyncio.to_thread(self._repo.line_count, self._turn_id)
+        now = asyncio.get_running_loop().time()
+        if lines != self._lines:
+            self._lines, self._since = lines, now
+            return
+        if now - self._since >= self._patience:
+            turn_id = self._turn_id
+            size = f"{lines} line" if lines == 1 else f"{lines} lines"
+            raise InfrastructureError(
+                f"turn {turn_id}: no progress for {self._patience:g} s: its workflow runs kept "
+                f"continuing as new without a new event (the file stays at {size}) while "
+                f"this waited for {waiting_for}; nothing was changed. See where it stands with "
+                f"`turns inspect {turn_id}`; once its worker is fixed, `turns recover {turn_id}`"
+            )
 
 
 def _unlisted_keyword(agent_id: str, model: str, session_id: str | None) -> str | None:

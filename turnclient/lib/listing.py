@@ -19,9 +19,11 @@ from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
 
-from temporalio.client import Client, WorkflowExecution
+from temporalio.client import Client, WorkflowExecution, WorkflowExecutionStatus
 from temporalio.common import SearchAttributeKey
+from temporalio.service import RPCError
 
+from turnclient.lib.stuck import stuck_run
 from turnclient.lib.summary import message_preview
 from turnclient.lib.turnview import pending_inputs
 from turncore.errors import TurnError, TurnNotFoundError
@@ -84,6 +86,8 @@ class TurnSummary:
     input: str | None
     """The preview of the turn's input (from its memo); None when the memo is encrypted
     with a key this process does not hold."""
+    stuck: str | None = None
+    """Why the turn's run is stuck (its workflow task keeps failing), or None."""
 
     def to_wire(self) -> dict[str, Any]:
         return {
@@ -96,11 +100,13 @@ class TurnSummary:
             "pendingInputs": list(self.pending),
             "workflowStatus": self.workflow_status,
             "startTime": self.start_time,
+            "stuck": self.stuck,
         }
 
 
-async def summarize(wf: WorkflowExecution) -> TurnSummary:
-    """One listed turn, from its search attributes and memo."""
+async def summarize(wf: WorkflowExecution, client: Client | None = None) -> TurnSummary:
+    """One listed turn, from its search attributes and memo; with ``client``, a running
+    one is also checked for a stuck run (one describe call)."""
     attrs = wf.typed_search_attributes
     pending = attrs.get(_KEYS["TurnPendingInputs"]) or ""
     return TurnSummary(
@@ -113,7 +119,18 @@ async def summarize(wf: WorkflowExecution) -> TurnSummary:
         workflow_status=wf.status.name.lower() if wf.status is not None else None,
         start_time=wf.start_time.isoformat() if wf.start_time else None,
         input=await _memo_input(wf),
+        stuck=await _stuck_cause(client, wf) if client is not None else None,
     )
+
+
+async def _stuck_cause(client: Client, wf: WorkflowExecution) -> str | None:
+    if wf.status != WorkflowExecutionStatus.RUNNING:
+        return None
+    try:
+        stuck = await stuck_run(client, wf.id)
+    except RPCError:
+        return None  # listed without the mark rather than not at all
+    return stuck.cause if stuck is not None else None
 
 
 async def _memo_input(wf: WorkflowExecution) -> str | None:
@@ -168,7 +185,9 @@ async def list_turns(
     latest, partial = await _latest_runs(client, query)
     ids = sorted(latest, reverse=True)
     page = ids[:page_size]
-    rows = [(await summarize(latest[i])).to_wire() for i in page]
+    rows = [
+        s.to_wire() for s in await asyncio.gather(*(summarize(latest[i], client) for i in page))
+    ]
     more = len(ids) > page_size or partial
     return TurnListing(rows, page[-1] if more and page else None, partial)
 
@@ -189,7 +208,7 @@ async def latest_turns(
     latest, _ = await _latest_runs(client, turn_query(status=status, agent=agent, session=session))
     ids = sorted(latest, reverse=session is None)
     chosen = ids[-limit:] if session is not None and limit < len(ids) else ids[:limit]
-    return [await summarize(latest[i]) for i in chosen]
+    return list(await asyncio.gather(*(summarize(latest[i], client) for i in chosen)))
 
 
 async def pending_across(client: Client, repository: TurnRepository) -> dict[str, Any]:

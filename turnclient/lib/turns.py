@@ -50,6 +50,8 @@ from temporalio.client import Client
 from turnclient.lib.api import CreateTurnInput, TurnClient
 from turnclient.lib.conversations import continuation
 from turnclient.lib.listing import TurnSummary, latest_turns, pending_across
+from turnclient.lib.stuck import StuckRun
+from turnclient.runtime.app import App
 from turnclient.runtime.config import Agent, load_config, with_python, work_dir_from_env
 from turnclient.runtime.connection import Runtime, temporal
 from turncore.advance import outcome_of
@@ -123,10 +125,22 @@ class Turns:
     ) -> None:
         self._env = os.environ if env is None else env
         root = Path(work_dir).absolute() if work_dir is not None else work_dir_from_env(self._env)
+        self.app = App(
+            agents=tuple(agents),
+            tools=tuple(tools),
+            models=dict(models),  # served as "scripted/NAME"
+            default_agent=default_agent,
+            default_model=default_model,
+            allow=tuple(allow),
+            deny=tuple(deny),
+        )
+        """What this object defines: ``--app MODULE:ATTR`` naming it serves the same."""
         config = with_python(
-            load_config(root, self._env),
-            agents=agents,
-            tools=tools,
+            # This object is an app itself: TURNS_APP or `app =` is for other processes.
+            load_config(root, self._env, with_app=False),
+            agents=self.app.agents,
+            tools=self.app.tools,
+            models=self.app.models,
             default_agent=default_agent,
             default_model=default_model,
             allow=allow,
@@ -135,8 +149,6 @@ class Turns:
         if max_concurrent_subagents is not None:
             config = replace(config, max_concurrent_subagents=max_concurrent_subagents)
         self.runtime = Runtime.from_config(config, env=self._env)
-        for name, fn in models.items():
-            self.runtime.models.register_function(name, fn)  # model "scripted/NAME"
         self._client = client
         self._worker = worker
         self._stack: contextlib.AsyncExitStack | None = None
@@ -174,7 +186,7 @@ class Turns:
             self._opening = False
         self._stack = stack
         self._closed = asyncio.Event()
-        self._turns = self.runtime.turn_client(client, server)
+        self._turns = self.runtime.turn_client(client, server, serving=self._worker)
         return self
 
     async def __aexit__(
@@ -334,8 +346,22 @@ class Turns:
         return await self.advance(turn_id, _input("cancel", lambda: CancelInput(reason=reason)))
 
     async def recover(self, turn_id: str) -> TurnOutcome:
-        """Serve a turn until it settles, starting its workflow from the file if none runs."""
-        return await self._served(turn_id, self.client.recover(turn_id))
+        """Serve a turn until it settles, starting its workflow from the file if none runs.
+
+        A stuck run (its workflow task keeps failing, as after a deploy of
+        workflow code that does not replay it) is terminated first and a new
+        run starts from the file (``TurnClient.rebuild``).
+        """
+
+        async def rebuilt_then_served() -> TurnOutcome:
+            await self.client.rebuild(turn_id)
+            return await self.client.recover(turn_id)
+
+        return await self._served(turn_id, rebuilt_then_served())
+
+    async def stuck(self, turn_id: str) -> StuckRun | None:
+        """The turn's run if its workflow task keeps failing (with the cause), else None."""
+        return await self.client.stuck(turn_id)
 
     async def _served(self, turn_id: str, call: Awaitable[TurnOutcome]) -> TurnOutcome:
         """``call``, or an ``InfrastructureError`` once this ``Turns`` closes under it.

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 from turnclient.cli import render
+from turncore.events import ModelCallCompleted, TurnEvent
 from turncore.reducer import ToolCallState, TurnState
 
 
@@ -33,8 +35,8 @@ def _permission_reason(call: ToolCallState) -> str | None:
 def pending_inputs(state: TurnState) -> dict[str, Any]:
     """What the turn waits for from outside, with what a person needs to decide.
 
-    ``permissions``: approvals (tool name, input, the permission request and
-    why it needs a person); ``asyncTools``: async tool calls awaiting a
+    ``permissions``: approvals (tool name, input, the permission request, its
+    ``label`` — ``MCP SERVER · TOOL`` for an MCP tool — and why it needs a person); ``asyncTools``: async tool calls awaiting a
     result, with their progress so far (``ask_human`` questions among them,
     the question in ``question``).
     """
@@ -50,6 +52,7 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
                 "toolName": call.tool_name,
                 "input": call.input,
                 "request": call.permission.required.request,
+                "label": render.permission_label(call.tool_name, call.permission.required.request),
             }
             reason = _permission_reason(call)
             if reason:
@@ -86,3 +89,46 @@ def turn_view(state: TurnState, offset: int) -> dict[str, Any]:
 
 
 __all__ = ["pending_inputs", "status_of", "turn_view"]
+
+
+def answering_models(events: Sequence[TurnEvent]) -> list[dict[str, Any]]:
+    """Which model answered each completed model call, from its ``provider_metadata``
+    (the binding the answer is pinned to), and the models that failed before it when
+    the agent fell back (``fallbackFrom``: model, failure code and message)."""
+    out: list[dict[str, Any]] = []
+    for event in events:
+        if not isinstance(event, ModelCallCompleted):
+            continue
+        meta = event.provider_metadata
+        ours = meta.get("turncore") if isinstance(meta, dict) else None
+        if not isinstance(ours, dict):
+            continue
+        binding = ours.get("binding")
+        if not isinstance(binding, dict):
+            continue
+        row: dict[str, Any] = {
+            "modelCallIndex": event.model_call_index,
+            "answeredBy": f"{binding.get('provider')}/{binding.get('model')}",
+        }
+        fell = ours.get("fallbackFrom")
+        if isinstance(fell, list) and fell:
+            row["fallbackFrom"] = fell
+        out.append(row)
+    return out
+
+
+def answering_lines(events: Sequence[TurnEvent]) -> list[str]:
+    """``turns show``'s lines for model calls answered after a fallback."""
+    lines = []
+    for row in answering_models(events):
+        fell = row.get("fallbackFrom")
+        if not fell:
+            continue
+        before = ", ".join(
+            f"{f.get('model')} ({f.get('code')})" for f in fell if isinstance(f, dict)
+        )
+        lines.append(
+            f"model call {row['modelCallIndex']} answered by {row['answeredBy']} "
+            f"(fell back after {before})"
+        )
+    return lines

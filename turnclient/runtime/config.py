@@ -40,6 +40,7 @@ from pydantic import (
     Field,
     PrivateAttr,
     ValidationError,
+    ValidationInfo,
     field_validator,
     model_validator,
 )
@@ -51,6 +52,7 @@ from turnclient.lib.cost import PriceConfigError, ProviderPrice
 from turncore.context import ElisionPolicy
 from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
+from turncore.model.scripted import ScriptFunction
 from turncore.tools import (
     TOOL_NAME,
     Tool,
@@ -84,14 +86,29 @@ class Agent:
     name: str
     system_prompt: str
     tools: tuple[str | Tool, ...] = ()
-    model: str | None = None
-    """``provider/model``; None means the configured ``default_model``."""
+    model: str | Sequence[str] | None = None
+    """``provider/model``, or a list of them: the first, then each next one when the one
+    before fails with a transient or unavailable error; None: the ``default_model``."""
     reasoning_effort: Effort | None = None
     description: str = ""
+    mcp: tuple[str | McpServer, ...] = ()
+    """MCP servers whose tools the agent gets, listed when a turn is created: names of
+    ``[mcp.NAME]`` tables, or ``McpServer`` objects, which a runtime adds under their names."""
 
     @property
     def tool_names(self) -> tuple[str, ...]:
         return tuple(t if isinstance(t, str) else t.name for t in self.tools)
+
+    @property
+    def models(self) -> tuple[str, ...]:
+        """The model, then its fallbacks (empty: the default model)."""
+        if self.model is None:
+            return ()
+        return (self.model,) if isinstance(self.model, str) else tuple(self.model)
+
+    @property
+    def mcp_names(self) -> tuple[str, ...]:
+        return tuple(m if isinstance(m, str) else m.name for m in self.mcp)
 
 
 AgentConfig = Agent
@@ -124,6 +141,42 @@ BUILTIN_AGENTS: dict[str, Agent] = {
 }
 
 
+VERSIONING_BEHAVIORS = ("auto-upgrade", "pinned")
+
+
+@dataclass(frozen=True)
+class WorkerVersioning:
+    """Temporal worker deployment versioning for the turn workflow's workers."""
+
+    deployment_name: str
+    build_id: str
+    behavior: str = "auto-upgrade"
+    """``auto-upgrade`` or ``pinned`` (``[temporal] versioning``)."""
+
+
+def worker_versioning(file: TemporalTable, env: Mapping[str, str]) -> WorkerVersioning | None:
+    """``[temporal] deployment_name``/``build_id``/``versioning``, each overridden by
+    ``TURNS_DEPLOYMENT_NAME``/``TURNS_BUILD_ID``/``TURNS_VERSIONING``; None when
+    neither a name nor a build id is set (unversioned workers)."""
+    name = env.get("TURNS_DEPLOYMENT_NAME") or file.deployment_name
+    build = env.get("TURNS_BUILD_ID") or file.build_id
+    behavior = env.get("TURNS_VERSIONING") or file.versioning
+    if behavior not in VERSIONING_BEHAVIORS:
+        raise ConfigError(
+            f"versioning is {behavior!r}; it is one of {', '.join(VERSIONING_BEHAVIORS)}"
+        )
+    if name is None and build is None:
+        return None
+    if not name or not build:
+        missing = (
+            "deployment_name (TURNS_DEPLOYMENT_NAME)" if not name else "build_id (TURNS_BUILD_ID)"
+        )
+        raise ConfigError(
+            f"worker versioning needs both a deployment name and a build id; {missing} is not set"
+        )
+    return WorkerVersioning(deployment_name=name, build_id=build, behavior=behavior)
+
+
 @dataclass(frozen=True)
 class Config:
     work_dir: Path
@@ -146,6 +199,51 @@ class Config:
     """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
     prices: dict[str, ProviderPrice] = field(default_factory=dict)
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    app: str | None = None
+    """The app loaded (``MODULE:ATTR`` from ``--app``, ``TURNS_APP`` or ``app =``), if any."""
+    models: Mapping[str, ScriptFunction] = field(default_factory=dict)
+    """Python functions served as ``scripted/NAME`` (an app's or ``Turns(models=…)``)."""
+    origins: Mapping[str, str] = field(default_factory=dict)
+    """Where each agent, tool and Python model came from, by key path (``agents.NAME``,
+    ``tools.NAME``, ``models.scripted/NAME``): ``built-in``, ``turns.toml``, ``app
+    MODULE:ATTR`` or ``Python``."""
+    versioning: WorkerVersioning | None = None
+    """Worker deployment versioning (``[temporal]``); None: unversioned workers."""
+    rebuild_stuck_after: int | None = None
+    """``[temporal] rebuild_stuck_after`` / ``TURNS_REBUILD_STUCK_AFTER``: the self-heal."""
+    mcp: dict[str, McpServer] = field(default_factory=dict)
+    """``[mcp.NAME]``: MCP servers agents attach with ``mcp = [...]``."""
+
+
+@dataclass(frozen=True)
+class McpServer:
+    """``[mcp.NAME]``: an MCP server, over stdio (``command``) or streamable HTTP (``url``)."""
+
+    name: str
+    command: str | None = None
+    args: tuple[str, ...] = ()
+    env: tuple[str, ...] = ()
+    """Names of environment variables passed to the stdio server (besides a safe default set)."""
+    cwd: Path | None = None
+    url: str | None = None
+    headers_env: Mapping[str, str] = field(default_factory=dict)
+    """HTTP header name to the environment variable holding its value."""
+    timeout: float = 60.0
+    """Seconds one call may take before it is an error result."""
+    permission: Literal["ask", "none"] = "ask"
+    allow: tuple[str, ...] = ()
+    """Tools (server names) that need no permission."""
+    deny: tuple[str, ...] = ()
+    """Tools (server names) never advertised."""
+    prefix: str | None = None
+    """Advertise ``PREFIX_TOOL`` instead of ``TOOL``."""
+
+    @property
+    def where(self) -> str:
+        """How the server is reached, for messages (no header values, no env values)."""
+        if self.command is not None:
+            return "stdio: " + " ".join([self.command, *self.args])
+        return str(self.url)
 
 
 def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
@@ -197,10 +295,96 @@ class AgentTable(_Table):
     """``[agents.NAME]``."""
 
     system_prompt: str | None = None
-    model: str | None = None
+    model: str | list[str] | None = None
+    """``provider/model``, or a fallback list of them (tried in order)."""
     tools: list[str] | None = None
     reasoning_effort: Effort | None = None
     description: str | None = None
+    mcp: list[str] | None = None
+
+    @field_validator("model")
+    @classmethod
+    def _a_list_names_models_once(cls, value: str | list[str] | None) -> str | list[str] | None:
+        if isinstance(value, list):
+            if not value:
+                raise ValueError("an empty list names no model: give one or more PROVIDER/MODEL")
+            if len(set(value)) != len(value):
+                raise ValueError("a fallback list names a model twice")
+        return value
+
+
+class McpTable(_Table):
+    """``[mcp.NAME]``."""
+
+    command: str | None = None
+    args: list[str] = []
+    env: list[str] = []
+    cwd: str | None = None
+    url: str | None = None
+    headers_env: dict[str, str] = {}
+    timeout: Annotated[float, Field(gt=0, le=3600)] | Annotated[int, Field(gt=0, le=3600)] = 60
+    permission: Literal["ask", "none"] = "ask"
+    allow: list[str] = []
+    deny: list[str] = []
+    prefix: str | None = None
+
+    @model_validator(mode="after")
+    def _rules(self) -> McpTable:
+        if (self.command is None) == (self.url is None):
+            raise ValueError(
+                "give either command (a stdio server) or url (a streamable HTTP server), "
+                f"{'not both' if self.command is not None else 'one of them'}"
+            )
+        if self.url is not None:
+            if not re.match(r"https?://[^/\s]+", self.url):
+                raise ValueError("url must be an http:// or https:// URL")
+            for key in ("args", "env", "cwd"):
+                if getattr(self, key):
+                    raise ValueError(f"{key} applies only to a stdio server (command)")
+        elif self.headers_env:
+            raise ValueError("headers_env applies only to an HTTP server (url)")
+        if self.command is not None and not self.command.strip():
+            raise ValueError("command must not be empty")
+        for name in self.env:
+            if not ENV_NAME.fullmatch(name):
+                raise ValueError(f"env: {name!r} is not a variable name (letters, digits, '_')")
+        for header, variable in self.headers_env.items():
+            if not re.fullmatch(r"[!#$%&'*+.^_`|~0-9A-Za-z-]+", header):
+                raise ValueError(f"headers_env: {header!r} is not an HTTP header name")
+            if not ENV_NAME.fullmatch(variable):
+                # Never repeat the value: it may be the secret itself.
+                raise ValueError(
+                    f"headers_env.{header} names an environment variable (letters, digits, "
+                    "'_'), not the header's value: put the value in that variable"
+                )
+        if self.prefix is not None and not re.fullmatch(r"[A-Za-z0-9_-]{1,32}", self.prefix):
+            raise ValueError("prefix is 1-32 letters, digits, '_' or '-'")
+        both = sorted(set(self.allow) & set(self.deny))
+        if both:
+            raise ValueError(f"{', '.join(both)} is both allowed and denied")
+        return self
+
+    def server(self, name: str, root: Path) -> McpServer:
+        cwd = None
+        if self.cwd is not None:
+            cwd = Path(self.cwd) if Path(self.cwd).is_absolute() else root / self.cwd
+        return McpServer(
+            name=name,
+            command=self.command,
+            args=tuple(self.args),
+            env=tuple(self.env),
+            cwd=cwd,
+            url=self.url,
+            headers_env=dict(self.headers_env),
+            timeout=float(self.timeout),
+            permission=self.permission,
+            allow=tuple(self.allow),
+            deny=tuple(self.deny),
+            prefix=self.prefix,
+        )
+
+
+MCP_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")
 
 
 class PermissionsTable(_Table):
@@ -279,6 +463,16 @@ class TemporalTable(_Table):
 
     payload_key_env: str | None = None
     """The environment variable holding the payload encryption keys (off if None)."""
+    deployment_name: str | None = None
+    """Worker deployment versioning: the deployment's name (with ``build_id``; off if None)."""
+    build_id: str | None = None
+    """Worker deployment versioning: this code's build id (with ``deployment_name``)."""
+    versioning: Literal["auto-upgrade", "pinned"] = "auto-upgrade"
+    """What a versioned turn does when a new version becomes current: move to it at its
+    next workflow task (``auto-upgrade``) or stay on the version that started it (``pinned``)."""
+    rebuild_stuck_after: Annotated[int, Field(ge=1)] | None = None
+    """Workers rebuild a turn from its file after this many workflow tasks of its run
+    failed on non-determinism (None: never; operators run ``turns recover``)."""
 
     @field_validator("payload_key_env")
     @classmethod
@@ -295,6 +489,8 @@ class TemporalTable(_Table):
 class TurnsFile(_Table):
     """The whole ``turns.toml``."""
 
+    app: str | None = None
+    """``MODULE:ATTR`` of the app whose agents, tools and models every process loads."""
     default_agent: str | None = None
     default_model: str | None = None
     task_queue: str | None = None
@@ -309,6 +505,7 @@ class TurnsFile(_Table):
     temporal: TemporalTable = TemporalTable()
     prices: dict[str, dict[str, Any]] = {}
     """``[prices.PROVIDER]``; each table's rules live with the pricer (``cost.py``)."""
+    mcp: dict[str, McpTable] = {}
 
     _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
     _prices: dict[str, ProviderPrice] = PrivateAttr(default_factory=dict)
@@ -322,7 +519,7 @@ class TurnsFile(_Table):
         return self._prices
 
     @model_validator(mode="after")
-    def _cross_references(self) -> TurnsFile:
+    def _cross_references(self, info: ValidationInfo) -> TurnsFile:
         """What one table says about another, and about the built-ins: every
         problem found, not just the first."""
         problems: list[str] = []
@@ -333,6 +530,8 @@ class TurnsFile(_Table):
             except ValueError as exc:
                 problems.append(str(exc))
 
+        # Providers from the environment first (OPENAI_*, ANTHROPIC_*); a table overrides.
+        self._providers.update((info.context or {}).get("providers", {}))
         for name, table in self.providers.items():
             try:
                 self._providers[name] = ProviderConfig.from_table(name, table)
@@ -346,8 +545,11 @@ class TurnsFile(_Table):
             if a.system_prompt is None and name not in BUILTIN_AGENTS:
                 problems.append(f"{where} needs a system_prompt")
             check(_check_tool_names, f"{where}.tools", a.tools or [], tools)
-            if a.model is not None:
-                check(_check_model_ref, f"{where}.model", a.model, self._providers)
+            check(_check_models, f"{where}.model", a.model, self._providers)
+            check(_check_mcp_names, f"{where}.mcp", a.mcp or [], set(self.mcp))
+        for name in self.mcp:
+            if not MCP_NAME.fullmatch(name):
+                problems.append(f"mcp.{name}: a server name is 1-64 letters, digits, '_' or '-'")
         if self.default_model is not None:
             check(_check_model_ref, "default_model", self.default_model, self._providers)
         agents = set(BUILTIN_AGENTS) | set(self.agents)
@@ -358,8 +560,7 @@ class TurnsFile(_Table):
             )
         for key in ("allow", "deny"):
             for n in getattr(self.permissions, key):
-                if n not in tools:
-                    problems.append(f"permissions.{key}: unknown tool {n!r}")
+                check(_check_permission_name, f"permissions.{key}", n, tools, set(self.mcp))
         for name, table in self.prices.items():
             if name != "scripted" and name not in self._providers:
                 known = ", ".join(sorted({*self._providers, "scripted"}))
@@ -422,6 +623,67 @@ def _check_tool_names(where: str, names: Sequence[str], known: set[str]) -> None
             )
     if len(set(names)) != len(names):
         raise ValueError(f"{where} lists a tool twice")
+
+
+def _check_models(
+    where: str, model: str | Sequence[str] | None, providers: Mapping[str, ProviderConfig]
+) -> None:
+    """An agent's model, or each model of its fallback list (named by its index)."""
+    if model is None or isinstance(model, str):
+        if model is not None:
+            _check_model_ref(where, model, providers)
+        return
+    for i, ref in enumerate(model):
+        _check_model_ref(f"{where}[{i}]", ref, providers)
+
+
+def _check_permission_name(where: str, name: str, tools: set[str], servers: set[str]) -> None:
+    """A tool name, or ``mcp:SERVER/TOOL`` (``mcp:SERVER/*``: all of a server's tools)."""
+    if name.startswith("mcp:"):
+        server, sep, tool = name[4:].partition("/")
+        if not sep or not tool:
+            raise ValueError(f"{where}: {name!r} is not mcp:SERVER/TOOL or mcp:SERVER/*")
+        if server not in servers:
+            listed = ", ".join(sorted(servers)) or "none"
+            raise ValueError(f"{where}: unknown MCP server {server!r} (configured: {listed})")
+        return
+    if name not in tools:
+        raise ValueError(f"{where}: unknown tool {name!r}")
+
+
+def _check_mcp_server(server: McpServer) -> None:
+    """A Python ``McpServer`` by the rules of its ``[mcp.NAME]`` table."""
+    where = f"mcp.{server.name}"
+    if not MCP_NAME.fullmatch(server.name):
+        raise ValueError(f"{where}: a server name is 1-64 letters, digits, '_' or '-'")
+    table: dict[str, Any] = {
+        "command": server.command,
+        "args": list(server.args),
+        "env": list(server.env),
+        "cwd": str(server.cwd) if server.cwd is not None else None,
+        "url": server.url,
+        "headers_env": dict(server.headers_env),
+        "timeout": server.timeout,
+        "permission": server.permission,
+        "allow": list(server.allow),
+        "deny": list(server.deny),
+        "prefix": server.prefix,
+    }
+    try:
+        McpTable.model_validate(table, strict=True)
+    except ValidationError as exc:
+        raise ValueError(
+            "; ".join(_describe(e, where) for e in exc.errors(include_url=False))
+        ) from None
+
+
+def _check_mcp_names(where: str, names: Sequence[str], known: set[str]) -> None:
+    for n in names:
+        if n not in known:
+            listed = ", ".join(sorted(known)) or "none; add an [mcp.NAME] table"
+            raise ValueError(f"{where}: unknown MCP server {n!r} (configured: {listed})")
+    if len(set(names)) != len(names):
+        raise ValueError(f"{where} lists a server twice")
 
 
 def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
@@ -519,14 +781,73 @@ def _describe(error: ErrorDetails, table: str = "") -> str:
     return f"{path}: {error['msg']}" if path else str(error["msg"])
 
 
-def parse_file(data: Mapping[str, Any]) -> TurnsFile:
-    """The validated file, or a ``ConfigError`` naming every problem's key path."""
+def parse_file(data: Mapping[str, Any], env: Mapping[str, str] | None = None) -> TurnsFile:
+    """The validated file, or a ``ConfigError`` naming every problem's key path.
+
+    ``env`` gives the providers the environment configures (``env_providers``);
+    without it the file's tables are the only providers.
+    """
+    providers = env_providers(env) if env is not None else {}
     try:
-        return TurnsFile.model_validate(data, strict=True)  # TOML has types: no coercion
+        return TurnsFile.model_validate(data, strict=True, context={"providers": providers})
     except ValidationError as exc:
         raise ConfigError(
             "; ".join(_describe_all(exc.errors(include_url=False), TurnsFile))
         ) from None
+
+
+# ---------------------------------------------------------------- providers from the environment
+
+OPENAI_DEFAULT_MODEL = "openai/gpt-4.1"
+ANTHROPIC_DEFAULT_MODEL = "anthropic/claude-sonnet-4-5"
+
+
+def env_providers(env: Mapping[str, str]) -> dict[str, ProviderConfig]:
+    """``openai`` and ``anthropic`` as the providers' own SDKs read the environment.
+
+    ``openai``: ``OPENAI_API_KEY``; ``OPENAI_BASE_URL`` (with ``/v1``, as the
+    OpenAI SDK takes it) points it at a compatible server (vLLM, Ollama,
+    LiteLLM), spoken to through Chat Completions, which they all serve; with no
+    base URL it is OpenAI's Responses API. A compatible server given without a
+    key is called without one. ``anthropic``: ``ANTHROPIC_API_KEY``;
+    ``ANTHROPIC_BASE_URL`` without ``/v1``, as the Anthropic SDK takes it. A
+    ``[providers.NAME]`` table replaces either. Both always exist, so a turn on
+    ``openai/MODEL`` without the key fails naming the variable to set.
+    """
+    out: dict[str, ProviderConfig] = {}
+    for name, build in (("openai", _openai_from_env), ("anthropic", _anthropic_from_env)):
+        try:
+            out[name] = build(env)
+        except ProviderConfigError as exc:
+            variable = "OPENAI_BASE_URL" if name == "openai" else "ANTHROPIC_BASE_URL"
+            raise ConfigError(f"{variable}: {exc}") from None
+    return out
+
+
+def _openai_from_env(env: Mapping[str, str]) -> ProviderConfig:
+    base = env.get("OPENAI_BASE_URL") or None
+    keyless = base is not None and not env.get("OPENAI_API_KEY")
+    return ProviderConfig(
+        kind="openai-chat" if base is not None else "openai-responses",
+        base_url=base,
+        api_key_env=None if keyless else "OPENAI_API_KEY",
+    )
+
+
+def _anthropic_from_env(env: Mapping[str, str]) -> ProviderConfig:
+    base = env.get("ANTHROPIC_BASE_URL") or None
+    if base is not None and not base.rstrip("/").endswith("/v1"):
+        base = base.rstrip("/") + "/v1"
+    return ProviderConfig(kind="anthropic", base_url=base, api_key_env="ANTHROPIC_API_KEY")
+
+
+def env_default_model(env: Mapping[str, str]) -> tuple[str, str] | None:
+    """(model, the variable that chose it) for agents that name none: by whichever key is set."""
+    if env.get("OPENAI_API_KEY"):
+        return OPENAI_DEFAULT_MODEL, "OPENAI_API_KEY"
+    if env.get("ANTHROPIC_API_KEY"):
+        return ANTHROPIC_DEFAULT_MODEL, "ANTHROPIC_API_KEY"
+    return None
 
 
 # ---------------------------------------------------------------- resolving tools
@@ -607,14 +928,25 @@ def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
         model=t.model if t.model is not None else start.model,
         reasoning_effort=t.reasoning_effort or start.reasoning_effort,
         description=t.description or start.description,
+        mcp=tuple(t.mcp) if t.mcp is not None else start.mcp,
     )
 
 
 # ---------------------------------------------------------------- loading
 
 
-def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None = None) -> Config:
-    """The configuration of a work dir: built-ins, then ``turns.toml`` over them."""
+def load_config(
+    work_dir: str | os.PathLike[str],
+    env: Mapping[str, str] | None = None,
+    *,
+    app: str | None = None,
+    with_app: bool = True,
+) -> Config:
+    """The configuration of a work dir: built-ins, then ``turns.toml``, then the app.
+
+    The app is ``app`` (``--app``), else ``TURNS_APP``, else ``app =`` in the
+    file; ``with_app=False`` leaves it out (a ``Turns`` is an app itself).
+    """
     env = os.environ if env is None else env
     root = Path(work_dir).absolute()
     path = Path(env["TURNS_CONFIG"]).absolute() if env.get("TURNS_CONFIG") else root / CONFIG_FILE
@@ -631,9 +963,34 @@ def load_config(work_dir: str | os.PathLike[str], env: Mapping[str, str] | None 
         except (OSError, UnicodeDecodeError) as exc:
             raise ConfigError(f"{path} cannot be read: {exc}") from None
     try:
-        return _build(root, source, parse_file(data), env)
+        file = parse_file(data, env)
+        config = _build(root, source, file, env)
     except ConfigError as exc:
         raise ConfigError(f"{path}: {exc}") from None
+    if not with_app:
+        return config
+    from turnclient.runtime.app import APP_ENV, load_app
+
+    if app is not None:
+        spec, where = app, "--app"
+    elif env.get(APP_ENV):
+        spec, where = env[APP_ENV], APP_ENV
+    elif file.app is not None:
+        spec, where = file.app, f"{path}: app ="
+    else:
+        return config
+    loaded = load_app(spec, [Path.cwd(), root], where)
+    return with_python(
+        replace(config, app=spec),
+        agents=loaded.agents,
+        tools=loaded.tools,
+        models=loaded.models,
+        default_agent=loaded.default_agent,
+        default_model=loaded.default_model,
+        allow=loaded.allow,
+        deny=loaded.deny,
+        origin=f"app {spec}",
+    )
 
 
 def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, str]) -> Config:
@@ -641,13 +998,29 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
     workspace = workspace if workspace.is_absolute() else root / workspace
     tools = builtin_tools(workspace)
     problems: list[str] = []
+    origins = {f"tools.{n}": "built-in" for n in tools}
+    origins.update({f"agents.{n}": "built-in" for n in BUILTIN_AGENTS})
     for name, table in file.tools.items():
+        origins[f"tools.{name}"] = (
+            "built-in, changed in turns.toml" if name in tools else CONFIG_FILE
+        )
         try:
             tools[name] = _tool_from_table(name, table, tools.get(name), root)
         except ConfigError as exc:
             problems.append(str(exc))
+    for name in file.provider_configs:
+        origins[f"providers.{name}"] = CONFIG_FILE if name in file.providers else "environment"
+    default_model = file.default_model
+    if default_model is not None:
+        origins["default_model"] = CONFIG_FILE
+    elif (chosen := env_default_model(env)) is not None:
+        default_model, variable = chosen
+        origins["default_model"] = f"environment ({variable} is set)"
     agents = dict(BUILTIN_AGENTS)
     for name, a in file.agents.items():
+        origins[f"agents.{name}"] = (
+            "built-in, changed in turns.toml" if name in agents else CONFIG_FILE
+        )
         try:
             agents[name] = _agent_from_table(name, a, agents.get(name))
         except ConfigError as exc:
@@ -658,7 +1031,7 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         work_dir=root,
         source=source,
         default_agent=file.default_agent or "demo",
-        default_model=file.default_model,
+        default_model=default_model,
         task_queue=env.get("TURNS_TASK_QUEUE") or file.task_queue or DEFAULT_TASK_QUEUE,
         workspace=workspace,
         agents=agents,
@@ -671,7 +1044,25 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         max_concurrent_subagents=file.subagents.max_concurrent,
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
+        origins=origins,
+        mcp={name: table.server(name, root) for name, table in file.mcp.items()},
+        versioning=worker_versioning(file.temporal, env),
+        rebuild_stuck_after=_rebuild_after(file.temporal, env),
     )
+
+
+def _rebuild_after(file: TemporalTable, env: Mapping[str, str]) -> int | None:
+    given = env.get("TURNS_REBUILD_STUCK_AFTER")
+    if given is None or given == "":
+        return file.rebuild_stuck_after
+    if given in ("0", "off"):
+        return None
+    if not given.isdigit():
+        raise ConfigError(
+            f"TURNS_REBUILD_STUCK_AFTER is {given!r}; it is a number of failed workflow "
+            "tasks (1 or more), or 0/off"
+        )
+    return int(given)
 
 
 __all__ = [
@@ -682,12 +1073,15 @@ __all__ = [
     "AgentTable",
     "Config",
     "ConfigError",
+    "McpServer",
+    "McpTable",
     "PermissionsTable",
     "StorageConfig",
     "StorageTable",
     "SubagentsTable",
     "TemporalTable",
     "ToolTable",
+    "WorkerVersioning",
     "TurnsFile",
     "import_callable",
     "load_config",
@@ -710,8 +1104,15 @@ def with_python(
     default_model: str | None = None,
     allow: Sequence[str] = (),
     deny: Sequence[str] = (),
+    models: Mapping[str, ScriptFunction] | None = None,
+    origin: str = "Python",
 ) -> Config:
     """``config`` plus agents and tools defined in Python, checked by the file's rules.
+
+    ``origin`` says where they come from (``app MODULE:ATTR`` or ``Python``):
+    an agent that ``turns.toml`` also defines is refused naming both places,
+    and ``Config.origins`` records it for ``turns config``. ``models`` adds
+    Python functions served as ``scripted/NAME``.
 
     ``allow``/``deny`` add tool names to ``[permissions]``: what the
     ``auto_permission`` classifier allows or denies without a human.
@@ -721,34 +1122,56 @@ def with_python(
     or provider that does not exist.
     """
     known = dict(config.tools)
+    origins = dict(config.origins)
     for t in [*tools, *(x for a in agents for x in a.tools if isinstance(x, Tool))]:
         existing = known.get(t.name)
         # One name, one tool: a second one (another function, or the same one with
         # another permission) would silently run instead of the first for every agent.
         if existing is not None and not _same_tool(existing, t):
+            where = origins.get(f"tools.{t.name}")
+            also = f" ({where} and {origin})" if where and where != origin else ""
             raise ConfigError(
-                f"tools.{t.name}: two different tools are named {t.name!r}; give one "
+                f"tools.{t.name}: two different tools are named {t.name!r}{also}; give one "
                 "another name (tool(fn, name=...)) or list the same Tool object"
             )
+        if existing is None:
+            origins[f"tools.{t.name}"] = origin
         known[t.name] = t
     merged = dict(config.agents)
     named: set[str] = set()
+    servers = dict(config.mcp)
     try:
+        for server in (m for a in agents for m in a.mcp if isinstance(m, McpServer)):
+            _check_mcp_server(server)
+            existing_server = servers.get(server.name)
+            if existing_server is not None and existing_server != server:
+                raise ValueError(
+                    f"mcp.{server.name}: two different MCP servers are named {server.name!r}"
+                )
+            servers[server.name] = server
         for a in agents:
-            if a.name in named:  # a Python agent may replace a file's, not another Python one
+            if a.name in named:  # a Python agent may replace a built-in, not another one
                 raise ValueError(f"agents.{a.name}: two agents are named {a.name!r}")
+            if origins.get(f"agents.{a.name}") == CONFIG_FILE:
+                # Which one would a turn get? Neither silently: the user renames one.
+                raise ValueError(
+                    f"agents.{a.name}: defined twice, as [agents.{a.name}] in "
+                    f"{config.source or CONFIG_FILE} and in {origin}; rename one of them"
+                )
             named.add(a.name)
+            origins[f"agents.{a.name}"] = (
+                f"built-in, replaced by {origin}" if a.name in BUILTIN_AGENTS else origin
+            )
             _check_agent_fields(a)
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
-            if a.model is not None:
-                _check_model_ref(f"agents.{a.name}.model", a.model, config.providers)
-            merged[a.name] = replace(a, tools=a.tool_names)
+            _check_models(f"agents.{a.name}.model", a.model, config.providers)
+            _check_mcp_names(f"agents.{a.name}.mcp", a.mcp_names, set(servers))
+            merged[a.name] = replace(a, tools=a.tool_names, mcp=a.mcp_names)
         if default_model is not None:
             _check_model_ref("default_model", default_model, config.providers)
         for key, names in (("allow", allow), ("deny", deny)):
             for n in names:
-                if n not in known:
-                    raise ValueError(f"permissions.{key}: unknown tool {n!r}")
+                _check_permission_name(f"permissions.{key}", n, set(known), set(servers))
     except ValueError as exc:
         raise ConfigError(str(exc)) from None
     agent = default_agent or config.default_agent
@@ -756,10 +1179,15 @@ def with_python(
         raise ConfigError(
             f"default_agent {agent!r} is not an agent (known: {', '.join(sorted(merged))})"
         )
+    for name in models or {}:
+        origins[f"models.scripted/{name}"] = origin
     return replace(
         config,
         agents=merged,
         tools=known,
+        models={**config.models, **(models or {})},
+        origins=origins,
+        mcp=servers,
         default_agent=agent,
         default_model=default_model or config.default_model,
         auto_allow=(*config.auto_allow, *allow),
@@ -776,10 +1204,13 @@ def _check_agent_fields(agent: Agent) -> None:
     """A Python agent's fields, by the rules of its ``[agents.NAME]`` table (types, efforts)."""
     table = {
         "system_prompt": agent.system_prompt,
-        "model": agent.model,
+        "model": agent.model
+        if agent.model is None or isinstance(agent.model, str)
+        else list(agent.model),
         "tools": list(agent.tool_names),
         "reasoning_effort": agent.reasoning_effort,
         "description": agent.description,
+        "mcp": list(agent.mcp_names),
     }
     try:
         AgentTable.model_validate(table, strict=True)

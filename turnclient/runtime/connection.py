@@ -34,12 +34,20 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime as TemporalRuntime
 
 from turnclient.builtins.demo import DEMO_MODEL, demo_model
+from turnclient.builtins.mcp import (
+    TOOL_ID_PREFIX,
+    McpListing,
+    McpPermissionChecker,
+    McpPool,
+    mcp_rule_names,
+)
 from turnclient.lib.api import TurnClient, iso_now
 from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
 from turnclient.runtime.deltaspool import DeltaSpool, spool_dir
 from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
+from turnclient.runtime.extras import install_hint
 from turnclient.runtime.storage import open_repository
-from turncore.agents import AgentDefinition, StaticAgentResolver
+from turncore.agents import AgentDefinition, ListedTools, StaticAgentResolver
 from turncore.context import ContextResolver, ElisionPolicy
 from turncore.errors import DependencyError, InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
@@ -63,9 +71,17 @@ from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 log = logging.getLogger("turnclient")
 
+MISSING_DEPENDENCY_HINT = (
+    "name the app that defines it (--app MODULE:ATTR or TURNS_APP), or run with "
+    "--no-worker where a worker that has it serves the task queue"
+)
+
 
 class RuleClassifier:
     """The ``--auto-permission`` classifier: ``[permissions] allow``/``deny`` by tool name.
+
+    An MCP tool also matches ``mcp:SERVER/TOOL`` and ``mcp:SERVER/*``, read from
+    its permission request (the MCP metadata the checker put there).
 
     Everything else is deferred to a human (or denied when none is available).
     """
@@ -79,9 +95,10 @@ class RuleClassifier:
     ) -> Sequence[PermissionClassification]:
         out: list[PermissionClassification] = []
         for r in batch.requests:
-            if r.tool_name in self._deny:
+            names = {r.tool_name, *mcp_rule_names(r.request)}
+            if names & self._deny:
                 decision, reason = "deny", "listed in [permissions] deny of turns.toml"
-            elif r.tool_name in self._allow:
+            elif names & self._allow:
                 decision, reason = "allow", "listed in [permissions] allow of turns.toml"
             else:
                 decision, reason = "defer", "not listed in [permissions] of turns.toml"
@@ -106,6 +123,10 @@ class Runtime:
     contexts: ContextResolver
     hub: LiveHub
     deps: TurnDependencies
+    mcp: McpPool | None = None
+    """This process's sessions to MCP servers (None: no ``[mcp.*]``); ``serving`` closes it."""
+    listing: McpListing | None = None
+    """Lists the MCP tools of an agent when a turn is created."""
 
     @property
     def work_dir(self) -> Path:
@@ -139,6 +160,8 @@ class Runtime:
         repository = open_repository(config, env, migrate=migrate)
         models = ModelRegistry(config.providers, env=env, base_dir=root)
         models.register_function(DEMO_MODEL, demo_model)
+        for name, fn in config.models.items():
+            models.register_function(name, fn)  # an app's Python models: scripted/NAME
 
         config.workspace.mkdir(parents=True, exist_ok=True)
         # One declaration per tool: the catalog (what agents snapshot), the
@@ -152,6 +175,21 @@ class Runtime:
         catalog["spawn_agent"] = spawn_agent_descriptor()
         declarations[SPAWN_AGENT_TOOL_ID] = "none"
 
+        checker: PermissionChecker = DeclaredPermissionChecker(declarations)
+        pool: McpPool | None = None
+        listing: McpListing | None = None
+        if config.mcp:
+            # MCP tools are snapshotted per turn (toolId mcp:SERVER/TOOL); this
+            # process runs them through its own sessions, gated fail-closed.
+            pool = McpPool(config.mcp, env)
+            registry.register_family(TOOL_ID_PREFIX, pool.tool_for)
+            checker = McpPermissionChecker(checker, config.mcp)
+            listing = McpListing(
+                config.mcp, {name: a.mcp_names for name, a in config.agents.items()}, env, pool
+            )
+        else:  # a turn snapshotted elsewhere with MCP tools: refused, naming the server
+            registry.register_family(TOOL_ID_PREFIX, McpPool({}, env).tool_for)
+
         default_model = (
             parse_model_ref(config.default_model) if config.default_model is not None else None
         )
@@ -161,7 +199,8 @@ class Runtime:
                     agent_id=name,
                     system_prompt=a.system_prompt,
                     tools=a.tool_names,
-                    model=parse_model_ref(a.model) if a.model is not None else None,
+                    model=parse_model_ref(a.models[0]) if a.models else None,
+                    fallbacks=tuple(parse_model_ref(m) for m in a.models[1:]),
                 )
                 for name, a in config.agents.items()
             },
@@ -177,9 +216,10 @@ class Runtime:
             # Deltas also go to the work dir's spool, so watchers in other
             # processes on this host (the web UI, `turns watch`) see them live.
             hub=LiveHub(mirror=DeltaSpool(spool_dir(root))),
-            checker=DeclaredPermissionChecker(declarations),
+            checker=checker,
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
+            listed=listing,
         )
         return cls(
             config=config,
@@ -191,11 +231,17 @@ class Runtime:
             contexts=deps.contexts,
             hub=deps.hub,
             deps=deps,
+            mcp=pool,
+            listing=listing,
         )
 
-    def turn_client(self, client: Client, server: EmbeddedServer | None = None) -> TurnClient:
-        """A client of the turns; with the embedded ``server`` it goes through, a
-        request that fails because that server cannot store anything ends at once."""
+    def turn_client(
+        self, client: Client, server: EmbeddedServer | None = None, *, serving: bool = False
+    ) -> TurnClient:
+        """A client of the work dir's turns; ``serving``: this process also runs a worker,
+        so an advance this process could not serve is refused at once (``check_serves``);
+        with the embedded ``server`` it goes through, a request that fails because that
+        server cannot store anything ends at once."""
         return TurnClient(
             client,
             self.repository,
@@ -205,7 +251,36 @@ class Runtime:
             workflow_options=self.workflow_options,
             contexts=self.contexts,
             server_check=server.check_persistence if server is not None else None,
+            serves=self.check_serves if serving else None,
+            listed=self.listing,
         )
+
+    def check_serves(self, state: TurnState) -> None:
+        """``DependencyError`` (one line, with the fix) unless this process can run the turn:
+        its snapshotted model and tools must resolve here, as the worker checks (§15.3)."""
+        here = f"turn {state.definition.turn_id} cannot advance in this process"
+        try:
+            agent = self.contexts.resolve_agent(state.definition)
+        except DependencyError as exc:
+            raise DependencyError(f"{here}: {exc}") from None
+        # Everything an app brings (its Python models, its tools), named together.
+        missing: list[str] = []
+        if agent.model.provider == "scripted":
+            try:
+                self.models.resolve(agent.model)
+            except DependencyError as exc:
+                missing.append(str(exc))
+        for tool in agent.tools:
+            try:
+                self.tools.check(tool)
+            except DependencyError as exc:
+                missing.append(str(exc))
+        if missing:
+            raise DependencyError(f"{here}: {'; '.join(missing)}; {MISSING_DEPENDENCY_HINT}")
+        try:
+            self.models.resolve(agent.model)
+        except DependencyError as exc:  # a provider's key or table: its message says which
+            raise DependencyError(f"{here}: {exc}") from None
 
     @property
     def workflow_options(self) -> dict[str, Any]:
@@ -250,6 +325,7 @@ def turn_dependencies(
     classifier: PermissionClassifier,
     context_policy: ElisionPolicy | None = None,
     hub: LiveHub | None = None,
+    listed: ListedTools | None = None,
 ) -> TurnDependencies:
     """What the activities need, from the resolved parts of a runtime.
 
@@ -273,6 +349,7 @@ def turn_dependencies(
         hub=hub if hub is not None else LiveHub(),
         agents=agents,
         ids=TurnIdGenerator(),
+        listed=listed,
     )
 
 
@@ -379,7 +456,7 @@ def _payload_codec(key_env: str, env: Mapping[str, str] | None) -> PayloadCodec:
     except ImportError:  # the codec needs the encryption extra
         raise ConfigError(
             "turns.toml [temporal] payload_key_env turns on payload encryption, which needs "
-            "the cryptography package: pip install 'turncore[encryption]'"
+            f"the cryptography package: {install_hint('encryption')}"
         ) from None
     try:
         codec = codec_from_env(key_env, env)

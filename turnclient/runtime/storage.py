@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from turnclient.runtime.config import Config, ConfigError, StorageConfig
+from turnclient.runtime.extras import install_hint
 from turncore.errors import InfrastructureError
 from turncore.ids import validate_turn_id
 from turncore.storage.repository import FileTurnRepository, JsonlRepository, read_path, validate_log
@@ -55,8 +56,7 @@ def open_repository(
                 from turncore.storage.postgres import PostgresTurnRepository
             except ImportError as exc:
                 raise ConfigError(
-                    '[storage] kind = "postgres" needs psycopg: pip install "turncore[postgres]" '
-                    f"({exc})"
+                    f'[storage] kind = "postgres" needs psycopg: {install_hint("postgres")} ({exc})'
                 ) from None
             return PostgresTurnRepository.connect(
                 database_url(storage, env),

@@ -1,6 +1,6 @@
 """Traces and metrics for a turncore process: off unless configured.
 
-Traces (``pip install turncore[otel]``) are on when the standard
+Traces (the ``otel`` extra) are on when the standard
 OpenTelemetry variables ask for an exporter: ``OTEL_TRACES_EXPORTER`` other
 than ``none``, or an ``OTEL_EXPORTER_OTLP_ENDPOINT`` /
 ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT``. Then a ``TracerProvider`` with a
@@ -40,6 +40,8 @@ from temporalio.runtime import (
     TelemetryConfig,
     TelemetryFilter,
 )
+
+from turnclient.runtime.extras import install_hint
 
 _ON_VARS = (
     "OTEL_EXPORTER_OTLP_ENDPOINT",
@@ -89,7 +91,7 @@ def configure_tracing(env: Mapping[str, str] | None = None) -> bool:
     except ImportError:
         raise TelemetryError(
             "OTEL_* variables ask for traces, but OpenTelemetry is not installed: "
-            "pip install 'turncore[otel]'"
+            f"{install_hint('otel')}"
         ) from None
     global _exporter_in_use
     exporter = _exporter(env)

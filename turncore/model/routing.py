@@ -71,6 +71,27 @@ def retryable(failure: ModelFailure) -> bool:
     return False
 
 
+def falls_back(failure: ModelFailure) -> bool:
+    """True when another model may answer instead: the provider is unavailable or
+    overloaded, not the request at fault (seed 003's taxonomy).
+
+    Rate limits and overload (429, 503, 529; quota too: another provider has its
+    own), transport failures and deadlines whose upstream did not answer (not
+    sent, a 5xx or a timeout before any status). Never once the upstream accepted
+    the request (a 2xx came back), nor for invalid input, authentication, bounds,
+    refusal or unsupported settings, which another model would only repeat or
+    which say the configuration is wrong. The caller also never falls back after
+    any output streamed.
+    """
+    match failure.kind:
+        case FailureKind.RATE_LIMIT:
+            return True
+        case FailureKind.TRANSPORT | FailureKind.DEADLINE:
+            return failure.dispatch is not Dispatch.ACCEPTED
+        case _:
+            return False
+
+
 def retry_delay(policy: RetryPolicy, retry: int, failure: ModelFailure) -> float | None:
     """Seconds to wait before retry number ``retry`` (1-based); None: do not retry."""
     if failure.retry_after is not None:

@@ -350,7 +350,16 @@ async def turn_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     events = await _events_of(ctx, turn_id)
     state = TurnReducer.of(events).state
-    return _json(turn_view(state, len(events)))
+    view = turn_view(state, len(events))
+    view["stuck"] = None
+    if state.terminal is None:
+        try:
+            stuck = await ctx.turns.stuck(turn_id)
+        except TurnError:
+            stuck = None  # Temporal away: the file's view still stands
+        if stuck is not None:
+            view["stuck"] = {"cause": stuck.cause, "fix": stuck.fix}
+    return _json(view)
 
 
 async def turn_pending_endpoint(ctx: UiContext, request: Request) -> Response:
@@ -584,11 +593,26 @@ async def _decide(
     await _events_of(ctx, turn_id)  # 404 for an unknown turn
     execution = ctx.turns.advance_turn(turn_id, input)
     done, _ = await asyncio.wait({execution.outcome}, timeout=ctx.decision_wait)
+    if not done and await _stuck_quietly(ctx, turn_id):
+        # Never "accepted" for a stuck run: its sender learns within seconds that
+        # the input was not applied (StuckTurnError, 503).
+        done, _ = await asyncio.wait({execution.outcome}, timeout=STUCK_ANSWER)
     if not done:
         ctx.keep(execution.outcome, f"{input.type} for turn {turn_id}")
         return _json({"turnId": turn_id, "status": "accepted", "input": input.type}, 202)
     outcome: TurnOutcome = execution.outcome.result()  # raises: mapped by _guarded
     return _json({"turnId": turn_id, "status": "settled", "outcome": outcome.to_wire()})
+
+
+STUCK_ANSWER = 30.0
+"""How long a decision to a stuck run waits for the client to say it was not applied."""
+
+
+async def _stuck_quietly(ctx: UiContext, turn_id: str) -> bool:
+    try:
+        return await ctx.turns.stuck(turn_id) is not None
+    except TurnError:
+        return False
 
 
 async def approve_endpoint(ctx: UiContext, request: Request) -> Response:
@@ -652,7 +676,9 @@ async def create_endpoint(ctx: UiContext, request: Request) -> Response:
     model = runtime.model_for(agent_name, None)
     if model is None:
         raise HttpError(
-            400, f"agent {agent_name!r} names no model and turns.toml sets no default_model"
+            400,
+            f"agent {agent_name!r} names no model: set OPENAI_API_KEY or ANTHROPIC_API_KEY "
+            "where the web UI runs, or default_model in turns.toml",
         )
     try:
         runtime.models.resolve(model)  # a missing key fails before any file exists
@@ -687,11 +713,23 @@ def create_app(
     token: str | None = None,
     decision_wait: float = DECISION_WAIT,
     body_timeout: float = BODY_TIMEOUT,
+    serving: bool = False,
 ) -> Starlette:
-    """The ASGI app; ``token`` is required on every request when given."""
+    """The ASGI app; ``token`` is required on every request when given.
+
+    ``serving``: a worker runs in this process, so a decision on a turn whose
+    model or tools this process lacks is refused at once (503), never sent.
+    """
     # No live hub: the UI reads deltas from the work dir's spool (whoever runs the
     # call), so a hub subscription per decision would only queue what nobody reads.
-    turns = TurnClient(client, runtime.repository, runtime.resolver, task_queue=runtime.task_queue)
+    turns = TurnClient(
+        client,
+        runtime.repository,
+        runtime.resolver,
+        task_queue=runtime.task_queue,
+        serves=runtime.check_serves if serving else None,
+        listed=runtime.listing,  # an agent's MCP tools are listed when the UI creates a turn
+    )
     ctx = UiContext(runtime, client, turns, decision_wait=decision_wait, body_timeout=body_timeout)
 
     def get(path: str, handler: Callable[[UiContext, Request], Awaitable[Response]]) -> Route:

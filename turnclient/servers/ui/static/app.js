@@ -144,7 +144,7 @@ const index = {
     const list = h("ul", { class: "waiting" });
     for (const t of r.body.turns) {
       const items = [
-        ...t.permissions.map((p) => h("li", {}, "Approve ", h("strong", {}, p.toolName), " (", p.toolCallId, ")", h("pre", {}, json(p.input)))),
+        ...t.permissions.map((p) => h("li", {}, "Approve ", h("strong", {}, p.label || p.toolName), " (", p.toolCallId, ")", h("pre", {}, json(p.input)))),
         ...t.asyncTools.map((p) => h("li", {}, "Answer ", h("strong", {}, p.toolName), " (", p.toolCallId, ")", p.question ? h("p", {}, p.question) : h("pre", {}, json(p.input)))),
       ];
       list.append(h("li", { class: "card" },
@@ -162,7 +162,7 @@ const index = {
     const body = document.getElementById("turns");
     const rows = r.body.turns.map((t) => h("tr", {},
       h("td", {}, h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId)),
-      h("td", {}, badge(t.status)),
+      h("td", {}, badge(t.status), t.stuck ? [" ", h("span", { class: "badge badge-stuck", title: t.stuck }, "stuck")] : []),
       h("td", { class: "prompt" }, t.input || ""),
       h("td", {}, (t.agent || "?") + " · " + (t.model || "?")),
       h("td", {}, t.session || ""),
@@ -271,6 +271,11 @@ const turn = {
     status.className = "badge badge-" + v.status;
     document.getElementById("meta").textContent =
       "agent " + v.agent + " · model " + v.model + (v.session ? " · session " + v.session : "");
+    const stuck = document.getElementById("stuck");
+    stuck.hidden = !v.stuck;
+    stuck.textContent = v.stuck
+      ? "Stuck: " + v.stuck.cause + ". Inputs sent now are not applied. Fix: " + v.stuck.fix + " (rebuilds the run from the turn's file), or roll the workers back."
+      : "";
     turn.renderPending(v);
     turn.renderTimeline(v.state);
     turn.renderOutcome(v.state);
@@ -336,7 +341,7 @@ const turn = {
       turn.decide(card, status, p.toolCallId, "deny", reason.value.trim() ? { reason: reason.value.trim() } : {});
     };
     const card = h("article", { class: "card pending", tabindex: "-1", "data-key": "permission:" + p.toolCallId, "aria-labelledby": id + "-h" },
-      h("h3", { id: id + "-h" }, "Approve ", p.toolName, "? ", h("code", {}, p.toolCallId)),
+      h("h3", { id: id + "-h" }, "Approve ", p.label || p.toolName, "? ", h("code", {}, p.toolCallId)),
       p.reason ? h("p", {}, "Why it asks: ", p.reason) : null,
       h("p", {}, "Input"), h("pre", { class: "input" }, json(p.input)),
       h("form", { class: "row", onsubmit: deny },
