@@ -30,13 +30,13 @@ from turnclient import (
     Agent,
     DependencyError,
     InvalidInputError,
+    ModelCallRequest,
     RejectedInputError,
     TurnNotFoundError,
+    TurnOutcome,
     Turns,
     tool,
 )
-from turncore.events import TurnOutcome
-from turncore.model import ModelCallRequest
 
 
 @tool  # permission "ask": every restart waits for an approval

@@ -37,7 +37,7 @@ from tests.changed_workflow import BROKEN, changed_workflow
 from tests.harness import Harness, sync_tool
 from tests.test_web_browser import WAIT, browser, open_page  # noqa: F401 (the fixture)
 from tests.webui import running_ui
-from turnclient.lib.replaycheck import open_turn_ids, replay_turns
+from turnclient.cli.replaycheck import open_turn_ids, replay_turns
 from turnclient.lib.stuck import NON_DETERMINISM, stuck_run
 from turnclient.runtime.config import ConfigError, WorkerVersioning, load_config
 from turnclient.runtime.connection import Runtime
@@ -370,6 +370,11 @@ async def test_the_commands_report_mark_and_rebuild_stuck_turns(
         assert "non-determinism" in json.loads(r.stdout)["stuck"]["cause"]
         r = await turns(env, "state", first)
         assert f"turn {first} is stuck" in r.stdout
+        r = await turns(env, "watch", first, "--no-worker")
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert r.stderr.strip().splitlines() == [
+            next(x for x in r.stderr.splitlines() if f"turn {first} is stuck" in x)
+        ]
 
         r = await turns(env, "recover", first, "--no-worker")
         assert r.returncode == 3, (r.stdout, r.stderr)

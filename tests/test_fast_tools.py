@@ -264,7 +264,7 @@ async def test_progress_and_a_cancel_while_a_fast_batch_runs(
         implementations={"slow": slow},
         fast={"slow": 5.0},
         permissions={"builtin:slow": "none"},
-        delay=0.5,
+        delay=1.0,
     ) as h:
         turn_id = await h.create("go")
         running = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)

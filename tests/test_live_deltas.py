@@ -16,10 +16,10 @@ import orjson
 from temporalio.testing import WorkflowEnvironment
 
 from tests.stream_worker import stream_worker
-from turnclient.cli.follow import Durable, FollowItem, Live, Settled, follow_turn
 from turnclient.lib.api import CreateTurnInput
+from turnclient.lib.deltaspool import DeltaSpool, DeltaSpoolReader, spool_dir
+from turnclient.lib.follow import Durable, FollowItem, Live, Settled, follow_turn
 from turnclient.runtime.connection import Runtime
-from turnclient.runtime.deltaspool import DeltaSpool, DeltaSpoolReader, spool_dir
 from turncore.events import ReasoningDelta, RequestedAgent, TextDelta
 from turncore.messages import UserMessage
 

@@ -24,8 +24,7 @@ from tests.builders import nested
 from tests.stream_worker import stream_worker
 from tests.webui import Ui, running_ui
 from turnclient.cli import main
-from turnclient.servers.ui import MAX_BODY, check_token, cookie_name
-from turnclient.servers.ui._server import UiConfigError
+from turnclient.servers.ui import MAX_BODY, UiConfigError, check_token, cookie_name
 from turncore.jsonvalue import MAX_JSON_DEPTH
 
 MISSING = "2026-01-02T03-04-05Z-0000001-000"

@@ -14,7 +14,7 @@ telemetry), ``turnclient.servers`` (the web UI, the codec server) and
 ``turnclient.builtins`` (what runs inside workers: built-in tools, the demo
 model). Modules here may import ``temporalio`` (``turncore`` may not).
 
-Every name below is imported on first use (``turncore._lazy``), so
+Every name below is imported on first use (``turncore.lazy``), so
 ``import turnclient.cli`` for a command that only reads a file loads
 neither Temporal nor the library.
 """
@@ -23,14 +23,14 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING
 
-from turncore._lazy import lazy_exports
+from turncore.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from turnclient.lib.listing import TurnSummary
-    from turnclient.lib.turns import TurnResult, Turns
     from turnclient.runtime.app import App, AppError
     from turnclient.runtime.config import Agent, ConfigError, McpServer
     from turnclient.runtime.connection import Runtime
+    from turnclient.turns import TurnResult, Turns
     from turncore.errors import (
         DependencyError,
         InvalidInputError,
@@ -51,8 +51,8 @@ _EXPORTS = {
     "AppError": "turnclient.runtime.app",
     "ConfigError": "turnclient.runtime.config",
     "McpServer": "turnclient.runtime.config",
-    "Turns": "turnclient.lib.turns",
-    "TurnResult": "turnclient.lib.turns",
+    "Turns": "turnclient.turns",
+    "TurnResult": "turnclient.turns",
     "TurnSummary": "turnclient.lib.listing",
     "Runtime": "turnclient.runtime.connection",
     "run_worker": "turncore_temporal.worker",

@@ -1,8 +1,16 @@
-"""turncore: the pure core of the turn runtime.
+"""turncore: the turn runtime without Temporal.
 
-Schemas of the durable turn log, the reducer, the request composer, context
-resolution, the file repository, and the provider-neutral model port with
-its adapters (``turncore.model``). Nothing here imports Temporal.
+Schemas of the durable turn log, the reducer, the loop's decisions, the
+request composer, context resolution, turn storage (``turncore.storage``:
+the file, in-memory and PostgreSQL repositories) and the provider-neutral
+model port with its HTTP adapters (``turncore.model``).
+
+Its one rule is that nothing here imports ``temporalio`` (ruff's ``TID251``
+ban enforces it), so the workflow sandbox can pass the package through and
+any program can read and validate turn files without the Temporal SDK. It is
+not free of I/O: the repositories read and write files and PostgreSQL, and
+the adapters speak HTTP; the pure parts (events, reducer, decisions,
+composer) are the modules that do neither.
 """
 
 from __future__ import annotations
@@ -12,7 +20,7 @@ from __future__ import annotations
 # httpx. Type checkers see ordinary imports.
 from typing import TYPE_CHECKING
 
-from turncore._lazy import lazy_exports
+from turncore.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .compose import (

@@ -8,7 +8,7 @@ exactly that no execution is known to be active.
 
 A hub may also hand every delta to a ``DeltaMirror`` — the port through which
 deltas leave the process (the work dir's per-turn spool, see
-``turnclient.runtime.deltaspool``), so that watchers in other processes on the same
+``turnclient.lib.deltaspool``), so that watchers in other processes on the same
 host see them too. The mirror is told when a model call ends, so it can drop
 what it kept for that call: deltas live exactly as long as their call.
 """

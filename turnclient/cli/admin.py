@@ -388,8 +388,8 @@ def mcp(args: argparse.Namespace) -> int:
         import json
         import textwrap
 
-        from turnclient.builtins.mcp import descriptors, list_tools
         from turnclient.runtime.config import load_config
+        from turnclient.runtime.mcp import descriptors, list_tools
         from turncore.errors import InvalidInputError
 
         cfg = load_config(current_work_dir())
@@ -401,7 +401,7 @@ def mcp(args: argparse.Namespace) -> int:
         advertised = descriptors(server, listed)
         denied = sorted(t.name for t in listed if t.name in server.deny)
 
-        def permission(tool: str) -> str:  # the checker's rule (turnclient.builtins.mcp)
+        def permission(tool: str) -> str:  # the checker's rule (turnclient.runtime.mcp)
             return "none" if server.permission == "none" or tool in server.allow else "ask"
 
         rows = [

@@ -161,12 +161,15 @@ async def _answer(
 
     At a question, a signal stops the chat and leaves the turn at it; the hint
     it prints (``turns chat --continue TURN``) asks the same question again."""
+    from turnclient.lib.turnview import permission_label
+
     while outcome.status == "suspended":
         between_turns(f"the turn waits for your answer; pick it up with: {_again(turn_id)}")
         input: TurnExternalInput | None = None
         for p in outcome.pending_permissions:
             shown = orjson.dumps(_call_input(runtime, turn_id, p.tool_call_id)).decode()
-            reply = await _read(f"allow {p.tool_name} {shown}? [y/n/reason] ")
+            label = permission_label(p.tool_name, p.request)  # "MCP files · read_file"
+            reply = await _read(f"allow {label} {shown}? [y/n/reason] ")
             if reply is None:
                 return outcome
             reply = reply.strip()

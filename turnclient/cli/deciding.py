@@ -348,7 +348,7 @@ def _rebuilt_line(turn_id: str, cause: str) -> str:
 async def _recover_all_stuck(args: argparse.Namespace) -> int:
     """``turns recover --all-stuck``: rebuild each stuck open turn; the new runs go on
     by themselves (this command does not wait for them to settle)."""
-    from turnclient.lib.replaycheck import open_turn_ids
+    from turnclient.cli.replaycheck import open_turn_ids
 
     runtime = open_runtime()
     rebuilt: list[dict[str, str]] = []

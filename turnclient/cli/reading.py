@@ -52,6 +52,8 @@ from turncore.errors import CorruptTurnError, InfrastructureError, TurnNotFoundE
 from turncore.ids import is_turn_id
 
 if TYPE_CHECKING:
+    from temporalio.client import Client
+
     from turnclient.lib.stuck import StuckRun
     from turnclient.runtime.connection import Runtime
     from turncore.events import TurnEvent
@@ -61,27 +63,18 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- file commands
 
 
-def _stuck_of(state: TurnState) -> StuckRun | None:
-    """The open turn's stuck run, asked of a Temporal server that is already up.
-
-    ``show`` and ``state`` read the file; they never start the embedded server
-    for this, and a server that does not answer within seconds leaves the turn
-    unmarked rather than failing the command.
-    """
+async def _running_server() -> Client | None:
+    """A client of the Temporal server commands use, if one is up: never starts the
+    embedded server (``show``, ``state`` and ``watch --no-worker`` read the file;
+    the server only adds whether the turn is stuck). None if none answers."""
     import asyncio
 
     from temporalio.client import Client
-    from temporalio.service import RPCError
 
-    from turnclient.lib.stuck import stuck_run
     from turnclient.runtime.connection import uses_embedded
     from turnclient.runtime.embedded import NAMESPACE, ServerInfo, is_server_process
 
-    if state.terminal is not None:
-        return None
-    turn_id = state.definition.turn_id
-
-    async def ask() -> StuckRun | None:
+    try:
         if uses_embedded():
             try:
                 info = ServerInfo.from_json(
@@ -91,17 +84,37 @@ def _stuck_of(state: TurnState) -> StuckRun | None:
                 return None
             if not is_server_process(info.pid, info.db):
                 return None
-            client = await Client.connect(info.address, namespace=NAMESPACE)
+            connecting = Client.connect(info.address, namespace=NAMESPACE)
         else:
             from temporalio.envconfig import ClientConfig
 
-            connect = ClientConfig.load_client_connect_config()
-            client = await Client.connect(**connect)
-        return await stuck_run(client, turn_id)
+            connecting = Client.connect(**ClientConfig.load_client_connect_config())
+        return await asyncio.wait_for(connecting, timeout=5.0)
+    except (RuntimeError, OSError, TimeoutError):
+        return None
+
+
+def _stuck_of(state: TurnState) -> StuckRun | None:
+    """The open turn's stuck run, asked of a Temporal server that is already up; None
+    for an ended turn, or when no server answers within seconds (the file's view
+    stands unmarked rather than the command failing)."""
+    import asyncio
+
+    from temporalio.service import RPCError
+
+    from turnclient.lib.stuck import stuck_run
+
+    if state.terminal is not None:
+        return None
+    turn_id = state.definition.turn_id
+
+    async def ask() -> StuckRun | None:
+        client = await _running_server()
+        return None if client is None else await stuck_run(client, turn_id)
 
     try:
         return asyncio.run(asyncio.wait_for(ask(), timeout=5.0))
-    except (RuntimeError, TimeoutError, OSError, RPCError):
+    except (TimeoutError, RPCError):
         return None  # no server to ask: the file's view stands unmarked
 
 
@@ -356,8 +369,7 @@ def inspect(args: argparse.Namespace) -> int:
 
 def _wire_request(tools: Any, composed: Any) -> dict[str, Any]:
     """The provider body the model activity would send for ``composed`` (no network I/O)."""
-    from turncore.model import RetryingModel, build_request
-    from turncore.model._http import HttpModel
+    from turncore.model import HttpModel, RetryingModel, build_request
 
     runtime = open_runtime()
     model = runtime.models.resolve(composed.model, require_key=False)
@@ -543,17 +555,14 @@ async def _tail(
     this host runs the turn's model calls, until the turn ends."""
     import asyncio
 
-    from turnclient.cli.follow import Durable, Live, Settled, follow_turn
+    from turnclient.lib.deltaspool import spool_dir
+    from turnclient.lib.follow import Durable, Live, Settled, follow_turn
+    from turnclient.lib.stuck import unless_stuck
     from turnclient.runtime.connection import ConnectOptions, temporal
-    from turnclient.runtime.deltaspool import spool_dir
     from turncore.reducer import reduce_turn
     from turncore_temporal.worker import serving
 
-    async with contextlib.AsyncExitStack() as stack:
-        if not args.no_worker:
-            options = ConnectOptions.for_config(runtime.config)
-            conn = await stack.enter_async_context(temporal(runtime.work_dir, options=options))
-            await stack.enter_async_context(serving(runtime, conn.client))
+    async def pump() -> None:
         stream = follow_turn(
             runtime.repository, spool_dir(runtime.work_dir), turn_id, after=offset, until="terminal"
         )
@@ -565,6 +574,18 @@ async def _tail(
                     show(delta)
                 case Settled():
                     pass
+
+    async with contextlib.AsyncExitStack() as stack:
+        if args.no_worker:
+            # The workers run elsewhere; a server that is up still says if the run is stuck.
+            client = await _running_server()
+            await (pump() if client is None else unless_stuck(client, turn_id, pump()))
+        else:
+            options = ConnectOptions.for_config(runtime.config)
+            conn = await stack.enter_async_context(temporal(runtime.work_dir, options=options))
+            await stack.enter_async_context(serving(runtime, conn.client))
+            # A stuck run never reaches its end: say so instead of waiting forever.
+            await unless_stuck(conn.client, turn_id, pump())
     return reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
 
 
@@ -630,7 +651,7 @@ def list_turns(args: argparse.Namespace) -> int:
 )
 def replay(args: argparse.Namespace) -> int:
     async def body() -> int:
-        from turnclient.lib.replaycheck import open_turn_ids, replay_turns, sample
+        from turnclient.cli.replaycheck import open_turn_ids, replay_turns, sample
         from turnclient.runtime.connection import ConnectOptions, temporal
 
         runtime = open_runtime()

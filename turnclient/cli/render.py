@@ -20,6 +20,7 @@ from typing import Any, TextIO
 
 import orjson
 
+from turnclient.lib import turnview
 from turnclient.lib.summary import clip, usage_text
 from turnclient.lib.terminal import command_line, continue_prefix, control, visible
 from turncore.events import (
@@ -46,7 +47,6 @@ from turncore.events import (
     TurnOutcome,
     TurnSuspended,
 )
-from turncore.jsonvalue import JsonValue
 from turncore.messages import (
     AssistantMessage,
     ReasoningPart,
@@ -265,7 +265,7 @@ class StreamRenderer:
                 self._tools[event.tool_call_id] = event.tool_name
                 request = event.request
                 shown = request.get("input") if isinstance(request, dict) else request
-                label = permission_label(event.tool_name, request)
+                label = turnview.permission_label(event.tool_name, request)
                 self._line(f"? {label} ({event.tool_call_id}) needs approval: {preview(shown)}")
                 if event.checker_error:
                     self._line(
@@ -350,16 +350,6 @@ def outcome_json(turn_id: str, outcome: TurnOutcome) -> dict[str, Any]:
     return {"turnId": turn_id, **outcome.to_wire()}
 
 
-def permission_label(tool_name: str, request: JsonValue) -> str:
-    """What an approval is about: ``MCP SERVER · TOOL`` for an MCP tool's request (its
-    ``kind: "mcp"`` metadata), the tool's advertised name otherwise."""
-    if isinstance(request, dict) and request.get("kind") == "mcp":
-        server, tool = request.get("server"), request.get("tool")
-        if isinstance(server, str) and isinstance(tool, str):
-            return f"MCP {server} · {tool}"
-    return tool_name
-
-
 def continue_commands(
     turn_id: str, outcome: SuspendedOutcome, env: Mapping[str, str] | None = None
 ) -> list[tuple[str, list[str]]]:
@@ -368,7 +358,7 @@ def continue_commands(
     for p in outcome.pending_permissions:
         request = p.request
         shown = request.get("input") if isinstance(request, dict) else request
-        label = permission_label(p.tool_name, request)
+        label = turnview.permission_label(p.tool_name, request)
         out.append(
             (
                 f"approval: {label} ({p.tool_call_id}) {preview(shown, 100)}",
@@ -562,11 +552,8 @@ def transcript(state: TurnState, env: Mapping[str, str] | None = None) -> str:
 
 
 def _status(state: TurnState) -> str:
-    if state.terminal is not None:
-        return state.terminal.type.removeprefix("turn_")
-    if state.suspension is not None:
-        return "suspended"
-    return "in progress"
+    status = turnview.status_of(state)
+    return "in progress" if status == "running" else status
 
 
 def status_of(state: TurnState) -> str:

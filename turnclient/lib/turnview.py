@@ -5,8 +5,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from typing import Any
 
-from turnclient.cli import render
 from turncore.events import ModelCallCompleted, TurnEvent
+from turncore.jsonvalue import JsonValue
 from turncore.reducer import ToolCallState, TurnState
 
 
@@ -16,8 +16,21 @@ def status_of(state: TurnState) -> str:
     The words of the ``TurnStatus`` search attribute, so the API's turn list
     (from visibility) and a turn's own view (from its file) agree.
     """
-    status = render.status_of(state)
-    return "running" if status == "in-progress" else status
+    if state.terminal is not None:
+        return state.terminal.type.removeprefix("turn_")
+    if state.suspension is not None:
+        return "suspended"
+    return "running"
+
+
+def permission_label(tool_name: str, request: JsonValue) -> str:
+    """What an approval is about: ``MCP SERVER · TOOL`` for an MCP tool's request (its
+    ``kind: "mcp"`` metadata), the tool's advertised name otherwise."""
+    if isinstance(request, dict) and request.get("kind") == "mcp":
+        server, tool = request.get("server"), request.get("tool")
+        if isinstance(server, str) and isinstance(tool, str):
+            return f"MCP {server} · {tool}"
+    return tool_name
 
 
 def _permission_reason(call: ToolCallState) -> str | None:
@@ -52,7 +65,7 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
                 "toolName": call.tool_name,
                 "input": call.input,
                 "request": call.permission.required.request,
-                "label": render.permission_label(call.tool_name, call.permission.required.request),
+                "label": permission_label(call.tool_name, call.permission.required.request),
             }
             reason = _permission_reason(call)
             if reason:

@@ -27,11 +27,14 @@ import sys
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from turnclient.runtime.config import Agent, ConfigError
+from turnclient.runtime.errors import ConfigError
 from turncore.model.scripted import ScriptFunction
 from turncore.tools import Tool
+
+if TYPE_CHECKING:
+    from turnclient.runtime.config import Agent
 
 APP_ENV = "TURNS_APP"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"
@@ -127,14 +130,15 @@ def _a(noun: str) -> str:
 
 
 def app_of(target: Any) -> App | None:
-    """The ``App`` an object holds: itself, or a ``Turns``'s; None for anything else."""
+    """The ``App`` an object holds: itself, or a ``Turns``'s; None for anything else.
+
+    A ``Turns`` is known by what it holds (its ``app``, an ``App``), not by
+    its class: ``Turns`` wires the runtime, so the runtime does not import it
+    (docs/architecture.md, the layout)."""
     if isinstance(target, App):
         return target
-    from turnclient.lib.turns import Turns
-
-    if isinstance(target, Turns):
-        return target.app
-    return None
+    held = getattr(target, "app", None)
+    return held if isinstance(held, App) else None
 
 
 __all__ = ["APP_ENV", "App", "AppError", "app_of", "load_app", "parse_app_spec"]

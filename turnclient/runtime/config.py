@@ -49,8 +49,8 @@ from pydantic_core import ErrorDetails
 from turnclient.builtins.demo import DEMO_MODEL
 from turnclient.builtins.tools import BUILTIN_NAMES, builtin_tools
 from turnclient.lib.cost import PriceConfigError, ProviderPrice
+from turnclient.runtime.errors import ConfigError
 from turncore.context import ElisionPolicy
-from turncore.errors import DependencyError
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
 from turncore.model.scripted import ScriptFunction
 from turncore.tools import (
@@ -69,10 +69,6 @@ SPAWN_AGENT = "spawn_agent"
 """The workflow-native sub-agent tool any agent may list."""
 EFFORTS = ("low", "medium", "high")
 Effort = Literal["low", "medium", "high"]
-
-
-class ConfigError(DependencyError):
-    """``turns.toml`` (or an agent defined in Python) is unusable; the message names the key."""
 
 
 @dataclass(frozen=True)

@@ -34,18 +34,18 @@ from temporalio.envconfig import ClientConfig
 from temporalio.runtime import Runtime as TemporalRuntime
 
 from turnclient.builtins.demo import DEMO_MODEL, demo_model
-from turnclient.builtins.mcp import (
+from turnclient.lib.api import TurnClient, iso_now
+from turnclient.lib.deltaspool import DeltaSpool, spool_dir
+from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
+from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
+from turnclient.runtime.extras import install_hint
+from turnclient.runtime.mcp import (
     TOOL_ID_PREFIX,
     McpListing,
     McpPermissionChecker,
     McpPool,
     mcp_rule_names,
 )
-from turnclient.lib.api import TurnClient, iso_now
-from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
-from turnclient.runtime.deltaspool import DeltaSpool, spool_dir
-from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
-from turnclient.runtime.extras import install_hint
 from turnclient.runtime.storage import open_repository
 from turncore.agents import AgentDefinition, ListedTools, StaticAgentResolver
 from turncore.context import ContextResolver, ElisionPolicy
@@ -276,7 +276,8 @@ class Runtime:
             except DependencyError as exc:
                 missing.append(str(exc))
         if missing:
-            raise DependencyError(f"{here}: {'; '.join(missing)}; {MISSING_DEPENDENCY_HINT}")
+            named = "; ".join(dict.fromkeys(missing))  # an MCP server's tools share one message
+            raise DependencyError(f"{here}: {named}; {MISSING_DEPENDENCY_HINT}")
         try:
             self.models.resolve(agent.model)
         except DependencyError as exc:  # a provider's key or table: its message says which

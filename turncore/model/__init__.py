@@ -15,7 +15,7 @@ from __future__ import annotations
 # checkers see ordinary imports.
 from typing import TYPE_CHECKING
 
-from turncore._lazy import lazy_exports
+from turncore.lazy import lazy_exports
 
 if TYPE_CHECKING:
     from turncore.model._http import HttpModel, Secret

@@ -31,37 +31,13 @@ import orjson
 
 from turncore.events import TurnUsage
 from turncore.messages import AssistantMessage, ReasoningPart, TextPart, ToolCallPart, ToolMessage
-from turncore.model._attempt import Assembler, Attempt
-from turncore.model._http import (
-    HttpModel,
-    StreamDecoder,
-    as_dict,
-    as_int,
-    bounded_token,
-    error_token,
-    parse_json_event,
-    stream_error,
-    usage_total,
-)
-from turncore.model.binding import bound_options
-from turncore.model.failures import FailureKind, invalid, unsupported
-from turncore.model.openai_chat import tool_result_text
-from turncore.model.port import (
-    FinishReason,
-    ModelCallRequest,
-    ModelOutcome,
-    NamedToolChoice,
-    Observation,
-    OpaqueView,
-    check_usage,
-)
-from turncore.model.sse import SseEvent
+from turncore.model import adapter
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
 THINKING_BUDGET = {"low": 1024, "medium": 4096, "high": 16384}
 
-_FINISH: dict[str, FinishReason] = {
+_FINISH: dict[str, adapter.FinishReason] = {
     "end_turn": "stop",
     "stop_sequence": "stop",
     "max_tokens": "length",
@@ -70,35 +46,36 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-class AnthropicModel(HttpModel):
+class AnthropicModel(adapter.HttpModel):
     path = "/messages"
     protocol = "anthropic"
 
     def headers(self) -> dict[str, str]:
         headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream",
+            **adapter.STREAM_HEADERS,
             "anthropic-version": str(self._binding.option("anthropic_version", ANTHROPIC_VERSION)),
         }
         if self._api_key is not None:
             headers["x-api-key"] = self._api_key.reveal()
         return headers
 
-    def encode(self, request: ModelCallRequest, opaque: OpaqueView) -> dict[str, Any]:
+    def encode(
+        self, request: adapter.ModelCallRequest, opaque: adapter.OpaqueView
+    ) -> dict[str, Any]:
         default_max = int(self._binding.option("max_output_tokens", DEFAULT_MAX_TOKENS))
         body: dict[str, Any] = {"model": request.model}
         if request.reasoning_effort is not None:
             if request.temperature is not None or request.top_p is not None:
-                raise unsupported("extended thinking does not accept temperature or top_p")
+                raise adapter.unsupported("extended thinking does not accept temperature or top_p")
             if request.tool_choice == "required" or isinstance(
-                request.tool_choice, NamedToolChoice
+                request.tool_choice, adapter.NamedToolChoice
             ):
-                raise unsupported(
+                raise adapter.unsupported(
                     "extended thinking does not accept a tool choice that forces a call"
                 )
             budget = THINKING_BUDGET[request.reasoning_effort]
             if request.max_output_tokens is not None and request.max_output_tokens <= budget:
-                raise invalid(
+                raise adapter.invalid(
                     "max_output_tokens must exceed the thinking budget of the reasoning effort"
                 )
             body["max_tokens"] = request.max_output_tokens or budget + default_max
@@ -115,7 +92,7 @@ class AnthropicModel(HttpModel):
                 for t in request.tools
             ]
         choice = request.tool_choice
-        if isinstance(choice, NamedToolChoice):
+        if isinstance(choice, adapter.NamedToolChoice):
             body["tool_choice"] = {"type": "tool", "name": choice.name}
         elif choice is not None:
             body["tool_choice"] = {
@@ -123,13 +100,15 @@ class AnthropicModel(HttpModel):
             }
         if request.temperature is not None:
             if request.temperature > 1.0:
-                raise unsupported("Anthropic accepts a temperature between 0 and 1")
+                raise adapter.unsupported("Anthropic accepts a temperature between 0 and 1")
             body["temperature"] = request.temperature
         if request.top_p is not None:
             body["top_p"] = request.top_p
         return body
 
-    def _messages(self, request: ModelCallRequest, opaque: OpaqueView) -> list[dict[str, Any]]:
+    def _messages(
+        self, request: adapter.ModelCallRequest, opaque: adapter.OpaqueView
+    ) -> list[dict[str, Any]]:
         out: list[dict[str, Any]] = []
 
         def add(role: str, blocks: list[dict[str, Any]]) -> None:
@@ -147,7 +126,7 @@ class AnthropicModel(HttpModel):
                     block: dict[str, Any] = {
                         "type": "tool_result",
                         "tool_use_id": r.tool_call_id,
-                        "content": tool_result_text(r.output.type, r.output.value),
+                        "content": adapter.tool_result_text(r.output.type, r.output.value),
                     }
                     if r.output.type == "error-json":
                         block["is_error"] = True
@@ -168,7 +147,9 @@ class AnthropicModel(HttpModel):
                 )
         return out
 
-    def _assistant(self, message: AssistantMessage, opaque: OpaqueView) -> list[dict[str, Any]]:
+    def _assistant(
+        self, message: AssistantMessage, opaque: adapter.OpaqueView
+    ) -> list[dict[str, Any]]:
         if isinstance(message.content, str):
             return [{"type": "text", "text": message.content}] if message.content else []
         blocks: list[dict[str, Any]] = []
@@ -187,7 +168,7 @@ class AnthropicModel(HttpModel):
                     }
                 )
             elif isinstance(part, ReasoningPart):
-                state = as_dict(opaque.of(part))
+                state = adapter.as_dict(opaque.of(part))
                 if not state:
                     continue  # unsigned reasoning cannot be sent to Anthropic
                 if state.get("type") == "thinking" and isinstance(state.get("signature"), str):
@@ -199,18 +180,20 @@ class AnthropicModel(HttpModel):
                 ):
                     blocks.append({"type": "redacted_thinking", "data": state["data"]})
                 else:
-                    raise invalid("opaque reasoning state is not an Anthropic thinking block")
+                    raise adapter.invalid(
+                        "opaque reasoning state is not an Anthropic thinking block"
+                    )
         return blocks
 
-    def decoder(self, attempt: Attempt) -> StreamDecoder:
+    def decoder(self, attempt: adapter.Attempt) -> adapter.StreamDecoder:
         return _AnthropicDecoder(self, attempt)
 
 
-class _AnthropicDecoder(StreamDecoder):
-    def __init__(self, model: AnthropicModel, attempt: Attempt) -> None:
+class _AnthropicDecoder(adapter.StreamDecoder):
+    def __init__(self, model: AnthropicModel, attempt: adapter.Attempt) -> None:
         self._model = model
         self._attempt = attempt
-        self._parts = Assembler(attempt)
+        self._parts = adapter.Assembler(attempt)
         self._kinds: dict[int, str] = {}
         self._signatures: dict[int, list[str]] = {}
         self._response_id: str | None = None
@@ -220,8 +203,8 @@ class _AnthropicDecoder(StreamDecoder):
         self._usage_final = False
 
     def _absorb_usage(self, raw: object) -> None:
-        for key, value in as_dict(raw).items():
-            number = as_int(value)
+        for key, value in adapter.as_dict(raw).items():
+            number = adapter.as_int(value)
             if number is not None:
                 self._raw_usage[key] = number
         # message_delta counts are cumulative; only message_stop makes them final.
@@ -233,7 +216,7 @@ class _AnthropicDecoder(StreamDecoder):
         reads = u.get("cache_read_input_tokens")
         writes = u.get("cache_creation_input_tokens")
         total_in = None if fresh is None else fresh + (reads or 0) + (writes or 0)
-        return usage_total(
+        return adapter.usage_total(
             TurnUsage(
                 input_tokens=total_in,
                 output_tokens=u.get("output_tokens"),
@@ -241,22 +224,22 @@ class _AnthropicDecoder(StreamDecoder):
             )
         )
 
-    async def feed(self, event: SseEvent) -> bool:
-        data = parse_json_event(event, self._attempt)
+    async def feed(self, event: adapter.SseEvent) -> bool:
+        data = adapter.parse_json_event(event, self._attempt)
         kind = data.get("type") or event.event
         if kind == "message_start":
-            message = as_dict(data.get("message"))
-            self._response_id = bounded_token(message.get("id"))
-            self._upstream_model = bounded_token(message.get("model"))
+            message = adapter.as_dict(data.get("message"))
+            self._response_id = adapter.bounded_token(message.get("id"))
+            self._upstream_model = adapter.bounded_token(message.get("model"))
             self._absorb_usage(message.get("usage"))
         elif kind == "content_block_start":
-            await self._block_start(data.get("index"), as_dict(data.get("content_block")))
+            await self._block_start(data.get("index"), adapter.as_dict(data.get("content_block")))
         elif kind == "content_block_delta":
-            await self._block_delta(data.get("index"), as_dict(data.get("delta")))
+            await self._block_delta(data.get("index"), adapter.as_dict(data.get("delta")))
         elif kind == "content_block_stop":
             self._block_stop(data.get("index"))
         elif kind == "message_delta":
-            stop = as_dict(data.get("delta")).get("stop_reason")
+            stop = adapter.as_dict(data.get("delta")).get("stop_reason")
             if isinstance(stop, str) and stop:
                 self._stop = stop[:64]
             self._absorb_usage(data.get("usage"))
@@ -265,9 +248,9 @@ class _AnthropicDecoder(StreamDecoder):
             self._attempt.observe_usage(self._usage(), final=True)
             return True
         elif kind == "error":
-            raise stream_error(
+            raise adapter.stream_error(
                 self._attempt,
-                error_token(data),
+                adapter.error_token(data),
                 default_detail="the provider reported an error mid-stream",
             )
         return False
@@ -275,7 +258,7 @@ class _AnthropicDecoder(StreamDecoder):
     async def _block_start(self, index: object, block: dict[str, Any]) -> None:
         if not isinstance(index, int) or index in self._kinds:
             raise self._attempt.failure(
-                FailureKind.PROTOCOL, "the provider sent an invalid content block"
+                adapter.FailureKind.PROTOCOL, "the provider sent an invalid content block"
             )
         kind = block.get("type")
         self._kinds[index] = kind if isinstance(kind, str) else ""
@@ -300,7 +283,8 @@ class _AnthropicDecoder(StreamDecoder):
     async def _block_delta(self, index: object, delta: dict[str, Any]) -> None:
         if not isinstance(index, int) or index not in self._kinds:
             raise self._attempt.failure(
-                FailureKind.PROTOCOL, "the provider sent a delta for an unknown content block"
+                adapter.FailureKind.PROTOCOL,
+                "the provider sent a delta for an unknown content block",
             )
         kind = delta.get("type")
         if kind == "text_delta":
@@ -315,37 +299,32 @@ class _AnthropicDecoder(StreamDecoder):
     def _block_stop(self, index: object) -> None:
         if not isinstance(index, int) or index not in self._kinds:
             raise self._attempt.failure(
-                FailureKind.PROTOCOL, "the provider closed an unknown content block"
+                adapter.FailureKind.PROTOCOL, "the provider closed an unknown content block"
             )
         if self._kinds[index] == "thinking":
             signature = "".join(self._signatures.get(index, []))
             if signature:
                 self._parts.reasoning_state(index, {"type": "thinking", "signature": signature})
 
-    def finish(self, terminal: bool) -> ModelOutcome:
+    def finish(self, terminal: bool) -> adapter.ModelOutcome:
         if not terminal:
             raise self._attempt.failure(
-                FailureKind.PROTOCOL, "the stream ended before the message stopped"
+                adapter.FailureKind.PROTOCOL, "the stream ended before the message stopped"
             )
         if self._stop == "refusal":
-            raise self._attempt.failure(FailureKind.REFUSAL, "the model refused the request")
-        usage = self._usage()
-        if check_usage(usage) is not None:
             raise self._attempt.failure(
-                FailureKind.PROTOCOL, "the provider reported contradictory usage"
+                adapter.FailureKind.REFUSAL, "the model refused the request"
             )
-        binding = self._model.binding
-        return ModelOutcome(
-            parts=self._parts.parts(lambda state: bound_options(binding, state)),
+        return adapter.settled(
+            self._attempt,
+            self._parts,
+            binding=self._model.binding,
+            usage=self._usage(),
+            final_usage=self._usage_final,
             finish_reason=_FINISH.get(self._stop or "", "other"),
-            usage=usage,
-            observation=Observation(
-                binding=binding,
-                upstream_model=self._upstream_model,
-                response_id=self._response_id,
-                final_usage=self._usage_final,
-            ),
             raw_stop_reason=self._stop,
+            upstream_model=self._upstream_model,
+            response_id=self._response_id,
         )
 
 

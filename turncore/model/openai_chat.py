@@ -25,32 +25,9 @@ import orjson
 
 from turncore.events import TurnUsage
 from turncore.messages import AssistantMessage, TextPart, ToolCallPart, ToolMessage
-from turncore.model._attempt import Assembler, Attempt
-from turncore.model._http import (
-    HttpModel,
-    StreamDecoder,
-    as_dict,
-    as_int,
-    bounded_token,
-    error_token,
-    parse_json_event,
-    stream_error,
-    usage_total,
-)
-from turncore.model.binding import bound_options
-from turncore.model.failures import FailureKind
-from turncore.model.port import (
-    FinishReason,
-    ModelCallRequest,
-    ModelOutcome,
-    NamedToolChoice,
-    Observation,
-    OpaqueView,
-    check_usage,
-)
-from turncore.model.sse import SseEvent
+from turncore.model import adapter
 
-_FINISH: dict[str, FinishReason] = {
+_FINISH: dict[str, adapter.FinishReason] = {
     "stop": "stop",
     "length": "length",
     "content_filter": "content-filter",
@@ -59,30 +36,16 @@ _FINISH: dict[str, FinishReason] = {
 }
 
 
-def tool_result_text(kind: str, value: Any) -> str:
-    """A tool result as the text a provider's tool-result slot takes; error results
-    are wrapped so the model can tell them apart where the wire has no error flag."""
-    if kind == "error-json":
-        value = {"error": value}
-    return value if isinstance(value, str) and kind == "json" else orjson.dumps(value).decode()
-
-
-def arguments_text(value: Any) -> str:
-    """Tool-call input back to an argument string (unparsed text stays verbatim)."""
-    return value if isinstance(value, str) else orjson.dumps(value).decode()
-
-
-class OpenAIChatModel(HttpModel):
+class OpenAIChatModel(adapter.HttpModel):
     path = "/chat/completions"
     protocol = "openai-chat"
 
     def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        if self._api_key is not None:
-            headers["authorization"] = "Bearer " + self._api_key.reveal()
-        return headers
+        return adapter.bearer_headers(self._api_key)
 
-    def encode(self, request: ModelCallRequest, opaque: OpaqueView) -> dict[str, Any]:
+    def encode(
+        self, request: adapter.ModelCallRequest, opaque: adapter.OpaqueView
+    ) -> dict[str, Any]:
         messages: list[dict[str, Any]] = []
         if request.system:
             messages.append({"role": "system", "content": request.system})
@@ -107,7 +70,7 @@ class OpenAIChatModel(HttpModel):
                 for t in request.tools
             ]
         choice = request.tool_choice
-        if isinstance(choice, NamedToolChoice):
+        if isinstance(choice, adapter.NamedToolChoice):
             body["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
         elif choice is not None:
             body["tool_choice"] = choice
@@ -128,7 +91,7 @@ class OpenAIChatModel(HttpModel):
                 {
                     "role": "tool",
                     "tool_call_id": r.tool_call_id,
-                    "content": tool_result_text(r.output.type, r.output.value),
+                    "content": adapter.tool_result_text(r.output.type, r.output.value),
                 }
                 for r in message.content
             ]
@@ -140,7 +103,7 @@ class OpenAIChatModel(HttpModel):
                 {
                     "id": p.tool_call_id,
                     "type": "function",
-                    "function": {"name": p.tool_name, "arguments": arguments_text(p.input)},
+                    "function": {"name": p.tool_name, "arguments": adapter.arguments_text(p.input)},
                 }
                 for p in message.content
                 if isinstance(p, ToolCallPart)
@@ -158,15 +121,15 @@ class OpenAIChatModel(HttpModel):
             return [{"role": "user", "content": texts[0]}]
         return [{"role": "user", "content": [{"type": "text", "text": t} for t in texts]}]
 
-    def decoder(self, attempt: Attempt) -> StreamDecoder:
+    def decoder(self, attempt: adapter.Attempt) -> adapter.StreamDecoder:
         return _ChatDecoder(self, attempt)
 
 
-class _ChatDecoder(StreamDecoder):
-    def __init__(self, model: OpenAIChatModel, attempt: Attempt) -> None:
+class _ChatDecoder(adapter.StreamDecoder):
+    def __init__(self, model: OpenAIChatModel, attempt: adapter.Attempt) -> None:
         self._model = model
         self._attempt = attempt
-        self._parts = Assembler(attempt)
+        self._parts = adapter.Assembler(attempt)
         self._response_id: str | None = None
         self._upstream_model: str | None = None
         self._finish: str | None = None
@@ -175,18 +138,18 @@ class _ChatDecoder(StreamDecoder):
         self._keys: dict[object, object] = {}
         self._ids: dict[object, object] = {}
 
-    async def feed(self, event: SseEvent) -> bool:
+    async def feed(self, event: adapter.SseEvent) -> bool:
         if event.data.strip() == "[DONE]":
             return True
-        chunk = parse_json_event(event, self._attempt)
+        chunk = adapter.parse_json_event(event, self._attempt)
         if "error" in chunk:
-            raise stream_error(
+            raise adapter.stream_error(
                 self._attempt,
-                error_token(chunk),
+                adapter.error_token(chunk),
                 default_detail="the provider reported an error mid-stream",
             )
-        self._response_id = self._response_id or bounded_token(chunk.get("id"))
-        self._upstream_model = self._upstream_model or bounded_token(chunk.get("model"))
+        self._response_id = self._response_id or adapter.bounded_token(chunk.get("id"))
+        self._upstream_model = self._upstream_model or adapter.bounded_token(chunk.get("model"))
         usage = chunk.get("usage")
         if isinstance(usage, dict):
             self._usage = _usage(usage)
@@ -194,10 +157,10 @@ class _ChatDecoder(StreamDecoder):
             self._attempt.observe_usage(self._usage, final=True)
         choices = chunk.get("choices")
         for choice in choices if isinstance(choices, list) else []:
-            choice = as_dict(choice)
+            choice = adapter.as_dict(choice)
             if choice.get("index", 0) != 0:
                 continue
-            await self._delta(as_dict(choice.get("delta")))
+            await self._delta(adapter.as_dict(choice.get("delta")))
             finish = choice.get("finish_reason")
             if isinstance(finish, str) and finish:
                 self._finish = finish[:64]
@@ -223,10 +186,10 @@ class _ChatDecoder(StreamDecoder):
             self._refused = True
         calls = delta.get("tool_calls")
         for position, call in enumerate(calls if isinstance(calls, list) else []):
-            call = as_dict(call)
+            call = adapter.as_dict(call)
             index = call.get("index", position)
             key: object = self._keys.get(index, ("tool", index))
-            fn = as_dict(call.get("function"))
+            fn = adapter.as_dict(call.get("function"))
             call_id = call.get("id")
             if self._parts.tool_started(key) and call_id and call_id != self._ids.get(key):
                 # Some compatible servers send every complete call at index 0.
@@ -241,44 +204,38 @@ class _ChatDecoder(StreamDecoder):
             elif isinstance(args, dict):  # some compatible servers send an object
                 await self._parts.tool_args(key, orjson.dumps(args).decode())
 
-    def finish(self, terminal: bool) -> ModelOutcome:
+    def finish(self, terminal: bool) -> adapter.ModelOutcome:
         if self._refused:
-            raise self._attempt.failure(FailureKind.REFUSAL, "the model refused the request")
+            raise self._attempt.failure(
+                adapter.FailureKind.REFUSAL, "the model refused the request"
+            )
         if self._finish is None:
             raise self._attempt.failure(
-                FailureKind.PROTOCOL,
+                adapter.FailureKind.PROTOCOL,
                 "the stream ended before the provider reported a finish reason",
             )
-        usage = self._usage or TurnUsage()
-        problem = check_usage(usage)
-        if problem is not None:
-            raise self._attempt.failure(
-                FailureKind.PROTOCOL, "the provider reported contradictory usage"
-            )
-        binding = self._model.binding
-        return ModelOutcome(
-            parts=self._parts.parts(lambda state: bound_options(binding, state)),
+        return adapter.settled(
+            self._attempt,
+            self._parts,
+            binding=self._model.binding,
+            usage=self._usage or TurnUsage(),
+            final_usage=self._usage is not None,
             finish_reason=_FINISH.get(self._finish, "other"),
-            usage=usage,
-            observation=Observation(
-                binding=binding,
-                upstream_model=self._upstream_model,
-                response_id=self._response_id,
-                final_usage=self._usage is not None,
-            ),
             raw_stop_reason=self._finish,
+            upstream_model=self._upstream_model,
+            response_id=self._response_id,
         )
 
 
 def _usage(raw: dict[str, Any]) -> TurnUsage:
-    prompt = as_dict(raw.get("prompt_tokens_details"))
-    completion = as_dict(raw.get("completion_tokens_details"))
-    return usage_total(
+    prompt = adapter.as_dict(raw.get("prompt_tokens_details"))
+    completion = adapter.as_dict(raw.get("completion_tokens_details"))
+    return adapter.usage_total(
         TurnUsage(
-            input_tokens=as_int(raw.get("prompt_tokens")),
-            output_tokens=as_int(raw.get("completion_tokens")),
-            total_tokens=as_int(raw.get("total_tokens")),
-            reasoning_tokens=as_int(completion.get("reasoning_tokens")),
-            cached_input_tokens=as_int(prompt.get("cached_tokens")),
+            input_tokens=adapter.as_int(raw.get("prompt_tokens")),
+            output_tokens=adapter.as_int(raw.get("completion_tokens")),
+            total_tokens=adapter.as_int(raw.get("total_tokens")),
+            reasoning_tokens=adapter.as_int(completion.get("reasoning_tokens")),
+            cached_input_tokens=adapter.as_int(prompt.get("cached_tokens")),
         )
     )

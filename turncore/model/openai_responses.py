@@ -24,49 +24,24 @@ from typing import Any
 
 from turncore.events import TurnUsage
 from turncore.messages import AssistantMessage, ReasoningPart, TextPart, ToolCallPart, ToolMessage
-from turncore.model._attempt import Assembler, Attempt
-from turncore.model._http import (
-    HttpModel,
-    StreamDecoder,
-    as_dict,
-    as_int,
-    bounded_token,
-    error_token,
-    parse_json_event,
-    stream_error,
-    usage_total,
-)
-from turncore.model.binding import bound_options
-from turncore.model.failures import FailureKind, invalid
-from turncore.model.openai_chat import arguments_text, tool_result_text
-from turncore.model.port import (
-    FinishReason,
-    ModelCallRequest,
-    ModelOutcome,
-    NamedToolChoice,
-    Observation,
-    OpaqueView,
-    check_usage,
-)
-from turncore.model.sse import SseEvent
+from turncore.model import adapter
 
-_INCOMPLETE: dict[str, FinishReason] = {
+_INCOMPLETE: dict[str, adapter.FinishReason] = {
     "max_output_tokens": "length",
     "content_filter": "content-filter",
 }
 
 
-class OpenAIResponsesModel(HttpModel):
+class OpenAIResponsesModel(adapter.HttpModel):
     path = "/responses"
     protocol = "openai-responses"
 
     def headers(self) -> dict[str, str]:
-        headers = {"content-type": "application/json", "accept": "text/event-stream"}
-        if self._api_key is not None:
-            headers["authorization"] = "Bearer " + self._api_key.reveal()
-        return headers
+        return adapter.bearer_headers(self._api_key)
 
-    def encode(self, request: ModelCallRequest, opaque: OpaqueView) -> dict[str, Any]:
+    def encode(
+        self, request: adapter.ModelCallRequest, opaque: adapter.OpaqueView
+    ) -> dict[str, Any]:
         items: list[dict[str, Any]] = []
         for message in request.messages:
             items.extend(self._items(message, opaque))
@@ -90,7 +65,7 @@ class OpenAIResponsesModel(HttpModel):
                 for t in request.tools
             ]
         choice = request.tool_choice
-        if isinstance(choice, NamedToolChoice):
+        if isinstance(choice, adapter.NamedToolChoice):
             body["tool_choice"] = {"type": "function", "name": choice.name}
         elif choice is not None:
             body["tool_choice"] = choice
@@ -105,13 +80,13 @@ class OpenAIResponsesModel(HttpModel):
             body["include"] = ["reasoning.encrypted_content"]
         return body
 
-    def _items(self, message: Any, opaque: OpaqueView) -> list[dict[str, Any]]:
+    def _items(self, message: Any, opaque: adapter.OpaqueView) -> list[dict[str, Any]]:
         if isinstance(message, ToolMessage):
             return [
                 {
                     "type": "function_call_output",
                     "call_id": r.tool_call_id,
-                    "output": tool_result_text(r.output.type, r.output.value),
+                    "output": adapter.tool_result_text(r.output.type, r.output.value),
                 }
                 for r in message.content
             ]
@@ -137,16 +112,18 @@ class OpenAIResponsesModel(HttpModel):
                             "type": "function_call",
                             "call_id": part.tool_call_id,
                             "name": part.tool_name,
-                            "arguments": arguments_text(part.input),
+                            "arguments": adapter.arguments_text(part.input),
                         }
                     )
                 elif isinstance(part, ReasoningPart):
                     state = opaque.of(part)
                     if state is None:
                         continue  # plain reasoning text has no slot; it is not re-sent
-                    item = as_dict(state).get("item")
+                    item = adapter.as_dict(state).get("item")
                     if not isinstance(item, dict) or item.get("type") != "reasoning":
-                        raise invalid("opaque reasoning state is not a Responses reasoning item")
+                        raise adapter.invalid(
+                            "opaque reasoning state is not a Responses reasoning item"
+                        )
                     out.append(item)
             flush()
             return out
@@ -158,7 +135,7 @@ class OpenAIResponsesModel(HttpModel):
         )
         return [{"role": "user", "content": [{"type": "input_text", "text": t} for t in texts_in]}]
 
-    def decoder(self, attempt: Attempt) -> StreamDecoder:
+    def decoder(self, attempt: adapter.Attempt) -> adapter.StreamDecoder:
         return _ResponsesDecoder(self, attempt)
 
 
@@ -166,11 +143,11 @@ def _assistant_text(text: str) -> dict[str, Any]:
     return {"role": "assistant", "content": [{"type": "output_text", "text": text}]}
 
 
-class _ResponsesDecoder(StreamDecoder):
-    def __init__(self, model: OpenAIResponsesModel, attempt: Attempt) -> None:
+class _ResponsesDecoder(adapter.StreamDecoder):
+    def __init__(self, model: OpenAIResponsesModel, attempt: adapter.Attempt) -> None:
         self._model = model
         self._attempt = attempt
-        self._parts = Assembler(attempt)
+        self._parts = adapter.Assembler(attempt)
         self._response_id: str | None = None
         self._upstream_model: str | None = None
         self._status: str | None = None
@@ -179,20 +156,20 @@ class _ResponsesDecoder(StreamDecoder):
         self._usage: TurnUsage | None = None
 
     def _observe(self, response: dict[str, Any], *, terminal: bool = False) -> None:
-        self._response_id = self._response_id or bounded_token(response.get("id"))
-        self._upstream_model = self._upstream_model or bounded_token(response.get("model"))
+        self._response_id = self._response_id or adapter.bounded_token(response.get("id"))
+        self._upstream_model = self._upstream_model or adapter.bounded_token(response.get("model"))
         usage = response.get("usage")
         if isinstance(usage, dict):
             self._usage = _usage(usage)
             self._attempt.observe_usage(self._usage, final=terminal)
 
-    async def feed(self, event: SseEvent) -> bool:
-        data = parse_json_event(event, self._attempt)
+    async def feed(self, event: adapter.SseEvent) -> bool:
+        data = adapter.parse_json_event(event, self._attempt)
         kind = data.get("type") or event.event
         if kind in ("response.created", "response.in_progress"):
-            self._observe(as_dict(data.get("response")))
+            self._observe(adapter.as_dict(data.get("response")))
         elif kind == "response.output_item.added":
-            item = as_dict(data.get("item"))
+            item = adapter.as_dict(data.get("item"))
             if item.get("type") == "function_call":
                 key: object = ("item", item.get("id"))
                 await self._parts.tool_start(key, item.get("call_id"), item.get("name"))
@@ -204,38 +181,38 @@ class _ResponsesDecoder(StreamDecoder):
         elif kind == "response.output_text.delta":
             # Some compatible servers leave content_index out: it is the first part,
             # the one the message's done item names 0 (and must not repeat).
-            part = as_int(data.get("content_index")) or 0
+            part = adapter.as_int(data.get("content_index")) or 0
             await self._parts.text(("text", data.get("item_id"), part), _str(data.get("delta")))
         elif kind == "response.refusal.delta":
             self._refused = True
         elif kind in ("response.reasoning_summary_text.delta", "response.reasoning_text.delta"):
             await self._parts.reasoning(("item", data.get("item_id")), _str(data.get("delta")))
         elif kind == "response.reasoning_summary_part.added":
-            if as_int(data.get("summary_index")):
+            if adapter.as_int(data.get("summary_index")):
                 await self._parts.reasoning(("item", data.get("item_id")), "\n\n")
         elif kind == "response.function_call_arguments.delta":
             await self._parts.tool_args(("item", data.get("item_id")), _str(data.get("delta")))
         elif kind == "response.output_item.done":
-            await self._item_done(as_dict(data.get("item")))
+            await self._item_done(adapter.as_dict(data.get("item")))
         elif kind in ("response.completed", "response.incomplete"):
-            response = as_dict(data.get("response"))
+            response = adapter.as_dict(data.get("response"))
             self._observe(response, terminal=True)
             self._status = "completed" if kind == "response.completed" else "incomplete"
-            reason = as_dict(response.get("incomplete_details")).get("reason")
+            reason = adapter.as_dict(response.get("incomplete_details")).get("reason")
             self._incomplete_reason = reason if isinstance(reason, str) else None
             return True
         elif kind == "response.failed":
-            response = as_dict(data.get("response"))
+            response = adapter.as_dict(data.get("response"))
             self._observe(response, terminal=True)
-            raise stream_error(
+            raise adapter.stream_error(
                 self._attempt,
-                error_token(response),
+                adapter.error_token(response),
                 default_detail="the provider reported that the response failed",
             )
         elif kind == "error":
-            raise stream_error(
+            raise adapter.stream_error(
                 self._attempt,
-                error_token(data),
+                adapter.error_token(data),
                 default_detail="the provider reported an error mid-stream",
             )
         return False
@@ -254,7 +231,7 @@ class _ResponsesDecoder(StreamDecoder):
             summary = item.get("summary")
             summary = summary if isinstance(summary, list) else []
             if not self._parts.has(key):
-                text = "\n\n".join(_str(as_dict(s).get("text")) for s in summary)
+                text = "\n\n".join(_str(adapter.as_dict(s).get("text")) for s in summary)
                 await self._parts.reasoning(key, text)
             encrypted = item.get("encrypted_content")
             # Under store=false an item can only be replayed with its encrypted
@@ -270,26 +247,23 @@ class _ResponsesDecoder(StreamDecoder):
         elif kind == "message":
             content = item.get("content")
             for index, piece in enumerate(content if isinstance(content, list) else []):
-                piece = as_dict(piece)
+                piece = adapter.as_dict(piece)
                 text_key = ("text", item.get("id"), index)
                 if piece.get("type") == "output_text" and not self._parts.has(text_key):
                     await self._parts.text(text_key, _str(piece.get("text")))
                 elif piece.get("type") == "refusal":
                     self._refused = True
 
-    def finish(self, terminal: bool) -> ModelOutcome:
+    def finish(self, terminal: bool) -> adapter.ModelOutcome:
         if self._refused:
-            raise self._attempt.failure(FailureKind.REFUSAL, "the model refused the request")
+            raise self._attempt.failure(
+                adapter.FailureKind.REFUSAL, "the model refused the request"
+            )
         if not terminal or self._status is None:
             raise self._attempt.failure(
-                FailureKind.PROTOCOL, "the stream ended before the response completed"
+                adapter.FailureKind.PROTOCOL, "the stream ended before the response completed"
             )
-        usage = self._usage or TurnUsage()
-        if check_usage(usage) is not None:
-            raise self._attempt.failure(
-                FailureKind.PROTOCOL, "the provider reported contradictory usage"
-            )
-        finish: FinishReason
+        finish: adapter.FinishReason
         if self._status == "completed":
             finish = "tool-calls" if self._parts.tool_count() else "stop"
             raw = "completed"
@@ -297,18 +271,16 @@ class _ResponsesDecoder(StreamDecoder):
             reason = self._incomplete_reason or ""
             finish = _INCOMPLETE.get(reason, "other")
             raw = f"incomplete:{(reason or 'unknown')[:48]}"
-        binding = self._model.binding
-        return ModelOutcome(
-            parts=self._parts.parts(lambda state: bound_options(binding, state)),
+        return adapter.settled(
+            self._attempt,
+            self._parts,
+            binding=self._model.binding,
+            usage=self._usage or TurnUsage(),
+            final_usage=self._usage is not None,
             finish_reason=finish,
-            usage=usage,
-            observation=Observation(
-                binding=binding,
-                upstream_model=self._upstream_model,
-                response_id=self._response_id,
-                final_usage=self._usage is not None,
-            ),
             raw_stop_reason=raw,
+            upstream_model=self._upstream_model,
+            response_id=self._response_id,
         )
 
 
@@ -317,14 +289,14 @@ def _str(value: object) -> str:
 
 
 def _usage(raw: dict[str, Any]) -> TurnUsage:
-    inp = as_dict(raw.get("input_tokens_details"))
-    out = as_dict(raw.get("output_tokens_details"))
-    return usage_total(
+    inp = adapter.as_dict(raw.get("input_tokens_details"))
+    out = adapter.as_dict(raw.get("output_tokens_details"))
+    return adapter.usage_total(
         TurnUsage(
-            input_tokens=as_int(raw.get("input_tokens")),
-            output_tokens=as_int(raw.get("output_tokens")),
-            total_tokens=as_int(raw.get("total_tokens")),
-            reasoning_tokens=as_int(out.get("reasoning_tokens")),
-            cached_input_tokens=as_int(inp.get("cached_tokens")),
+            input_tokens=adapter.as_int(raw.get("input_tokens")),
+            output_tokens=adapter.as_int(raw.get("output_tokens")),
+            total_tokens=adapter.as_int(raw.get("total_tokens")),
+            reasoning_tokens=adapter.as_int(out.get("reasoning_tokens")),
+            cached_input_tokens=adapter.as_int(inp.get("cached_tokens")),
         )
     )

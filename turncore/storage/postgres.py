@@ -9,7 +9,7 @@ byte position ``pos`` in the JSONL form. Concatenating the lines in ``seq``
 order, each followed by a newline, gives byte for byte the file the file
 repository would hold. Everything above the bytes (strict parsing with
 ``line N`` errors, the reducer gate, idempotent retries, the prefix cache,
-follower offsets) is the shared ``_JsonlRepository``; this module only
+follower offsets) is the shared ``JsonlRepository``; this module only
 stores and loads bytes, as the file and memory repositories do.
 
 Serialization across hosts: an append locks the turn's ``turns`` row
@@ -98,11 +98,11 @@ from turncore.ids import validate_turn_id
 
 from .repository import (
     AppendOutcome,
+    JsonlRepository,
+    LockTable,
+    LogWriter,
     RemovedTail,
-    _decode,
-    _JsonlRepository,
-    _LockTable,
-    _Writer,
+    decode_log,
 )
 
 __all__ = [
@@ -370,7 +370,7 @@ class PostgresRepairReport(RemovedTail):
     where: str
 
 
-class _PgWriter(_Writer):
+class _PgWriter(LogWriter):
     """The turn's rows under its row lock, in one transaction that ``write`` commits."""
 
     def __init__(
@@ -470,7 +470,7 @@ def _insert_lines(
     return len(lines)
 
 
-class PostgresTurnRepository(_JsonlRepository):
+class PostgresTurnRepository(JsonlRepository):
     """Turn logs in a PostgreSQL database (see the module docstring).
 
     ``connect`` opens it from a URL; ``close`` releases its connections.
@@ -489,7 +489,7 @@ class PostgresTurnRepository(_JsonlRepository):
         self.label = label
         self._secrets = secrets or []
         self._timeout = timeout
-        self._locks = _LockTable()
+        self._locks = LockTable()
 
     @classmethod
     def connect(
@@ -704,7 +704,7 @@ class PostgresTurnRepository(_JsonlRepository):
         return generation, "".join(line + "\n" for _, _, line in rows).encode()
 
     @contextmanager
-    def _writer(self, turn_id: str) -> Iterator[_Writer]:
+    def _writer(self, turn_id: str) -> Iterator[LogWriter]:
         with self._connection() as conn:
             row = conn.execute(
                 "SELECT generation FROM turns WHERE turn_id = %s FOR NO KEY UPDATE", (turn_id,)
@@ -826,7 +826,7 @@ class PostgresTurnRepository(_JsonlRepository):
                 pass
             else:
                 try:
-                    _decode(data, where, turn_id)
+                    decode_log(data, where, turn_id)
                 except CorruptTurnError as exc:
                     raise RepairRefusedError(
                         f"{exc}; only an unreadable final line is repaired, so nothing changed"
@@ -837,7 +837,7 @@ class PostgresTurnRepository(_JsonlRepository):
                     f"{where}:1: the only line is unreadable; no valid turn would remain"
                 )
             try:
-                _decode(prefix, where, turn_id)
+                decode_log(prefix, where, turn_id)
             except CorruptTurnError as exc:
                 raise RepairRefusedError(
                     f"{exc}; only an unreadable final line is repaired, so nothing changed"

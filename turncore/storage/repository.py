@@ -118,10 +118,13 @@ __all__ = [
     "FileTurnRepository",
     "InMemoryTurnRepository",
     "JsonlRepository",
+    "LockTable",
+    "LogWriter",
     "RepairRefusedError",
     "RemovedTail",
     "RepairReport",
     "TurnRepository",
+    "decode_log",
     "read_path",
     "repair_torn_tail",
     "validate_log",
@@ -438,7 +441,7 @@ class _BoundValidators(dict[str, Callable[[Any], Any]]):
 _VALIDATE = _BoundValidators()
 
 
-def _decode(
+def decode_log(
     data: bytes,
     where: str,
     turn_id: str | None,
@@ -555,7 +558,7 @@ def _untimed(event: TurnEvent) -> dict[str, Any]:
 # ---------------------------------------------------------------- locks and cache
 
 
-class _LockTable:
+class LockTable:
     """One re-entrant lock per key, alive while anyone holds or waits on it."""
 
     def __init__(self) -> None:
@@ -575,7 +578,7 @@ class _LockTable:
 
 # Files are shared by every FileTurnRepository in the process, so their
 # in-process locks are too (keyed by absolute path).
-_FILE_LOCKS = _LockTable()
+_FILE_LOCKS = LockTable()
 
 
 @dataclass(slots=True)
@@ -588,7 +591,7 @@ class _Tail:
     reducer: TurnReducer
 
 
-class _Writer(ABC):
+class LogWriter(ABC):
     """Exclusive access to one turn's bytes for the length of an append."""
 
     identity: Hashable
@@ -606,8 +609,9 @@ class _Writer(ABC):
 # ---------------------------------------------------------------- shared logic
 
 
-class _JsonlRepository(ABC):
-    """Everything above the bytes; subclasses store them."""
+class JsonlRepository(ABC):
+    """Every repository's common base (file, memory, PostgreSQL): everything
+    above the bytes; subclasses store them."""
 
     def __init__(self) -> None:
         self._tails: OrderedDict[str, _Tail] = OrderedDict()
@@ -640,7 +644,7 @@ class _JsonlRepository(ABC):
         return identity, data[start:]
 
     @abstractmethod
-    def _writer(self, turn_id: str) -> AbstractContextManager[_Writer]: ...
+    def _writer(self, turn_id: str) -> AbstractContextManager[LogWriter]: ...
 
     @abstractmethod
     def _has(self, turn_id: str) -> bool: ...
@@ -666,7 +670,7 @@ class _JsonlRepository(ABC):
         """Every event, each line validated strictly and the whole log reduced."""
         validate_turn_id(turn_id)
         identity, data = self._load(turn_id)
-        events, reducer, _ = _decode(data, self._where(turn_id), turn_id)
+        events, reducer, _ = decode_log(data, self._where(turn_id), turn_id)
         self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
         return events
 
@@ -848,7 +852,7 @@ class _JsonlRepository(ABC):
         errors), so only a log the runtime can load is imported. An existing
         turn is never replaced (``TurnExistsError``).
         """
-        _, _, turn_id = _decode(data, where, None)
+        _, _, turn_id = decode_log(data, where, None)
         with self._lock(turn_id):
             self._store_new(turn_id, data)
         return turn_id
@@ -909,18 +913,18 @@ class _JsonlRepository(ABC):
             while len(self._tails) > TAIL_CACHE_SIZE:
                 self._tails.popitem(last=False)
 
-    def _catch_up(self, turn_id: str, writer: _Writer, where: str) -> _Tail:
+    def _catch_up(self, turn_id: str, writer: LogWriter, where: str) -> _Tail:
         """The reduced log as it is now, reusing the cached prefix when it is still valid."""
         size = writer.size()
         tail = self._take_tail(turn_id)
         if tail is None or tail.identity != writer.identity or tail.size > size:
             data = writer.read_from(0)
-            events, reducer, _ = _decode(data, where, turn_id)
+            events, reducer, _ = decode_log(data, where, turn_id)
             return _Tail(writer.identity, len(data), len(events), reducer)
         if tail.size < size:
             data = writer.read_from(tail.size)
             # On error the half-advanced reducer is simply not put back.
-            events, _, _ = _decode(
+            events, _, _ = decode_log(
                 data, where, turn_id, first_line=tail.lines + 1, reducer=tail.reducer
             )
             tail.size += len(data)
@@ -928,7 +932,7 @@ class _JsonlRepository(ABC):
         return tail
 
     def _landed(
-        self, writer: _Writer, where: str, batch: list[TurnEvent], known_offset: int
+        self, writer: LogWriter, where: str, batch: list[TurnEvent], known_offset: int
     ) -> tuple[int, list[TurnEvent]] | None:
         """Where the batch ends and how it reads on file, if it already follows line
         ``known_offset`` (``ts`` aside); the first such place counts."""
@@ -948,10 +952,6 @@ class _JsonlRepository(ABC):
                 if [_untimed(e) for e in on_file] == ours:
                     return known_offset + i + width, on_file
         return None
-
-
-JsonlRepository = _JsonlRepository
-"""The public name of every repository's common base (file, memory, PostgreSQL)."""
 
 
 # ---------------------------------------------------------------- files
@@ -982,7 +982,7 @@ def _read_shared(path: Path) -> tuple[Hashable, bytes]:
         return (st.st_dev, st.st_ino), f.read()
 
 
-class _FileWriter(_Writer):
+class _FileWriter(LogWriter):
     def __init__(self, fd: int, where: str) -> None:
         self._fd = fd
         self._where = where
@@ -1031,7 +1031,7 @@ class _FileWriter(_Writer):
             ) from exc
 
 
-class FileTurnRepository(_JsonlRepository):
+class FileTurnRepository(JsonlRepository):
     """Turn files under ``work_dir/storage/turns/YYYY/MM/DD/<turnId>.jsonl``."""
 
     def __init__(self, work_dir: str | os.PathLike[str]) -> None:
@@ -1114,7 +1114,7 @@ class FileTurnRepository(_JsonlRepository):
             raise InfrastructureError(f"{path}: could not read the turn file: {exc}") from exc
 
     @contextmanager
-    def _writer(self, turn_id: str) -> Iterator[_Writer]:
+    def _writer(self, turn_id: str) -> Iterator[LogWriter]:
         path = self.path_for(turn_id)
         try:
             fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CLOEXEC)
@@ -1195,7 +1195,7 @@ class FileTurnRepository(_JsonlRepository):
 
 def validate_log(data: bytes, where: str, turn_id: str | None = None) -> list[TurnEvent]:
     """Validate a whole turn log held in memory, as a read would (``turns export``)."""
-    return _decode(data, where, turn_id)[0]
+    return decode_log(data, where, turn_id)[0]
 
 
 def read_path(path: str | os.PathLike[str]) -> list[TurnEvent]:
@@ -1213,7 +1213,7 @@ def read_path(path: str | os.PathLike[str]) -> list[TurnEvent]:
         raise InfrastructureError(f"{p}: could not read the turn file: {exc}") from exc
     stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else None
     expected = stem if stem is not None and is_turn_id(stem) else None
-    events, _, _ = _decode(data, str(p), expected)
+    events, _, _ = decode_log(data, str(p), expected)
     return events
 
 
@@ -1336,7 +1336,7 @@ def _refuse_unless_valid(data: bytes, p: Path) -> None:
     stem = p.name[: -len(".jsonl")] if p.name.endswith(".jsonl") else None
     expected = stem if stem is not None and is_turn_id(stem) else None
     try:
-        _decode(data, str(p), expected)
+        decode_log(data, str(p), expected)
     except CorruptTurnError as exc:
         raise RepairRefusedError(
             f"{exc}; only a torn final line is repaired, so the file was left alone"
@@ -1352,7 +1352,7 @@ class _MemoryLog:
     buffer: bytearray
 
 
-class _MemoryWriter(_Writer):
+class _MemoryWriter(LogWriter):
     def __init__(self, log: _MemoryLog, guard: threading.Lock) -> None:
         self._buffer = log.buffer
         self._guard = guard
@@ -1370,7 +1370,7 @@ class _MemoryWriter(_Writer):
             self._buffer += data
 
 
-class InMemoryTurnRepository(_JsonlRepository):
+class InMemoryTurnRepository(JsonlRepository):
     """Turn logs held as bytes in memory, with the file repository's exact semantics.
 
     ``put_raw`` and ``raw`` reach the bytes directly, for tests and fixtures
@@ -1382,7 +1382,7 @@ class InMemoryTurnRepository(_JsonlRepository):
         self._logs: dict[str, _MemoryLog] = {}
         self._generations = itertools.count()
         self._guard = threading.Lock()
-        self._locks = _LockTable()
+        self._locks = LockTable()
         self._staged: dict[tuple[str, str], bytes] = {}
 
     def put_raw(self, turn_id: str, data: bytes) -> None:
@@ -1415,7 +1415,7 @@ class InMemoryTurnRepository(_JsonlRepository):
             return log.generation, bytes(log.buffer)
 
     @contextmanager
-    def _writer(self, turn_id: str) -> Iterator[_Writer]:
+    def _writer(self, turn_id: str) -> Iterator[LogWriter]:
         # Exclusion comes from the per-turn lock that append already holds.
         with self._guard:
             log = self._log(turn_id)

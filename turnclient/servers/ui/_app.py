@@ -31,11 +31,11 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from turnclient.cli.follow import Durable, Live, Settled, follow_turn
 from turnclient.lib.api import CreateTurnInput, TurnClient
+from turnclient.lib.deltaspool import spool_dir
+from turnclient.lib.follow import Durable, Live, Settled, follow_turn
 from turnclient.lib.listing import TurnListing, list_turns, pending_across
 from turnclient.lib.turnview import pending_inputs, status_of, turn_view
-from turnclient.runtime.deltaspool import spool_dir
 from turncore.errors import (
     CorruptTurnError,
     DependencyError,

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from turnclient.runtime.deltaspool import DeltaSpoolReader, SpooledDelta
+from turnclient.lib.deltaspool import DeltaSpoolReader, SpooledDelta
 from turncore.events import TurnDelta, TurnEvent
 from turncore.reducer import TurnReducer, TurnState
 from turncore.storage.repository import TurnRepository
