@@ -13,7 +13,6 @@ with the next line. Ctrl-D ends the chat; every turn is in its file, and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -34,26 +33,19 @@ from turnclient.cli.common import (
 )
 from turnclient.cli.running import continuation_of, follow_to_end, turn_request, worker_session
 from turnclient.lib.terminal import command_line
-from turncore.advance import outcome_of
-from turncore.events import (
-    AsyncToolResultInput,
-    PermissionDecisionInput,
-    SuspendedOutcome,
-    ToolResultData,
-    TurnExternalInput,
-    TurnOutcome,
-)
-from turncore.reducer import reduce_turn
 
 if TYPE_CHECKING:
     from turnclient.lib.api import TurnClient
     from turnclient.runtime.connection import Runtime
+    from turncore.events import SuspendedOutcome, TurnExternalInput, TurnOutcome
 
 ALLOW = ("y", "yes")
 
 
 async def _read(prompt: str) -> str | None:
     """One line from stdin after ``prompt``; None at end of input (Ctrl-D)."""
+    import asyncio
+
     sys.stdout.write(prompt)
     sys.stdout.flush()
     with at_prompt():
@@ -118,7 +110,10 @@ async def _advance(
     input: TurnExternalInput | None,
     model: str | None = None,
 ) -> TurnOutcome:
+    import asyncio
+
     from turnclient.cli.render import StreamRenderer, wants_color
+    from turncore.reducer import reduce_turn
 
     renderer = StreamRenderer(sys.stdout, model=model, color=wants_color(sys.stdout))
     if input is not None:
@@ -143,6 +138,12 @@ def _still_waiting(turn_id: str) -> int:
 async def _awaiting_a_human(runtime: Runtime, turn_id: str) -> tuple[str, SuspendedOutcome] | None:
     """(its agent, its outcome) if ``turn_id`` is suspended on something its human
     answers here (an approval, ``ask_human``); None otherwise."""
+    import asyncio
+
+    from turncore.advance import outcome_of
+    from turncore.events import SuspendedOutcome
+    from turncore.reducer import reduce_turn
+
     state = reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
     outcome = outcome_of(state)
     if not isinstance(outcome, SuspendedOutcome):
@@ -162,6 +163,7 @@ async def _answer(
     At a question, a signal stops the chat and leaves the turn at it; the hint
     it prints (``turns chat --continue TURN``) asks the same question again."""
     from turnclient.lib.turnview import permission_label
+    from turncore.events import AsyncToolResultInput, PermissionDecisionInput, ToolResultData
 
     while outcome.status == "suspended":
         between_turns(f"the turn waits for your answer; pick it up with: {_again(turn_id)}")
@@ -207,6 +209,8 @@ def _again(turn_id: str) -> str:
 
 
 def _call_input(runtime: Runtime, turn_id: str, tool_call_id: str) -> Any:
+    from turncore.reducer import reduce_turn
+
     state = reduce_turn(runtime.repository.read(turn_id))
     call = state.tool_call(tool_call_id)
     return call.input if call is not None else None
