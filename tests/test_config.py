@@ -186,7 +186,7 @@ def test_every_mistake_in_the_file_is_named_at_once_each_with_its_key_path(
         "agents.a: unknown key nope",
         "unknown keys bogus, other",
     ]
-    assert "(known: description, " in problems[2] and "(known: agents, " in problems[3]
+    assert "system_prompt, tools)" in problems[2] and "(known: agents, " in problems[3]
     assert str(info.value).count("turns.toml") == 1  # the file is named once
     # A file of the right shape: every broken reference, then every unloadable tool.
     write(
