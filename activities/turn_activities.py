@@ -948,9 +948,15 @@ class TurnActivities(TurnActivityContract):
         d = self._d
         turn_id = input.turn_id
         try:
-            on_file = await self._read(turn_id)
-            state = TurnReducer.of(on_file).state
-            plan = fast_attempt(state, on_file[input.known_offset :], input.invocations, d.clock())
+            # Incremental, like every per-call read (``reduced``): the state, then
+            # the lines after what the workflow knows, cut to the same point.
+            reduced = await self._reduced(turn_id)
+            state = reduced.state
+            after = await asyncio.to_thread(
+                d.repository.read_after, turn_id, min(input.known_offset, reduced.event_count)
+            )
+            after = after[: max(0, reduced.event_count - input.known_offset)]
+            plan = fast_attempt(state, after, input.invocations, d.clock())
             calls: list[tuple[ToolCallInput, SyncTool]] = []
             if plan.invoke:  # resolved before anything is written
                 agent = d.contexts.resolve_agent(state.definition)
@@ -969,7 +975,7 @@ class TurnActivities(TurnActivityContract):
                 exc if isinstance(exc, Exception) else RuntimeError(str(exc))
             ) from exc
         written: list[TurnEvent] = list(plan.found)
-        offset = len(on_file)
+        offset = reduced.event_count
         try:
             first = [*plan.interrupted, *plan.invoke]
             if first:

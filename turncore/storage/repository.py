@@ -682,7 +682,13 @@ class JsonlRepository(ABC):
         validate_turn_id(turn_id)
         identity, data = self._load(turn_id)
         events, reducer, _ = decode_log(data, self._where(turn_id), turn_id)
-        self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
+        known = self._take_tail(turn_id)
+        if known is not None and known.identity == identity and known.size <= len(data):
+            # Keep the cached prefix (``reduced`` catches it up): its records are
+            # the ones the states built so far share (``TurnReducer.state``).
+            self._put_tail(turn_id, known)
+        else:
+            self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
         return events
 
     def reduced(self, turn_id: str) -> TurnReducer:
