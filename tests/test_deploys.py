@@ -370,6 +370,11 @@ async def test_the_commands_report_mark_and_rebuild_stuck_turns(
         assert "non-determinism" in json.loads(r.stdout)["stuck"]["cause"]
         r = await turns(env, "state", first)
         assert f"turn {first} is stuck" in r.stdout
+        r = await turns(env, "watch", first, "--no-worker")
+        assert r.returncode == 1, (r.stdout, r.stderr)
+        assert r.stderr.strip().splitlines() == [
+            next(x for x in r.stderr.splitlines() if f"turn {first} is stuck" in x)
+        ]
 
         r = await turns(env, "recover", first, "--no-worker")
         assert r.returncode == 3, (r.stdout, r.stderr)

@@ -20,7 +20,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.webui import running_ui
-from turnclient import Agent, ConfigError, McpServer, RejectedInputError, Turns
+from turnclient import Agent, ConfigError, McpServer, Turns
 from turnclient.cli.render import continue_commands
 from turnclient.lib.api import CreateTurnInput, TurnClient
 from turnclient.lib.turnview import pending_inputs
@@ -759,9 +759,10 @@ async def test_a_worker_without_the_server_refuses_the_turn_and_changes_nothing(
     before = path.read_bytes()
     without = '[agents.helper]\nsystem_prompt = "You help."\nmodel = "scripted/mcp"\n'
     async with turns_for(temporal_env, work, without, call, env=queue) as turns:
-        # §15.3: the decision is refused, naming the missing server; nothing is written.
-        with pytest.raises(RejectedInputError, match="needs MCP server 'tools'"):
+        # §15.3: the decision is refused, naming the missing server once; nothing is written.
+        with pytest.raises(DependencyError) as refused:
             await turns.approve(result.turn_id, "c1")
+        assert str(refused.value).count("need MCP server 'tools'") == 1
     assert path.read_bytes() == before
     assert _log(log) == []
 
@@ -791,3 +792,43 @@ async def test_a_restarted_http_server_gets_a_new_session(
         assert _log(log) == ["echo again", "echo again"]
     finally:
         _stop(process)
+
+
+@pytest.mark.temporal  # the command starts the work dir's embedded server
+def test_the_terminal_asks_about_mcp_name_tool(tmp_path: Path) -> None:
+    """``turns chat`` (and the renderer ``turns run`` uses) on the embedded server."""
+    log, home = tmp_path / "server.log", tmp_path / "home"
+    home.mkdir()
+    (home / "script.json").write_text(
+        json.dumps(
+            {
+                "responses": [
+                    {
+                        "toolCalls": [
+                            {"toolCallId": "e", "toolName": "echo", "input": {"text": "tty"}}
+                        ]
+                    },
+                    {"text": "echoed"},
+                ]
+            }
+        )
+    )
+    (home / "turns.toml").write_text(
+        _stdio("tools", log)
+        + '[agents.helper]\nsystem_prompt = "p"\nmodel = "scripted/script.json"\nmcp = ["tools"]\n'
+    )
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TEMPORAL_")}
+    said = subprocess.run(
+        [sys.executable, "-m", "turnclient.cli", "chat", "--agent", "helper"],
+        cwd=tmp_path,
+        env={**env, "TURNS_HOME": str(home), "NO_COLOR": "1"},
+        input="echo it\ny\n",
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+    assert said.returncode == 0, said.stderr
+    assert '? MCP tools · echo (e) needs approval: {"text":"tty"}' in said.stdout
+    assert 'allow MCP tools · echo {"text":"tty"}? [y/n/reason]' in said.stdout
+    assert "echoed" in said.stdout
+    assert _log(log) == ["echo tty"]

@@ -28,6 +28,7 @@ from turnclient.cli.common import (
     Failure,
     arg,
     command,
+    command_line,
     cost_json,
     cost_text,
     current_work_dir,
@@ -35,6 +36,7 @@ from turnclient.cli.common import (
     following,
     in_database,
     load_turn,
+    names_a_turn,
     open_runtime,
     path_of,
     positive,
@@ -50,6 +52,8 @@ from turncore.errors import CorruptTurnError, InfrastructureError, TurnNotFoundE
 from turncore.ids import is_turn_id
 
 if TYPE_CHECKING:
+    from temporalio.client import Client
+
     from turnclient.lib.stuck import StuckRun
     from turnclient.runtime.connection import Runtime
     from turncore.events import TurnEvent
@@ -59,47 +63,63 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- file commands
 
 
-def _stuck_of(state: TurnState) -> StuckRun | None:
-    """The open turn's stuck run, asked of a Temporal server that is already up.
+def _server_file() -> Path:
+    """Where the work dir's embedded server says it runs (``turnclient.runtime.embedded``)."""
+    return current_work_dir() / "temporal" / "server.json"
 
-    ``show`` and ``state`` read the file; they never start the embedded server
-    for this, and a server that does not answer within seconds leaves the turn
-    unmarked rather than failing the command.
-    """
+
+async def _running_server() -> Client | None:
+    """A client of the Temporal server commands use, if one is up: never starts the
+    embedded server (``show``, ``state`` and ``watch --no-worker`` read the file;
+    the server only adds whether the turn is stuck). None if none answers."""
     import asyncio
 
     from temporalio.client import Client
-    from temporalio.service import RPCError
 
-    from turnclient.lib.stuck import stuck_run
     from turnclient.runtime.connection import uses_embedded
     from turnclient.runtime.embedded import NAMESPACE, ServerInfo, is_server_process
 
-    if state.terminal is not None:
-        return None
-    turn_id = state.definition.turn_id
-
-    async def ask() -> StuckRun | None:
+    try:
         if uses_embedded():
             try:
-                info = ServerInfo.from_json(
-                    orjson.loads((current_work_dir() / "temporal" / "server.json").read_bytes())
-                )
+                info = ServerInfo.from_json(orjson.loads(_server_file().read_bytes()))
             except (OSError, ValueError, KeyError, TypeError):
                 return None
             if not is_server_process(info.pid, info.db):
                 return None
-            client = await Client.connect(info.address, namespace=NAMESPACE)
+            connecting = Client.connect(info.address, namespace=NAMESPACE)
         else:
             from temporalio.envconfig import ClientConfig
 
-            connect = ClientConfig.load_client_connect_config()
-            client = await Client.connect(**connect)
-        return await stuck_run(client, turn_id)
+            connecting = Client.connect(**ClientConfig.load_client_connect_config())
+        return await asyncio.wait_for(connecting, timeout=5.0)
+    except (RuntimeError, OSError, TimeoutError):
+        return None
+
+
+def _stuck_of(state: TurnState) -> StuckRun | None:
+    """The open turn's stuck run, asked of a Temporal server that is already up; None
+    for an ended turn, or when no server answers within seconds (the file's view
+    stands unmarked rather than the command failing)."""
+    if state.terminal is not None:
+        return None
+    if not os.environ.get("TEMPORAL_ADDRESS") and not _server_file().exists():
+        return None  # no embedded server up: nothing to ask, and no Temporal SDK to load
+    import asyncio
+
+    from temporalio.service import RPCError
+
+    from turnclient.lib.stuck import stuck_run
+
+    turn_id = state.definition.turn_id
+
+    async def ask() -> StuckRun | None:
+        client = await _running_server()
+        return None if client is None else await stuck_run(client, turn_id)
 
     try:
         return asyncio.run(asyncio.wait_for(ask(), timeout=5.0))
-    except (RuntimeError, TimeoutError, OSError, RPCError):
+    except (TimeoutError, RPCError):
         return None  # no server to ask: the file's view stands unmarked
 
 
@@ -118,7 +138,17 @@ def validate(args: argparse.Namespace) -> int:
     valid: list[str] = []
     invalid: list[dict[str, str]] = []
     for given in args.paths:
-        for path in turn_files(given):
+        if not os.path.exists(given) and names_a_turn(given):
+            try:  # `last` and a prefix name a stored turn, as for every command
+                targets = [resolve_turn_id(given)]
+            except Failure as exc:
+                invalid.append({"path": given, "problem": str(exc)})
+                if not args.json:
+                    print(str(exc))
+                continue
+        else:
+            targets = list(turn_files(given))
+        for path in targets:
             _, problem = _read_stored(path) if _is_stored_id(path) else read_turn_file(path)
             if problem is None:
                 valid.append(path)
@@ -292,10 +322,11 @@ def _turn_file_bytes(path: Path) -> bytes:
 )
 def inspect(args: argparse.Namespace) -> int:
     from turnclient.runtime.config import ConfigError, load_config
+    from turncore.budget import BUDGET_KEY
     from turncore.compose import compose_model_request
     from turncore.context import ContextResolver, ElisionPolicy
     from turncore.messages import projected_wire
-    from turncore.reducer import TurnReducer, reduce_turn
+    from turncore.reducer import reduce_turn
 
     def body() -> int:
         _, events = load_turn(args.turn)
@@ -314,7 +345,7 @@ def inspect(args: argparse.Namespace) -> int:
             print(f"{PROG}: turns.toml unusable, default elision policy: {exc}", file=sys.stderr)
             policy = ElisionPolicy()
         with stored_repository() as repo:
-            contexts = ContextResolver(lambda t: TurnReducer.of(repo.read(t)).state, policy)
+            contexts = ContextResolver(lambda t: repo.reduced(t).state, policy)
             agent = contexts.resolve_agent(reduced.definition)
             context = contexts.resolve(reduced.definition.context)
         composed = compose_model_request(agent, context, reduced, index)
@@ -333,6 +364,9 @@ def inspect(args: argparse.Namespace) -> int:
         # `--wire` is the exact body and the one place their sources appear.
         shown = composed.to_wire()
         shown["messages"] = [projected_wire(m) for m in composed.messages]
+        budget = reduced.model_calls[index].request.parameters.get(BUDGET_KEY)
+        if budget is not None:  # what the context budget dropped, as the file records it
+            shown[BUDGET_KEY] = budget
         if args.json:
             emit_json(shown)
             return EXIT_OK
@@ -378,6 +412,12 @@ def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
     print(f"model call {wire['modelCallIndex']} · {model['provider']}/{model['model']}{effort}")
     print(f"parameters {orjson.dumps(wire['parameters']).decode()}")
     print(f"elision    {orjson.dumps(policy).decode()} (applies to earlier turns' messages)")
+    budget = wire.get("contextBudget")
+    if isinstance(budget, dict):
+        print(
+            f"budget     {budget.get('tokens')} tokens: dropped the {budget.get('dropped')} "
+            "oldest messages of earlier turns (as recorded in the file)"
+        )
     print("\nsystem")
     print("\n".join("  " + line for line in wire["system"].splitlines()))
     print(f"\ntools ({len(wire['tools'])})")
@@ -454,7 +494,13 @@ def watch(args: argparse.Namespace) -> int:
     from turncore.reducer import reduce_turn
 
     async def body() -> int:
-        from turnclient.cli.render import StreamRenderer, outcome_block, outcome_json, wants_color
+        from turnclient.cli.render import (
+            StreamRenderer,
+            outcome_block,
+            outcome_json,
+            running_tools_note,
+            wants_color,
+        )
         from turncore.advance import outcome_of
         from turncore.surface import SurfaceProjector, encode_line
 
@@ -485,6 +531,10 @@ def watch(args: argparse.Namespace) -> int:
             show(e)
         state = reduce_turn(events)
         if state.terminal is None and not args.no_follow:
+            note = running_tools_note(state)
+            if renderer is not None and note is not None:
+                renderer.close()
+                print(note, flush=True)
             state = await _tail(args, runtime, turn_id, len(events), show)
         if renderer is not None:
             renderer.close()
@@ -502,7 +552,8 @@ def watch(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(orjson.dumps(outcome_json(turn_id, outcome)).decode() + "\n")
         else:
-            print("\n".join(outcome_block(turn_id, outcome)))
+            shown = renderer.failures if renderer is not None else ()
+            print("\n".join(outcome_block(turn_id, outcome, shown=shown)))
         return EXIT_CODES[outcome.status]
 
     return run_async(args, body)
@@ -521,15 +572,12 @@ async def _tail(
 
     from turnclient.lib.deltaspool import spool_dir
     from turnclient.lib.follow import Durable, Live, Settled, follow_turn
+    from turnclient.lib.stuck import unless_stuck
     from turnclient.runtime.connection import ConnectOptions, temporal
     from turncore.reducer import reduce_turn
     from turncore_temporal.worker import serving
 
-    async with contextlib.AsyncExitStack() as stack:
-        if not args.no_worker:
-            options = ConnectOptions.for_config(runtime.config)
-            conn = await stack.enter_async_context(temporal(runtime.work_dir, options=options))
-            await stack.enter_async_context(serving(runtime, conn.client))
+    async def pump() -> None:
         stream = follow_turn(
             runtime.repository,
             spool_dir(runtime.work_dir),
@@ -546,6 +594,18 @@ async def _tail(
                     show(delta)
                 case Settled():
                     pass
+
+    async with contextlib.AsyncExitStack() as stack:
+        if args.no_worker:
+            # The workers run elsewhere; a server that is up still says if the run is stuck.
+            client = await _running_server()
+            await (pump() if client is None else unless_stuck(client, turn_id, pump()))
+        else:
+            options = ConnectOptions.for_config(runtime.config)
+            conn = await stack.enter_async_context(temporal(runtime.work_dir, options=options))
+            await stack.enter_async_context(serving(runtime, conn.client))
+            # A stuck run never reaches its end: say so instead of waiting forever.
+            await unless_stuck(conn.client, turn_id, pump())
     return reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
 
 
@@ -586,9 +646,11 @@ def list_turns(args: argparse.Namespace) -> int:
             if r["status"] in ("running", "suspended") and r["workflowStatus"] != "running":
                 # The run ended without settling the turn (its environment could not
                 # advance it); the file is intact and `turns recover` starts a new run.
-                pending += f" · workflow {r['workflowStatus']}: turns recover {r['turnId']}"
+                pending += (
+                    f" · workflow {r['workflowStatus']}: {command_line('recover', r['turnId'])}"
+                )
             if r["stuck"]:
-                pending += f" · STUCK ({r['stuck']}): turns recover {r['turnId']}"
+                pending += f" · STUCK ({r['stuck']}): {command_line('recover', r['turnId'])}"
             words = clip(" ".join(str(r["input"] or "").split()), 48)
             print(
                 f"{r['turnId']}  {r['created']}  {r['status'] or '?':<9}  "

@@ -22,7 +22,10 @@ file), or roll the workers back to code that replays it.
 
 from __future__ import annotations
 
+import asyncio
+from collections.abc import Awaitable
 from dataclasses import dataclass
+from typing import TypeVar
 
 from temporalio.api.common.v1 import WorkflowExecution
 from temporalio.api.enums.v1 import EventType, WorkflowTaskFailedCause
@@ -32,6 +35,10 @@ from temporalio.api.workflowservice.v1 import (
 )
 from temporalio.client import Client
 from temporalio.service import RPCError, RPCStatusCode
+
+from turncore.errors import StuckTurnError
+
+_T = TypeVar("_T")
 
 NON_DETERMINISM = "non-determinism"
 """``StuckRun.kind`` of a run whose history the installed workflow code does not replay."""
@@ -146,9 +153,37 @@ async def stuck_run(client: Client, turn_id: str) -> StuckRun | None:
     return None
 
 
+async def unless_stuck(
+    client: Client, turn_id: str, work: Awaitable[_T], *, poll: float = 1.0
+) -> _T:
+    """``work``'s result, unless the turn's run turns out stuck first: then
+    ``StuckTurnError`` (one line: the turn, the cause, the fix) and ``work`` is
+    cancelled. For waits that send nothing (``turns watch``); a wait on an
+    input goes through ``TurnClient``, which also says whether it was applied.
+    """
+    task = asyncio.ensure_future(work)
+    try:
+        while True:
+            await asyncio.wait([task], timeout=poll)
+            if task.done():
+                return task.result()
+            try:
+                stuck = await stuck_run(client, turn_id)
+            except RPCError:
+                continue  # Temporal away for a moment: the file is still followed
+            if stuck is not None:
+                raise StuckTurnError(
+                    stuck.describe(), turn_id=turn_id, cause=stuck.cause, applied=None
+                )
+    finally:
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+
+
 def _first_line(text: str, limit: int = 300) -> str:
     line = text.strip().splitlines()[0] if text.strip() else ""
     return line if len(line) <= limit else line[: limit - 1] + "…"
 
 
-__all__ = ["NON_DETERMINISM", "StuckRun", "stuck_run"]
+__all__ = ["NON_DETERMINISM", "StuckRun", "stuck_run", "unless_stuck"]

@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -62,7 +62,7 @@ from turncore.permissions import (
     PermissionClassificationBatch,
     PermissionClassifier,
 )
-from turncore.reducer import TurnReducer, TurnState
+from turncore.reducer import TurnState
 from turncore.storage.repository import JsonlRepository, TurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import ToolRegistry
@@ -221,6 +221,7 @@ class Runtime:
             checker=checker,
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
+            context_budget=context_budgets(config),
             listed=listing,
         )
         return cls(
@@ -245,9 +246,13 @@ class Runtime:
             return DatabaseDeltaReader(store, turn_id, after)
         return DeltaSpoolReader(spool_dir(self.work_dir), turn_id, after)
 
-    def turn_client(self, client: Client, *, serving: bool = False) -> TurnClient:
+    def turn_client(
+        self, client: Client, server: EmbeddedServer | None = None, *, serving: bool = False
+    ) -> TurnClient:
         """A client of the work dir's turns; ``serving``: this process also runs a worker,
-        so an advance this process could not serve is refused at once (``check_serves``)."""
+        so an advance this process could not serve is refused at once (``check_serves``);
+        with the embedded ``server`` it goes through, a request that fails because that
+        server cannot store anything ends at once."""
         return TurnClient(
             client,
             self.repository,
@@ -256,6 +261,7 @@ class Runtime:
             hub=self.hub,
             workflow_options=self.workflow_options,
             contexts=self.contexts,
+            server_check=server.check_persistence if server is not None else None,
             serves=self.check_serves if serving else None,
             listed=self.listing,
         )
@@ -281,11 +287,15 @@ class Runtime:
             except DependencyError as exc:
                 missing.append(str(exc))
         if missing:
-            raise DependencyError(f"{here}: {'; '.join(missing)}; {MISSING_DEPENDENCY_HINT}")
+            named = "; ".join(dict.fromkeys(missing))  # an MCP server's tools share one message
+            raise DependencyError(f"{here}: {named}; {MISSING_DEPENDENCY_HINT}")
         try:
             self.models.resolve(agent.model)
         except DependencyError as exc:  # a provider's key or table: its message says which
-            raise DependencyError(f"{here}: {exc}") from None
+            raise DependencyError(
+                f"{here}: {exc} (or run with --no-worker where a worker that has it serves "
+                "the task queue)"
+            ) from None
 
     @property
     def workflow_options(self) -> dict[str, Any]:
@@ -329,6 +339,22 @@ def _delta_mirror(repository: TurnRepository, root: Path) -> DeltaMirror:
     spool = DeltaSpool(spool_dir(root))
     store = _delta_store(repository)
     return spool if store is None else BothMirrors(spool, DatabaseDeltas(store))
+def context_budgets(config: Config) -> Callable[[str, ModelDescriptor], int | None]:
+    """An agent's context budget: its ``context_tokens``, else its model's known window."""
+    windows: dict[tuple[str, str], int | None] = {}
+
+    def budget(agent_id: str, model: ModelDescriptor) -> int | None:
+        agent = config.agents.get(agent_id)
+        if agent is not None and agent.context_tokens is not None:
+            return agent.context_tokens
+        key = (model.provider, model.model)
+        if key not in windows:
+            from turnclient.lib.cost import known_window
+
+            windows[key] = known_window(config.providers.get(model.provider), model)
+        return windows[key]
+
+    return budget
 
 
 def turn_dependencies(
@@ -341,6 +367,7 @@ def turn_dependencies(
     classifier: PermissionClassifier,
     context_policy: ElisionPolicy | None = None,
     hub: LiveHub | None = None,
+    context_budget: Callable[[str, ModelDescriptor], int | None] | None = None,
     listed: ListedTools | None = None,
 ) -> TurnDependencies:
     """What the activities need, from the resolved parts of a runtime.
@@ -352,7 +379,7 @@ def turn_dependencies(
     """
 
     def load(turn_id: str) -> TurnState:
-        return TurnReducer.of(repository.read(turn_id)).state
+        return repository.reduced(turn_id).state
 
     return TurnDependencies(
         repository=repository,
@@ -365,6 +392,7 @@ def turn_dependencies(
         hub=hub if hub is not None else LiveHub(),
         agents=agents,
         ids=TurnIdGenerator(),
+        context_budget=context_budget,
         listed=listed,
     )
 
@@ -540,6 +568,7 @@ async def temporal(
     )
     info = await server.acquire()
     try:
+        server.check_persistence()  # a server left running over a deleted database
         client = await Client.connect(info.address, namespace=NAMESPACE, **extra)
         yield Temporal(client, info.address, NAMESPACE, server)
     finally:

@@ -94,8 +94,10 @@ def _sdk() -> Any:
     try:
         import mcp
     except ImportError:
+        from turnclient.runtime.extras import install_hint
+
         raise DependencyError(
-            "MCP servers ([mcp.*] in turns.toml) need the MCP SDK: pip install 'turncore[mcp]'"
+            f"MCP servers ([mcp.*] in turns.toml) need the MCP SDK: {install_hint('mcp')}"
         ) from None
     return mcp
 
@@ -432,9 +434,10 @@ class McpPool:
         server, tool = parts
         if server not in self.servers:
             known = ", ".join(sorted(self.servers)) or "none"
+            # One message per server (not per tool): a turn lists many of its tools.
             raise DependencyError(
-                f"tool {descriptor.tool_id!r} needs MCP server {server!r}, which this runtime "
-                f"does not configure ([mcp.{server}] in turns.toml; configured: {known})"
+                f"the turn's tools mcp:{server}/* need MCP server {server!r}, which this "
+                f"runtime does not configure ([mcp.{server}] in turns.toml; configured: {known})"
             )
         return McpTool(self, self.servers[server], tool)
 
