@@ -339,6 +339,8 @@ def _delta_mirror(repository: TurnRepository, root: Path) -> DeltaMirror:
     spool = DeltaSpool(spool_dir(root))
     store = _delta_store(repository)
     return spool if store is None else BothMirrors(spool, DatabaseDeltas(store))
+
+
 def context_budgets(config: Config) -> Callable[[str, ModelDescriptor], int | None]:
     """An agent's context budget: its ``context_tokens``, else its model's known window."""
     windows: dict[tuple[str, str], int | None] = {}
