@@ -33,7 +33,19 @@ from turncore.advance import (
     outcome_of,
 )
 from turncore.agents import AgentResolver, ListedTools, fallback_models, resolve_listed
-from turncore.compose import closed_transcript, compose_model_request, next_model_request
+from turncore.budget import (
+    BUDGET_KEY,
+    ContextBudgetExceeded,
+    TokenEstimates,
+    fixed_tokens,
+    plan_drop,
+)
+from turncore.compose import (
+    ComposedPrefix,
+    closed_transcript,
+    compose_incrementally,
+    next_model_request,
+)
 from turncore.context import ContextResolver
 from turncore.elision import elide_event
 from turncore.errors import (
@@ -68,7 +80,7 @@ from turncore.ids import MINT_ATTEMPTS, TurnIdGenerator
 from turncore.inputs import resolve_staged
 from turncore.jsonvalue import JsonValue
 from turncore.live import LiveHub
-from turncore.messages import UserMessage
+from turncore.messages import ConversationMessage, UserMessage
 from turncore.model import (
     CancellationToken,
     Dispatch,
@@ -153,6 +165,11 @@ def _elided(events: Sequence[TurnEvent]) -> list[TurnEvent]:
 
 
 LOAD_PAGE_BYTES = 128 * 1024
+LOADS_KEPT = 16
+"""Loads between pages whose events are kept for their next page (the oldest goes first)."""
+TURNS_KEPT = 64
+"""Turns whose materialized context and last composed request a worker keeps."""
+"""Loads between pages whose events are kept for their next page (the oldest goes first)."""
 
 
 @dataclass
@@ -168,6 +185,8 @@ class TurnDependencies:
     agents: AgentResolver | None = None
     """Resolves sub-agents for ``spawn_agent`` (absent: the tool reports it is unavailable)."""
     ids: TurnIdGenerator | None = None
+    context_budget: Callable[[str, ModelDescriptor], int | None] | None = None
+    """The context budget in tokens of an agent (by id) on a model; None: no budget."""
     listed: ListedTools | None = None
     """Tools sub-agents get from elsewhere (MCP servers), listed as a child is created."""
 
@@ -175,6 +194,62 @@ class TurnDependencies:
 class TurnActivities(TurnActivityContract):
     def __init__(self, deps: TurnDependencies) -> None:
         self._d = deps
+        self._loading: dict[str, list[TurnEvent]] = {}
+        """Per turn whose load is between pages, the events its first page read."""
+        self._contexts: dict[str, tuple[TurnCreated, list[ConversationMessage]]] = {}
+        """Per turn, its materialized context and the definition it is of."""
+        self._tokens = TokenEstimates()
+        self._composed: dict[str, ComposedPrefix] = {}
+        """Per turn, its last composed request, from which the next call's is composed."""
+
+    def _budget(
+        self,
+        turn_id: str,
+        agent: ResolvedAgent,
+        context: list[ConversationMessage],
+        reducer: TurnReducer,
+        requested: ModelCallRequested,
+        budget: int,
+    ) -> dict[str, JsonValue]:
+        """Measure the request ``requested`` would send; drop what the budget rule says.
+
+        Composed as it would be without dropping (from the turn's last composed
+        request, so the work does not grow with the turn), then measured with the
+        documented estimate (``turncore.budget``); the prefix's messages are the
+        same objects turn after turn, so each is measured once per worker.
+        """
+        trial = reducer.copy()
+        trial.apply(requested)
+        state = trial.state
+        index = requested.model_call_index
+        full, prefix = compose_incrementally(
+            agent, context, state, index, self._composed.get(turn_id)
+        )
+        self._keep(self._composed, turn_id, prefix)
+        sizes = self._tokens
+        prefix_tokens = [sizes.of(m) for m in context]
+        current = sum(sizes.of(m) for m in full.messages[len(context) :])
+        fixed = fixed_tokens(agent.system_prompt, agent.tools)
+        dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
+        return {"tokens": budget, "dropped": dropped}
+
+    @staticmethod
+    def _keep(cache: dict[str, Any], turn_id: str, value: Any) -> None:
+        """Keep ``value`` for the turn, forgetting the least recently kept past ``TURNS_KEPT``."""
+        cache.pop(turn_id, None)
+        cache[turn_id] = value
+        while len(cache) > TURNS_KEPT:
+            cache.pop(next(iter(cache)))
+
+    def _context(self, turn_id: str, state: TurnState) -> list[ConversationMessage]:
+        """The turn's materialized context, resolved once per turn definition: the
+        prefix every model call of the turn sends (and the composer's cache key)."""
+        known = self._contexts.get(turn_id)
+        if known is not None and known[0] is state.definition:
+            return known[1]
+        context = self._d.contexts.resolve(state.definition.context)
+        self._keep(self._contexts, turn_id, (state.definition, context))
+        return context
 
     # -- helpers ------------------------------------------------------------
 
@@ -184,8 +259,13 @@ class TurnActivities(TurnActivityContract):
     async def _append(self, turn_id: str, events: Sequence[TurnEvent]) -> int:
         return await asyncio.to_thread(self._d.repository.append, turn_id, list(events))
 
+    async def _reduced(self, turn_id: str) -> TurnReducer:
+        """The file reduced, reading only what is new since the last time (see
+        ``TurnRepository.reduced``): per-call work does not grow with the turn."""
+        return await asyncio.to_thread(self._d.repository.reduced, turn_id)
+
     async def _state(self, turn_id: str) -> TurnState:
-        return TurnReducer.of(await self._read(turn_id)).state
+        return (await self._reduced(turn_id)).state
 
     # -- safe to retry ------------------------------------------------------
 
@@ -198,10 +278,10 @@ class TurnActivities(TurnActivityContract):
             elif input.subagent is not None:
                 derived = await self._subagent_result(input, input.subagent)
             elif input.derive == "completion":
-                on_file = await self._read(input.turn_id)
-                state = TurnReducer.of(on_file).state
+                reduced = await self._reduced(input.turn_id)
+                state = reduced.state
                 if state.terminal is not None and state.terminal.type == "turn_completed":
-                    return AppendResult(offset=len(on_file), events=[])  # landed earlier
+                    return AppendResult(offset=reduced.event_count, events=[])  # landed earlier
                 derived = [completion_event(state, input.ts or self._d.clock())]
             events = derived or input.events
             outcome = await asyncio.to_thread(
@@ -268,9 +348,14 @@ class TurnActivities(TurnActivityContract):
     async def load_turn(self, input: LoadInput) -> LoadResult:
         """The file's events from ``start``, elided, in pages that fit a payload."""
         try:
-            events = await self._read(input.turn_id)
+            # The pages of one load come from one read: the first page reads and
+            # validates the file, the next ones continue in what it read (a
+            # long turn's reload reads its file once, not once per page).
+            events = self._loading.pop(input.turn_id, None) if input.start else None
+            if events is None or len(events) < input.start:
+                events = await self._read(input.turn_id)
             if input.validate:
-                state = TurnReducer.of(events).state
+                state = (await self._reduced(input.turn_id)).state
                 if state.terminal is None:
                     self._check_dependencies(state)
         except (CorruptTurnError, InfrastructureError) as exc:
@@ -282,6 +367,9 @@ class TurnActivities(TurnActivityContract):
             elided = elide_event(events[i])
             size += len(orjson.dumps(elided.to_wire()))
             if page and size > LOAD_PAGE_BYTES:
+                self._loading[input.turn_id] = events
+                while len(self._loading) > LOADS_KEPT:
+                    self._loading.pop(next(iter(self._loading)))
                 return LoadResult(events=page, offset=len(events), next_start=i, fast_tools=fast)
             page.append(elided)
         return LoadResult(events=page, offset=len(events), fast_tools=fast)
@@ -549,7 +637,7 @@ class TurnActivities(TurnActivityContract):
         d = self._d
         turn_id = input.turn_id
         try:
-            reducer = TurnReducer.of(await self._read(turn_id))
+            reducer = await self._reduced(turn_id)
             state = reducer.state
             if len(state.model_calls) != input.model_call_index or state.open_model_call():
                 raise CorruptTurnError(
@@ -557,7 +645,7 @@ class TurnActivities(TurnActivityContract):
                     f"has {len(state.model_calls)} calls"
                 )
             agent = d.contexts.resolve_agent(state.definition)
-            context = d.contexts.resolve(state.definition.context)
+            context = self._context(turn_id, state)
             model = d.models.resolve(agent.model)
             # The turn's fallback models (its file's requested composition), tried in
             # order when the one before fails transiently before any output.
@@ -584,6 +672,16 @@ class TurnActivities(TurnActivityContract):
             model_call_index=input.model_call_index,
             request=next_model_request(state),
         )
+        over_budget: ContextBudgetExceeded | None = None
+        budget = d.context_budget(agent.agent_id, agent.model) if d.context_budget else None
+        if budget is not None:
+            try:
+                decision = self._budget(turn_id, agent, context, reducer, requested, budget)
+            except ContextBudgetExceeded as exc:
+                over_budget, decision = exc, {"tokens": budget, "dropped": len(context)}
+            params = {**requested.request.parameters, BUDGET_KEY: decision}
+            recorded = requested.request.model_copy(update={"parameters": params})
+            requested = requested.model_copy(update={"request": recorded})
         await commit(requested)  # the durable barrier precedes the side effect (§4.4)
         index = input.model_call_index
         recorder = StepRecorder()
@@ -648,7 +746,15 @@ class TurnActivities(TurnActivityContract):
             failure: ModelFailure | None = None
             cancelled = False
             try:
-                composed = compose_model_request(agent, context, reducer.state, index)
+                if over_budget is not None:
+                    # Before dispatch: nothing was sent, and the failure says why.
+                    raise ModelFailure(
+                        FailureKind.CONTEXT_BUDGET, Dispatch.NOT_SENT, str(over_budget)
+                    )
+                composed, prefix = compose_incrementally(
+                    agent, context, reducer.state, index, self._composed.pop(turn_id, None)
+                )
+                self._keep(self._composed, turn_id, prefix)
                 parameters = dict(composed.parameters)
                 if composed.reasoning_effort is not None:
                     parameters["reasoningEffort"] = composed.reasoning_effort
@@ -842,9 +948,15 @@ class TurnActivities(TurnActivityContract):
         d = self._d
         turn_id = input.turn_id
         try:
-            on_file = await self._read(turn_id)
-            state = TurnReducer.of(on_file).state
-            plan = fast_attempt(state, on_file[input.known_offset :], input.invocations, d.clock())
+            # Incremental, like every per-call read (``reduced``): the state, then
+            # the lines after what the workflow knows, cut to the same point.
+            reduced = await self._reduced(turn_id)
+            state = reduced.state
+            after = await asyncio.to_thread(
+                d.repository.read_after, turn_id, min(input.known_offset, reduced.event_count)
+            )
+            after = after[: max(0, reduced.event_count - input.known_offset)]
+            plan = fast_attempt(state, after, input.invocations, d.clock())
             calls: list[tuple[ToolCallInput, SyncTool]] = []
             if plan.invoke:  # resolved before anything is written
                 agent = d.contexts.resolve_agent(state.definition)
@@ -863,7 +975,7 @@ class TurnActivities(TurnActivityContract):
                 exc if isinstance(exc, Exception) else RuntimeError(str(exc))
             ) from exc
         written: list[TurnEvent] = list(plan.found)
-        offset = len(on_file)
+        offset = reduced.event_count
         try:
             first = [*plan.interrupted, *plan.invoke]
             if first:

@@ -171,5 +171,5 @@ def test_a_600_call_turn_runs_to_completion_through_turns_run(home: Path) -> Non
     assert sum(e["type"] == "model_call_completed" for e in lines) == CALLS + 1
     results = [e for e in lines if e["type"] == "tool_result"]
     assert len(results) == CALLS
-    assert results[-1]["result"]["output"] == {"result": CALLS}
+    assert results[-1]["result"]["output"]["result"] == CALLS  # 599 + 1
     assert lines[-1]["type"] == "turn_completed"

@@ -1395,3 +1395,31 @@ class TestReadAfter:
         store.seed(builder.events)
         with pytest.raises(ValueError, match="past the end"):
             store.repo.read_after(TURN_ID, len(builder.events) + 2)
+
+
+class TestReduced:
+    """``reduced`` is ``reduce_turn(read())``, reading only what was appended since."""
+
+    def test_reduced_follows_appends_by_any_writer(self, store: Store) -> None:
+        builder = open_sync_calls(n=2)
+        store.seed(builder.events)
+        first = store.repo.reduced(TURN_ID)
+        assert first.state.to_wire() == reduce_turn(store.repo.read(TURN_ID)).to_wire()
+        new = [tool_progress(TURN_ID, "call_0", progress={"step": i}) for i in range(3)]
+        store.repo.append(TURN_ID, new[:1])
+        # Another writer (another process) appends behind this repository's back.
+        store.put_raw(TURN_ID, store.raw(TURN_ID) + b"".join(line(e) for e in new[1:]))
+        after = store.repo.reduced(TURN_ID)
+        assert after.event_count == first.event_count + 3
+        assert after.state.to_wire() == reduce_turn(store.repo.read(TURN_ID)).to_wire()
+        # Each caller gets its own copy: folding into it changes nothing stored.
+        after.apply(tool_progress(TURN_ID, "call_1", progress={"mine": True}))
+        assert store.repo.reduced(TURN_ID).event_count == first.event_count + 3
+
+    def test_a_bad_line_appended_behind_its_back_is_reported(self, store: Store) -> None:
+        builder = open_sync_calls(n=1)
+        store.seed(builder.events)
+        store.repo.reduced(TURN_ID)
+        store.put_raw(TURN_ID, store.raw(TURN_ID) + b'{"type":"nonsense"}\n')
+        with pytest.raises(CorruptTurnError):
+            store.repo.reduced(TURN_ID)

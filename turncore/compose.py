@@ -11,8 +11,10 @@ record (what is new since the previous call), derived from the state alone.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 
 from ._wire import Opt, WireModel
+from .budget import BUDGET_KEY, recorded_drop
 from .errors import CorruptTurnError
 from .events import (
     ContextRef,
@@ -90,53 +92,92 @@ def next_model_request(
     return ModelRequest(messages=refs, parameters=params)
 
 
+@dataclass(frozen=True)
+class ComposedPrefix:
+    """The messages of a composed request before its own call's refs, kept to
+    compose that call again or a later one.
+
+    Call N's messages are call N-1's followed by what call N's refs add, so a
+    caller that keeps the prefix (the model activity, per turn) composes each
+    call from the previous one instead of from call 0: O(new refs), not
+    O(turn). The prefix is used only for the same state lineage: the same
+    definition and context objects, and the same ``request`` object of its
+    last call (a request never changes once recorded, and a reducer's states
+    share it); anything else composes from the start. Either way the result is
+    the same.
+    """
+
+    definition: object
+    context: Sequence[ConversationMessage]
+    index: int
+    """The last call whose refs are in ``messages`` (-1: none)."""
+    request: object
+    """That call's ``request``, by identity."""
+    messages: tuple[ConversationMessage, ...]
+
+
 def compose_model_request(
     agent: ResolvedAgent,
     context: Sequence[ConversationMessage],
     state: TurnState,
     model_call_index: int,
+    prefix: ComposedPrefix | None = None,
 ) -> ComposedRequest:
     """Rebuild the request of model call ``model_call_index`` from durable state.
 
     ``agent`` is the materialized agent snapshot (§6.7) and ``context`` the
     materialized context as transmitted (``ContextResolver.resolve``): it is
-    placed where call 0's ``contextRef`` or ``context`` ref puts it.
+    placed where call 0's ``contextRef`` or ``context`` ref puts it. With a
+    ``prefix`` from composing an earlier or the same call of the same state
+    lineage (``compose_incrementally``), only the later calls' refs are composed.
     """
+    return compose_incrementally(agent, context, state, model_call_index, prefix)[0]
+
+
+def compose_incrementally(
+    agent: ResolvedAgent,
+    context: Sequence[ConversationMessage],
+    state: TurnState,
+    model_call_index: int,
+    prefix: ComposedPrefix | None = None,
+) -> tuple[ComposedRequest, ComposedPrefix]:
+    """``compose_model_request``, and the prefix to compose this call or a later one from."""
     if model_call_index >= len(state.model_calls):
         raise CorruptTurnError(f"model call {model_call_index} has not been requested")
     messages: list[ConversationMessage] = []
     definition = state.definition
-    by_index = {m.index: m for m in state.model_calls}
-    for call in state.model_calls[: model_call_index + 1]:
-        if call.request.context_ref is not None:
-            messages.extend(context)
-        pending_results: list[ToolResultPart] = []
-        for ref in call.request.messages:
-            if ref.startswith("toolResult:"):
-                # Call N's results are those of call N-1's batch (§24); the
-                # index matters because an id may recur in later responses.
-                tool_call_id = ref.removeprefix("toolResult:")
-                pending_results.append(
-                    _tool_result_part(state.tool_call(tool_call_id, call.index - 1), ref)
-                )
-                continue
-            if pending_results:
-                messages.append(ToolMessage(content=pending_results))
-                pending_results = []
-            if ref == "context":
-                messages.extend(context)
-            elif ref == "input":
-                messages.append(definition.input)
-            elif ref.startswith("assistant:"):
-                messages.append(_assistant(by_index, ref))
-            else:
-                raise CorruptTurnError(f"unknown request ref {ref!r} in model call {call.index}")
-        if pending_results:
-            messages.append(ToolMessage(content=pending_results))
-    target = state.model_calls[model_call_index]
+    calls = state.model_calls
+    first = 0
+    if (
+        prefix is not None
+        and prefix.definition is definition
+        and prefix.context is context
+        and prefix.index < model_call_index
+        and (prefix.index < 0 or calls[prefix.index].request is prefix.request)
+    ):
+        messages.extend(prefix.messages)
+        first = prefix.index + 1
+    before = len(messages)
+    for call in calls[first : model_call_index + 1]:
+        before = len(messages)
+        _add_refs(messages, call, context, state)
+    kept = ComposedPrefix(
+        definition=definition,
+        context=context,
+        index=model_call_index - 1,
+        request=calls[model_call_index - 1].request if model_call_index else None,
+        messages=tuple(messages[:before]),
+    )
+    target = calls[model_call_index]
     params = dict(target.request.parameters)
+    dropped = recorded_drop(params, len(context))
+    params.pop(BUDGET_KEY, None)  # the composer's, never a provider's
+    if dropped:
+        messages = messages[dropped:]  # the prefix comes first (§6.6): its oldest
     effort = definition.config.reasoning_effort
-    return ComposedRequest(
+    # Constructed, not validated: every value is a validated model already, and
+    # validating a long turn's messages again would cost O(turn) per call.
+    composed = ComposedRequest.model_construct(
         model=definition.agent.resolved.model,
         system=agent.system_prompt,
         tools=[ToolDefinition.of(t) for t in agent.tools],
@@ -145,13 +186,49 @@ def compose_model_request(
         model_call_index=model_call_index,
         reasoning_effort=effort,
     )
+    return composed, kept
 
 
-def _assistant(by_index: dict[int, ModelCallState], ref: str) -> AssistantMessage:
+def _add_refs(
+    messages: list[ConversationMessage],
+    call: ModelCallState,
+    context: Sequence[ConversationMessage],
+    state: TurnState,
+) -> None:
+    """Append the messages ``call``'s request refs name (§8.3)."""
+    if call.request.context_ref is not None:
+        messages.extend(context)
+    pending_results: list[ToolResultPart] = []
+    for ref in call.request.messages:
+        if ref.startswith("toolResult:"):
+            # Call N's results are those of call N-1's batch (§24); the
+            # index matters because an id may recur in later responses.
+            tool_call_id = ref.removeprefix("toolResult:")
+            pending_results.append(
+                _tool_result_part(state.tool_call(tool_call_id, call.index - 1), ref)
+            )
+            continue
+        if pending_results:
+            messages.append(ToolMessage(content=pending_results))
+            pending_results = []
+        if ref == "context":
+            messages.extend(context)
+        elif ref == "input":
+            messages.append(state.definition.input)
+        elif ref.startswith("assistant:"):
+            messages.append(_assistant(state.model_calls, ref))
+        else:
+            raise CorruptTurnError(f"unknown request ref {ref!r} in model call {call.index}")
+    if pending_results:
+        messages.append(ToolMessage(content=pending_results))
+
+
+def _assistant(calls: Sequence[ModelCallState], ref: str) -> AssistantMessage:
     raw = ref.removeprefix("assistant:")
     if not raw.isdigit():
         raise CorruptTurnError(f"malformed request ref {ref!r}")
-    call = by_index.get(int(raw))
+    index = int(raw)
+    call = calls[index] if index < len(calls) else None  # a call's index is its place
     response = call.response if call is not None else None
     if response is None:
         raise CorruptTurnError(f"request ref {ref!r} names a model call without a response")

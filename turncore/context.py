@@ -15,9 +15,10 @@ current turn's own messages never pass through it.
 from __future__ import annotations
 
 import json
+from collections import OrderedDict
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 
@@ -137,6 +138,29 @@ class ElisionPolicy(WireModel):
         return UserMessage(content=parts)
 
 
+CACHED_TURNS = 256
+"""Ended turns whose materialization a resolver keeps (the least recently used goes)."""
+
+_V = TypeVar("_V")
+
+
+def _cached(cache: OrderedDict[str, _V], turn_id: str) -> _V | None:
+    found = cache.get(turn_id)
+    if found is not None:
+        try:
+            cache.move_to_end(turn_id)
+        except KeyError:
+            pass  # another thread let it go meanwhile: it is still the right value
+    return found
+
+
+def _keep(cache: OrderedDict[str, _V], turn_id: str, value: _V) -> None:
+    cache[turn_id] = value
+    cache.move_to_end(turn_id)
+    while len(cache) > CACHED_TURNS:
+        cache.popitem(last=False)
+
+
 def _tools_json(agent: ResolvedAgent) -> bytes:
     return orjson.dumps([t.to_wire() for t in agent.tools])
 
@@ -147,6 +171,15 @@ class ContextResolver:
     def __init__(self, load_turn: LoadTurn, policy: ElisionPolicy | None = None) -> None:
         self._load = load_turn
         self._policy = policy
+        # What a referenced turn materializes to, by its id: a turn that can be
+        # referenced has ended, and an ended turn's file never changes (§6.6:
+        # "an immutable prior turn"). Turn N of a conversation materializes
+        # turn N-1 from N-1's own transcript and the cached materialization
+        # of N-2, so it reads one file, not the whole chain.
+        self._transcripts: OrderedDict[str, tuple[ConversationMessage, ...]] = OrderedDict()
+        self._transmitted: OrderedDict[str, tuple[ConversationMessage, ...]] = OrderedDict()
+        self._agents: OrderedDict[str, ResolvedAgent] = OrderedDict()
+        self._previous: OrderedDict[str, str] = OrderedDict()
 
     def resolve(self, context: TurnContext) -> list[ConversationMessage]:
         """The materialized context as transmitted: inline messages or the referenced
@@ -154,13 +187,30 @@ class ContextResolver:
         raw = self._materialize(context, seen=())
         if self._policy is None:
             return raw
-        return [self._policy.elide(m) for m in raw]
+        if not isinstance(context, ContextRef):
+            return [self._policy.elide(m) for m in raw]
+        turn_id = context.previous_turn_id
+        known = _cached(self._transmitted, turn_id)
+        if known is None:
+            # Elision is a pure function of each message: the referenced turn's
+            # transmitted prefix is its predecessor's, then its own messages.
+            previous = self._previous.get(turn_id)
+            base = self._transmitted.get(previous) if previous is not None else None
+            done = base if base is not None and len(base) <= len(raw) else ()
+            known = (*done, *(self._policy.elide(m) for m in raw[len(done) :]))
+            _keep(self._transmitted, turn_id, known)
+        return list(known)
 
     def resolve_agent(self, definition: TurnCreated) -> ResolvedAgent:
-        """The full agent snapshot, following §6.7 inheritance down the chain."""
+        """The full agent snapshot, following §6.7 inheritance down the chain.
+
+        The base snapshot found through an ended turn is kept by that turn's id
+        (ended turns never change), so a long conversation of inherited
+        snapshots walks one link per new turn, not the whole chain."""
         seen: list[str] = [definition.turn_id]
         current = definition
         resolved = current.agent.resolved
+        walked: list[str] = []
         while not isinstance(resolved, ResolvedAgent):
             parent_id = resolved.inherited_from
             if parent_id in seen:
@@ -168,8 +218,15 @@ class ContextResolver:
                     f"agent snapshot inheritance cycles through turn {parent_id}"
                 )
             seen.append(parent_id)
+            known = _cached(self._agents, parent_id)
+            if known is not None:
+                resolved = known
+                break
+            walked.append(parent_id)
             current = self._load_closed(parent_id).definition
             resolved = current.agent.resolved
+        for turn_id in walked:
+            _keep(self._agents, turn_id, resolved)
         top = definition.agent.resolved
         # The inherited record's own agentId and model win; only the heavy
         # fields come from the chain base.
@@ -213,9 +270,16 @@ class ContextResolver:
         turn_id = context.previous_turn_id
         if turn_id in seen:
             raise ContextResolutionError(f"context references cycle through turn {turn_id}")
-        state = self._load_closed(turn_id)
-        base = self._materialize(state.definition.context, (*seen, turn_id))
-        return base + closed_transcript(state)
+        known = _cached(self._transcripts, turn_id)
+        if known is None:
+            state = self._load_closed(turn_id)
+            own = state.definition.context
+            base = self._materialize(own, (*seen, turn_id))
+            known = (*base, *closed_transcript(state))
+            _keep(self._transcripts, turn_id, known)
+            if isinstance(own, ContextRef):
+                _keep(self._previous, turn_id, own.previous_turn_id)
+        return list(known)
 
     def _load_closed(self, turn_id: str) -> TurnState:
         try:

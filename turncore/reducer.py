@@ -644,6 +644,8 @@ class TurnReducer:
         "_usage",
         "_count",
         "_state",
+        "_shown_models",
+        "_shown_tools",
     )
 
     def __init__(self) -> None:
@@ -671,6 +673,12 @@ class TurnReducer:
         self._usage: TurnUsage | None = TurnUsage()
         self._count = 0
         self._state: TurnState | None = None
+        # The states' copies of the settled records, oldest first, made once:
+        # settled records never change, so successive states share these and
+        # only the open records (the last batch) are copied for each state.
+        # Building a state is then O(batch), not O(turn), as the turn grows.
+        self._shown_models: list[ModelCallState] = []
+        self._shown_tools: list[ToolCallState] = []
 
     # -- public -------------------------------------------------------------
 
@@ -700,22 +708,35 @@ class TurnReducer:
         if self._state is None:
             # Copies of the records, not the records: a caller may change the
             # state's lists (progress, step events) without reaching the
-            # reducer's, which it shares only with its own copies.
+            # reducer's. The copies of settled records are shared by the
+            # states this reducer builds (see ``_shown_models``).
+            models, shown_models = self._model_calls, self._shown_models
+            while len(shown_models) < len(models) and not _is_open(models[len(shown_models)]):
+                shown_models.append(_cloned_model(models[len(shown_models)]))
+            tools, shown_tools = self._tool_calls, self._shown_tools
+            unresolved = self._unresolved
+            while len(shown_tools) < len(tools):
+                t = tools[len(shown_tools)]
+                if unresolved.get(t.tool_call_id) is t.__dict__:
+                    break  # open: copied afresh for each state
+                shown_tools.append(_cloned_tool(t))
             self._state = TurnState.model_construct(
                 definition=self._created,
-                model_calls=[_cloned_model(m) for m in self._model_calls],
-                tool_calls=[_cloned_tool(t) for t in self._tool_calls],
+                model_calls=shown_models + [_cloned_model(m) for m in models[len(shown_models) :]],
+                tool_calls=shown_tools + [_cloned_tool(t) for t in tools[len(shown_tools) :]],
                 suspension=self._suspension,
                 terminal=self._terminal,
                 usage=self._aggregate(),
             )
         return self._state
 
-    def copy(self) -> TurnReducer:
+    def copy(self, *, fresh_state: bool = False) -> TurnReducer:
         """An independent reducer at the same point (for trial appends).
 
         Settled records never change, so both share them; the open ones (the
         last model call, the unresolved batch) are cloned: O(batch), not O(turn).
+        With ``fresh_state`` the copy builds its own ``state`` instead of sharing
+        this one's (still on the shared copies of settled records).
         """
         other = TurnReducer()
         other._created = self._created
@@ -737,7 +758,9 @@ class TurnReducer:
         other._totals = self._totals
         other._usage = self._usage
         other._count = self._count
-        other._state = self._state
+        other._state = None if fresh_state else self._state
+        other._shown_models = list(self._shown_models)
+        other._shown_tools = list(self._shown_tools)
         return other
 
     def apply(self, event: TurnEvent) -> None:

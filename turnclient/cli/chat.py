@@ -13,7 +13,6 @@ with the next line. Ctrl-D ends the chat; every turn is in its file, and
 from __future__ import annotations
 
 import argparse
-import asyncio
 import sys
 from typing import TYPE_CHECKING, Any
 
@@ -32,24 +31,19 @@ from turnclient.cli.common import (
     run_async,
 )
 from turnclient.cli.running import continuation_of, follow_to_end, turn_request, worker_session
-from turncore.events import (
-    AsyncToolResultInput,
-    PermissionDecisionInput,
-    ToolResultData,
-    TurnExternalInput,
-    TurnOutcome,
-)
-from turncore.reducer import reduce_turn
 
 if TYPE_CHECKING:
     from turnclient.lib.api import TurnClient
     from turnclient.runtime.connection import Runtime
+    from turncore.events import TurnExternalInput, TurnOutcome
 
 ALLOW = ("y", "yes")
 
 
 async def _read(prompt: str) -> str | None:
     """One line from stdin after ``prompt``; None at end of input (Ctrl-D)."""
+    import asyncio
+
     sys.stdout.write(prompt)
     sys.stdout.flush()
     line = str(await asyncio.to_thread(sys.stdin.readline))
@@ -107,7 +101,10 @@ async def _advance(
     input: TurnExternalInput | None,
     model: str | None = None,
 ) -> TurnOutcome:
+    import asyncio
+
     from turnclient.cli.render import StreamRenderer, wants_color
+    from turncore.reducer import reduce_turn
 
     renderer = StreamRenderer(sys.stdout, model=model, color=wants_color(sys.stdout))
     if input is not None:
@@ -123,6 +120,7 @@ async def _answer(
 ) -> TurnOutcome:
     """Ask the human for every decision and answer the suspended turn needs, inline."""
     from turnclient.lib.turnview import permission_label
+    from turncore.events import AsyncToolResultInput, PermissionDecisionInput, ToolResultData
 
     while outcome.status == "suspended":
         input: TurnExternalInput | None = None
@@ -167,6 +165,8 @@ def _again(turn_id: str) -> str:
 
 
 def _call_input(runtime: Runtime, turn_id: str, tool_call_id: str) -> Any:
+    from turncore.reducer import reduce_turn
+
     state = reduce_turn(runtime.repository.read(turn_id))
     call = state.tool_call(tool_call_id)
     return call.input if call is not None else None

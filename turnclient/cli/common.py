@@ -128,28 +128,39 @@ def _one_line(text: str) -> str:
     return " ".join(str(text).split()) or "unknown error"
 
 
+def _loaded(module: str, name: str) -> type[BaseException] | None:
+    """``module.name`` if the process has already imported ``module``, else None.
+
+    An exception can only be an instance of a class whose module is loaded, so
+    classifying a failure of a command that never touched Temporal (``turns
+    state FILE``) does not import the Temporal SDK to learn it is not one.
+    """
+    loaded = sys.modules.get(module)
+    found = getattr(loaded, name, None) if loaded is not None else None
+    return found if isinstance(found, type) and issubclass(found, BaseException) else None
+
+
 def _classify(exc: BaseException) -> tuple[int, str]:
-    from temporalio.service import RPCError
-
-    from turnclient.runtime.connection import TemporalUnreachableError
-    from turnclient.runtime.embedded import EmbeddedServerError
-
     if isinstance(exc, Failure):
         return exc.code, str(exc)
-    from turnclient.runtime.app import AppError
-
-    if isinstance(exc, AppError):
-        return (EXIT_USAGE if exc.usage else EXIT_PROBLEM), str(exc)
+    app_error = _loaded("turnclient.runtime.app", "AppError")
+    if app_error is not None and isinstance(exc, app_error):
+        return (EXIT_USAGE if getattr(exc, "usage", False) else EXIT_PROBLEM), str(exc)
     if isinstance(exc, RejectedInputError):
         return EXIT_REJECTED, f"rejected: {exc}"
     if isinstance(exc, (InvalidInputError, TurnNotFoundError)):
         return EXIT_USAGE, str(exc)
-    if isinstance(exc, (TemporalUnreachableError, EmbeddedServerError)):
+    unreachable = (
+        _loaded("turnclient.runtime.connection", "TemporalUnreachableError"),
+        _loaded("turnclient.runtime.embedded", "EmbeddedServerError"),
+    )
+    if any(kind is not None and isinstance(exc, kind) for kind in unreachable):
         return EXIT_UNREACHABLE, str(exc)
     if isinstance(exc, (TurnError, OSError)):
         return EXIT_PROBLEM, str(exc)
-    if isinstance(exc, RPCError):
-        return EXIT_PROBLEM, f"Temporal: {exc.message or exc}"
+    rpc_error = _loaded("temporalio.service", "RPCError")
+    if rpc_error is not None and isinstance(exc, rpc_error):
+        return EXIT_PROBLEM, f"Temporal: {getattr(exc, 'message', '') or exc}"
     return EXIT_PROBLEM, f"unexpected {type(exc).__name__}: {exc}"
 
 

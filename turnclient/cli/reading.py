@@ -61,6 +61,11 @@ if TYPE_CHECKING:
 # ---------------------------------------------------------------- file commands
 
 
+def _server_file() -> Path:
+    """Where the work dir's embedded server says it runs (``turnclient.runtime.embedded``)."""
+    return current_work_dir() / "temporal" / "server.json"
+
+
 async def _running_server() -> Client | None:
     """A client of the Temporal server commands use, if one is up: never starts the
     embedded server (``show``, ``state`` and ``watch --no-worker`` read the file;
@@ -75,9 +80,7 @@ async def _running_server() -> Client | None:
     try:
         if uses_embedded():
             try:
-                info = ServerInfo.from_json(
-                    orjson.loads((current_work_dir() / "temporal" / "server.json").read_bytes())
-                )
+                info = ServerInfo.from_json(orjson.loads(_server_file().read_bytes()))
             except (OSError, ValueError, KeyError, TypeError):
                 return None
             if not is_server_process(info.pid, info.db):
@@ -96,14 +99,16 @@ def _stuck_of(state: TurnState) -> StuckRun | None:
     """The open turn's stuck run, asked of a Temporal server that is already up; None
     for an ended turn, or when no server answers within seconds (the file's view
     stands unmarked rather than the command failing)."""
+    if state.terminal is not None:
+        return None
+    if not os.environ.get("TEMPORAL_ADDRESS") and not _server_file().exists():
+        return None  # no embedded server up: nothing to ask, and no Temporal SDK to load
     import asyncio
 
     from temporalio.service import RPCError
 
     from turnclient.lib.stuck import stuck_run
 
-    if state.terminal is not None:
-        return None
     turn_id = state.definition.turn_id
 
     async def ask() -> StuckRun | None:
@@ -305,10 +310,11 @@ def _turn_file_bytes(path: Path) -> bytes:
 )
 def inspect(args: argparse.Namespace) -> int:
     from turnclient.runtime.config import ConfigError, load_config
+    from turncore.budget import BUDGET_KEY
     from turncore.compose import compose_model_request
     from turncore.context import ContextResolver, ElisionPolicy
     from turncore.messages import projected_wire
-    from turncore.reducer import TurnReducer, reduce_turn
+    from turncore.reducer import reduce_turn
 
     def body() -> int:
         _, events = load_turn(args.turn)
@@ -327,7 +333,7 @@ def inspect(args: argparse.Namespace) -> int:
             print(f"{PROG}: turns.toml unusable, default elision policy: {exc}", file=sys.stderr)
             policy = ElisionPolicy()
         with stored_repository() as repo:
-            contexts = ContextResolver(lambda t: TurnReducer.of(repo.read(t)).state, policy)
+            contexts = ContextResolver(lambda t: repo.reduced(t).state, policy)
             agent = contexts.resolve_agent(reduced.definition)
             context = contexts.resolve(reduced.definition.context)
         composed = compose_model_request(agent, context, reduced, index)
@@ -346,6 +352,9 @@ def inspect(args: argparse.Namespace) -> int:
         # `--wire` is the exact body and the one place their sources appear.
         shown = composed.to_wire()
         shown["messages"] = [projected_wire(m) for m in composed.messages]
+        budget = reduced.model_calls[index].request.parameters.get(BUDGET_KEY)
+        if budget is not None:  # what the context budget dropped, as the file records it
+            shown[BUDGET_KEY] = budget
         if args.json:
             emit_json(shown)
             return EXIT_OK
@@ -391,6 +400,12 @@ def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
     print(f"model call {wire['modelCallIndex']} · {model['provider']}/{model['model']}{effort}")
     print(f"parameters {orjson.dumps(wire['parameters']).decode()}")
     print(f"elision    {orjson.dumps(policy).decode()} (applies to earlier turns' messages)")
+    budget = wire.get("contextBudget")
+    if isinstance(budget, dict):
+        print(
+            f"budget     {budget.get('tokens')} tokens: dropped the {budget.get('dropped')} "
+            "oldest messages of earlier turns (as recorded in the file)"
+        )
     print("\nsystem")
     print("\n".join("  " + line for line in wire["system"].splitlines()))
     print(f"\ntools ({len(wire['tools'])})")

@@ -276,9 +276,7 @@ class TurnClient:
         self._stuck_poll = stuck_poll_seconds
         self._deliver_window = deliver_window_seconds
         # Reads predecessors for §6.7 inheritance at creation (files only).
-        self._contexts = contexts or ContextResolver(
-            lambda tid: TurnReducer.of(repository.read(tid)).state
-        )
+        self._contexts = contexts or ContextResolver(lambda tid: repository.reduced(tid).state)
 
     async def _retrying(self, what: str, call: Callable[[], Awaitable[_T]]) -> _T:
         """``call()``, retried with backoff while Temporal fails transiently.

@@ -199,6 +199,28 @@ class Pricer:
         return self.sum(priced), calls
 
 
+def known_window(config: ProviderConfig | None, model: ModelDescriptor) -> int | None:
+    """The model's context window in tokens as the price table knows it; None if it
+    does not (a scripted or private model, a server elsewhere it does not list)."""
+    if config is None or config.kind not in _GENAI_PROVIDERS:
+        return None
+    from genai_prices import Usage, calc_price
+
+    base_url = config.base_url
+    custom = base_url is not None and base_url != DEFAULT_BASE_URLS.get(config.kind)
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            if custom:
+                found = calc_price(Usage(), model.model, provider_api_url=base_url)
+            else:
+                found = calc_price(Usage(), model.model, provider_id=_GENAI_PROVIDERS[config.kind])
+    except LookupError:
+        return None
+    window = found.model.context_window
+    return window if isinstance(window, int) and window > 0 else None
+
+
 # ---------------------------------------------------------------- reports
 
 

@@ -50,6 +50,7 @@ from turnclient.builtins.demo import DEMO_MODEL
 from turnclient.builtins.tools import BUILTIN_NAMES, builtin_tools
 from turnclient.lib.cost import PriceConfigError, ProviderPrice
 from turnclient.runtime.errors import ConfigError
+from turncore.budget import check_budget
 from turncore.context import ElisionPolicy
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
 from turncore.model.scripted import ScriptFunction
@@ -87,6 +88,9 @@ class Agent:
     before fails with a transient or unavailable error; None: the ``default_model``."""
     reasoning_effort: Effort | None = None
     description: str = ""
+    context_tokens: int | None = None
+    """The context budget in tokens (``turncore.budget``); None: the model's known
+    context window, where the price table knows it, or no budget."""
     mcp: tuple[str | McpServer, ...] = ()
     """MCP servers whose tools the agent gets, listed when a turn is created: names of
     ``[mcp.NAME]`` tables, or ``McpServer`` objects, which a runtime adds under their names."""
@@ -306,6 +310,7 @@ class AgentTable(_Table):
     tools: list[str] | None = None
     reasoning_effort: Effort | None = None
     description: str | None = None
+    context_tokens: int | None = Field(default=None, ge=1)
     mcp: list[str] | None = None
 
     @field_validator("model")
@@ -543,6 +548,11 @@ class TurnsFile(_Table):
                 raise ValueError(f"{where} needs a system_prompt")
             _check_tool_names(f"{where}.tools", a.tools or [], tools)
             _check_models(f"{where}.model", a.model, self._providers)
+            if a.context_tokens is not None:
+                prompt = a.system_prompt
+                if prompt is None:
+                    prompt = BUILTIN_AGENTS[name].system_prompt
+                check_budget(where, a.context_tokens, prompt)
             _check_mcp_names(f"{where}.mcp", a.mcp or [], set(self.mcp))
         for name in self.mcp:
             if not MCP_NAME.fullmatch(name):
@@ -877,6 +887,7 @@ def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
         model=t.model if t.model is not None else start.model,
         reasoning_effort=t.reasoning_effort or start.reasoning_effort,
         description=t.description or start.description,
+        context_tokens=t.context_tokens or start.context_tokens,
         mcp=tuple(t.mcp) if t.mcp is not None else start.mcp,
     )
 
@@ -1103,6 +1114,8 @@ def with_python(
                 f"built-in, replaced by {origin}" if a.name in BUILTIN_AGENTS else origin
             )
             _check_agent_fields(a)
+            if a.context_tokens is not None:
+                check_budget(f"agents.{a.name}", a.context_tokens, a.system_prompt)
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
             _check_models(f"agents.{a.name}.model", a.model, config.providers)
             _check_mcp_names(f"agents.{a.name}.mcp", a.mcp_names, set(servers))
@@ -1150,6 +1163,7 @@ def _check_agent_fields(agent: Agent) -> None:
         "tools": list(agent.tool_names),
         "reasoning_effort": agent.reasoning_effort,
         "description": agent.description,
+        "context_tokens": agent.context_tokens,
         "mcp": list(agent.mcp_names),
     }
     try:

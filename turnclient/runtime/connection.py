@@ -23,7 +23,7 @@ import dataclasses
 import logging
 import os
 import re
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -61,7 +61,7 @@ from turncore.permissions import (
     PermissionClassificationBatch,
     PermissionClassifier,
 )
-from turncore.reducer import TurnReducer, TurnState
+from turncore.reducer import TurnState
 from turncore.storage.repository import JsonlRepository, TurnRepository
 from turncore.subagents import SPAWN_AGENT_TOOL_ID, spawn_agent_descriptor
 from turncore.tools import ToolRegistry
@@ -219,6 +219,7 @@ class Runtime:
             checker=checker,
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
+            context_budget=context_budgets(config),
             listed=listing,
         )
         return cls(
@@ -276,7 +277,10 @@ class Runtime:
         try:
             self.models.resolve(agent.model)
         except DependencyError as exc:  # a provider's key or table: its message says which
-            raise DependencyError(f"{here}: {exc}") from None
+            raise DependencyError(
+                f"{here}: {exc} (or run with --no-worker where a worker that has it serves "
+                "the task queue)"
+            ) from None
 
     @property
     def workflow_options(self) -> dict[str, Any]:
@@ -311,6 +315,24 @@ class Runtime:
         )
 
 
+def context_budgets(config: Config) -> Callable[[str, ModelDescriptor], int | None]:
+    """An agent's context budget: its ``context_tokens``, else its model's known window."""
+    windows: dict[tuple[str, str], int | None] = {}
+
+    def budget(agent_id: str, model: ModelDescriptor) -> int | None:
+        agent = config.agents.get(agent_id)
+        if agent is not None and agent.context_tokens is not None:
+            return agent.context_tokens
+        key = (model.provider, model.model)
+        if key not in windows:
+            from turnclient.lib.cost import known_window
+
+            windows[key] = known_window(config.providers.get(model.provider), model)
+        return windows[key]
+
+    return budget
+
+
 def turn_dependencies(
     repository: TurnRepository,
     models: ModelResolver,
@@ -321,6 +343,7 @@ def turn_dependencies(
     classifier: PermissionClassifier,
     context_policy: ElisionPolicy | None = None,
     hub: LiveHub | None = None,
+    context_budget: Callable[[str, ModelDescriptor], int | None] | None = None,
     listed: ListedTools | None = None,
 ) -> TurnDependencies:
     """What the activities need, from the resolved parts of a runtime.
@@ -332,7 +355,7 @@ def turn_dependencies(
     """
 
     def load(turn_id: str) -> TurnState:
-        return TurnReducer.of(repository.read(turn_id)).state
+        return repository.reduced(turn_id).state
 
     return TurnDependencies(
         repository=repository,
@@ -345,6 +368,7 @@ def turn_dependencies(
         hub=hub if hub is not None else LiveHub(),
         agents=agents,
         ids=TurnIdGenerator(),
+        context_budget=context_budget,
         listed=listed,
     )
 

@@ -26,10 +26,12 @@ from typing import NoReturn
 
 def leave(code: int) -> NoReturn:
     """Flush traces, logs and stdio, then end the process with ``code`` at once."""
-    from turnclient.runtime.telemetry import shutdown_tracing
-
-    with contextlib.suppress(Exception):
-        shutdown_tracing()
+    # Only a process that set up telemetry has spans to flush; importing it here
+    # would load the Temporal SDK into every command that never touched it.
+    telemetry = sys.modules.get("turnclient.runtime.telemetry")
+    if telemetry is not None:
+        with contextlib.suppress(Exception):
+            telemetry.shutdown_tracing()
     with contextlib.suppress(Exception):
         logging.shutdown()
     for stream in (sys.stdout, sys.stderr):

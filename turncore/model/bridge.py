@@ -196,6 +196,8 @@ def _advice(failure: ModelFailure, binding: Binding) -> str:
             return "The model declined; rephrase the request."
         case FailureKind.CANCELLED:
             return "The call was cancelled."
+        case FailureKind.CONTEXT_BUDGET:
+            return "Nothing was sent to the provider."
         case _:
             assert_never(failure.kind)
 

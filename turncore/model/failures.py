@@ -31,6 +31,8 @@ class FailureKind(StrEnum):
     UNSUPPORTED = "unsupported"
     CANCELLED = "cancelled"
     DEADLINE = "deadline"
+    CONTEXT_BUDGET = "context-budget"
+    """The request does not fit the agent's context budget; refused before dispatch."""
 
 
 class Dispatch(StrEnum):

@@ -21,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import re
 from abc import ABC, abstractmethod
+from collections import OrderedDict
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Literal, TypeAlias
@@ -366,8 +367,43 @@ def validate_request(
         raise too_large(f"more than {limits.max_messages} messages")
     view = OpaqueView()
     for message in request.messages:
+        if _VALIDATED.seen(message, limits):
+            continue
+        before = len(view.payloads)
         _validate_message(message, binding, limits, view)
+        if len(view.payloads) == before:  # nothing binding-specific to remember
+            _VALIDATED.add(message, limits)
     return view
+
+
+class _Validated:
+    """Messages that passed ``_validate_message`` under given limits, by identity.
+
+    A turn's request repeats every earlier message, and so do the turns of a
+    conversation (the same message objects: the composer and the context
+    resolver keep them). Checking each once per process keeps validation
+    O(new messages) per call. Only messages whose check depends on nothing but
+    the message and the limits are kept (none with opaque provider state).
+    """
+
+    def __init__(self, size: int = 200_000) -> None:
+        self._known: OrderedDict[int, tuple[object, Limits]] = OrderedDict()
+        self._size = size
+
+    def seen(self, message: object, limits: Limits) -> bool:
+        known = self._known.get(id(message))
+        return known is not None and known[0] is message and known[1] == limits
+
+    def add(self, message: object, limits: Limits) -> None:
+        self._known[id(message)] = (message, limits)  # holding it keeps its id unique
+        while len(self._known) > self._size:
+            try:
+                self._known.popitem(last=False)
+            except KeyError:  # emptied meanwhile by another thread
+                break
+
+
+_VALIDATED = _Validated()
 
 
 def _validate_message(

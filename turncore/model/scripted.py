@@ -140,8 +140,25 @@ def load_script(path: str | Path) -> list[ScriptedResponse]:
     return _read_script(path)[0]
 
 
+_SCRIPTS: dict[tuple[str, int, int], tuple[list[ScriptedResponse], float]] = {}
+"""Parsed script files by path, modification time and size: a model is resolved per
+call, and a long script parsed per call would cost more with every response."""
+
+
 def _read_script(path: str | Path) -> tuple[list[ScriptedResponse], float]:
     """The responses and the optional ``"delay"`` (seconds before each streamed piece)."""
+    st = Path(path).stat()
+    key = (str(Path(path).absolute()), st.st_mtime_ns, st.st_size)
+    known = _SCRIPTS.get(key)
+    if known is None:
+        known = _parse_script(path)
+        while len(_SCRIPTS) >= 32:
+            _SCRIPTS.pop(next(iter(_SCRIPTS)))
+        _SCRIPTS[key] = known
+    return list(known[0]), known[1]
+
+
+def _parse_script(path: str | Path) -> tuple[list[ScriptedResponse], float]:
     data = orjson.loads(Path(path).read_bytes())
     if not isinstance(data, dict) or not isinstance(data.get("responses"), list):
         raise ValueError('a script file must be {"responses": [...]}')

@@ -155,6 +155,11 @@ class TurnRepository(Protocol):
         """The events after line ``offset``, for followers (each line validated)."""
         ...
 
+    def reduced(self, turn_id: str) -> TurnReducer:
+        """``TurnReducer.of(read(turn_id))``, reading only what was appended since
+        this process last reduced the turn; the caller's own copy."""
+        ...
+
     def append(
         self,
         turn_id: str,
@@ -643,6 +648,12 @@ class JsonlRepository(ABC):
         identity, data = self._load(turn_id)
         return identity, data[start:]
 
+    def _sized_from(self, turn_id: str, start: int) -> tuple[Hashable, int, bytes]:
+        """``_load_from`` and the size of the whole log, so a reader can tell a log
+        that shrank (rewritten in place) from one that did not grow."""
+        identity, data = self._load_from(turn_id, start)
+        return identity, start + len(data), data
+
     @abstractmethod
     def _writer(self, turn_id: str) -> AbstractContextManager[LogWriter]: ...
 
@@ -671,8 +682,51 @@ class JsonlRepository(ABC):
         validate_turn_id(turn_id)
         identity, data = self._load(turn_id)
         events, reducer, _ = decode_log(data, self._where(turn_id), turn_id)
-        self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
+        known = self._take_tail(turn_id)
+        if known is not None and known.identity == identity and known.size <= len(data):
+            # Keep the cached prefix (``reduced`` catches it up): its records are
+            # the ones the states built so far share (``TurnReducer.state``).
+            self._put_tail(turn_id, known)
+        else:
+            self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
         return events
+
+    def reduced(self, turn_id: str) -> TurnReducer:
+        """The whole log validated and reduced, as ``TurnReducer.of(read(turn_id))``.
+
+        Only the lines appended since this process last reduced the turn (a
+        read, an append or this) are read and validated: the reduced prefix is
+        cached by storage identity, byte size and line count, and shared with
+        the append gate. Activities call this once per model call and per tool
+        call, so a long turn's iterations cost the same at call 500 as at call
+        50. The caller gets its own copy (``TurnReducer.copy``: the settled
+        records are shared, never changed).
+        """
+        validate_turn_id(turn_id)
+        where = self._where(turn_id)
+        tail = self._take_tail(turn_id)
+        data = b""
+        if tail is not None:
+            identity, size, data = self._sized_from(turn_id, tail.size)
+            if identity != tail.identity or size < tail.size:
+                tail = None  # another file now, or rewritten: start over
+        if tail is None:
+            identity, data = self._load(turn_id)
+            events, reducer, _ = decode_log(data, where, turn_id)
+            tail = _Tail(identity, len(data), len(events), reducer)
+        elif data:
+            # On error the half-advanced reducer is simply not put back.
+            events, _, _ = decode_log(
+                data, where, turn_id, first_line=tail.lines + 1, reducer=tail.reducer
+            )
+            tail.size += len(data)
+            tail.lines += len(events)
+        # The cached reducer makes the copies of settled records that every
+        # state built from it shares (``TurnReducer.state``); the caller's copy
+        # builds its own state on those.
+        _ = tail.reducer.state
+        self._put_tail(turn_id, tail)
+        return tail.reducer.copy(fresh_state=True)
 
     def read_after(self, turn_id: str, offset: int) -> list[TurnEvent]:
         """The complete lines after line ``offset``, each validated (DESIGN §7).
@@ -761,7 +815,7 @@ class JsonlRepository(ABC):
                         f"{where}: the caller knew {known_offset} lines but the file has only {count}"
                     )
                 landed = (
-                    self._landed(writer, where, batch, known_offset)
+                    self._landed(writer, where, batch, known_offset, count)
                     if count > known_offset
                     else None
                 )
@@ -932,12 +986,12 @@ class JsonlRepository(ABC):
         return tail
 
     def _landed(
-        self, writer: LogWriter, where: str, batch: list[TurnEvent], known_offset: int
+        self, writer: LogWriter, where: str, batch: list[TurnEvent], known_offset: int, lines: int
     ) -> tuple[int, list[TurnEvent]] | None:
         """Where the batch ends and how it reads on file, if it already follows line
         ``known_offset`` (``ts`` aside); the first such place counts."""
         ours = [_untimed(_encode(e, where, known_offset + 1 + i)[1]) for i, e in enumerate(batch)]
-        raw = writer.read_from(0).split(b"\n")[known_offset:-1]
+        raw = _last_lines(writer, lines - known_offset)
         width = len(ours)
         for i in range(len(raw) - width + 1):
             # Cheap prefilter on the event type before decoding a window.
@@ -952,6 +1006,25 @@ class JsonlRepository(ABC):
                 if [_untimed(e) for e in on_file] == ours:
                     return known_offset + i + width, on_file
         return None
+
+
+def _last_lines(writer: LogWriter, count: int) -> list[bytes]:
+    """The last ``count`` lines of a log of whole lines, read from its end.
+
+    The workflow's known offset trails the file by the lines running tools
+    wrote since it last looked, a few at most: reading from the end keeps an
+    append's idempotency check O(those lines), not O(file).
+    """
+    if count <= 0:
+        return []
+    size = writer.size()
+    chunk = 64 * 1024
+    while True:
+        start = max(0, size - chunk)
+        raw = writer.read_from(start).split(b"\n")[:-1]
+        if start == 0 or len(raw) > count:  # past the first, possibly partial, piece
+            return raw[-count:]
+        chunk *= 4
 
 
 # ---------------------------------------------------------------- files
@@ -1087,13 +1160,17 @@ class FileTurnRepository(JsonlRepository):
             raise InfrastructureError(f"{path}: could not read the turn file: {exc}") from exc
 
     def _load_from(self, turn_id: str, start: int) -> tuple[Hashable, bytes]:
+        identity, _, data = self._sized_from(turn_id, start)
+        return identity, data
+
+    def _sized_from(self, turn_id: str, start: int) -> tuple[Hashable, int, bytes]:
         path = self.path_for(turn_id)
         try:
             with _open_regular(path) as f:
                 fcntl.flock(f.fileno(), fcntl.LOCK_SH)
                 st = os.fstat(f.fileno())
                 f.seek(start)
-                return (st.st_dev, st.st_ino), f.read()
+                return (st.st_dev, st.st_ino), st.st_size, f.read()
         except FileNotFoundError:
             raise self._missing(turn_id) from None
         except OSError as exc:

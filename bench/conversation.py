@@ -1,0 +1,126 @@
+"""A long conversation: does turn 500 cost the runtime what turn 10 does?
+
+Run from anywhere: ``python bench/conversation.py [--turns 500]`` (a few
+minutes). It opens ``Turns`` on a fresh work dir (the embedded default: its own
+Temporal dev server, a worker in this process, file storage) with an agent
+whose model is a Python function answering every turn with one short text
+(usage given, so the model itself does no per-message work), and chains
+``--turns`` turns through ``Turns.run(..., continue_from=last)``. It prints one
+JSON object:
+
+- ``ms_per_turn_by_decile``: the wall time of one whole turn (create, run,
+  settle) in each tenth of the conversation, and ``flatness`` (the last tenth
+  over the second: the first holds the worker's warm-up);
+- ``cpu_ms_per_turn_by_decile``: this process's CPU time per turn (client and
+  worker alike: the runtime's own work; Temporal's server aside), the figure to
+  judge flatness by on a shared machine;
+- ``request_messages`` / ``request_bytes``: what the model was sent at turns
+  1, 10, 100 and the last (messages, and their JSON size);
+
+and the same again for a second conversation whose agent has a context
+budget (``--budget``, default 2,000 tokens): earlier turns are dropped to fit.
+
+Compare ratios within one run: absolute figures depend on the machine's load.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+import orjson  # noqa: E402
+
+from turnclient import Agent, Turns  # noqa: E402
+from turncore.model.port import ModelCallRequest  # noqa: E402
+
+
+class Answerer:
+    """The model: one short answer per turn; keeps what each request carried."""
+
+    def __init__(self) -> None:
+        self.sizes: list[tuple[int, int]] = []
+
+    def __call__(self, request: ModelCallRequest) -> dict[str, Any]:
+        size = len(orjson.dumps([m.to_wire() for m in request.messages]))
+        self.sizes.append((len(request.messages), size))
+        usage = {"inputTokens": size // 4, "outputTokens": 5, "totalTokens": size // 4 + 5}
+        return {"text": f"Noted, that is message {len(self.sizes)}.", "usage": usage}
+
+
+def _by_decile(values: list[float]) -> list[float]:
+    n = len(values)
+    return [
+        round(
+            sum(values[d * n // 10 : (d + 1) * n // 10]) / max(1, (d + 1) * n // 10 - d * n // 10),
+            1,
+        )
+        for d in range(10)
+    ]
+
+
+async def conversation(count: int, budget: int | None = None) -> dict[str, Any]:
+    model = Answerer()
+    wall: list[float] = []
+    cpu: list[float] = []
+    with tempfile.TemporaryDirectory(prefix="turns-conversation-") as tmp:
+        agent = Agent(
+            name="chat",
+            system_prompt="Keep the user company.",
+            model="scripted/answer",
+            context_tokens=budget,
+        )
+        async with Turns(tmp, agents=[agent], models={"answer": model}) as turns:
+            last: str | None = None
+            for i in range(count):
+                started, cpu_started = time.perf_counter(), time.process_time()
+                result = await turns.run(
+                    f"Here is message {i}: the weather is fine today.",
+                    agent="chat",
+                    continue_from=last,
+                )
+                wall.append((time.perf_counter() - started) * 1000)
+                cpu.append((time.process_time() - cpu_started) * 1000)
+                if result.status != "completed":
+                    raise SystemExit(f"turn {i} ended {result.status}")
+                last = result.turn_id
+    ms = _by_decile(wall)
+    cpu_ms = _by_decile(cpu)
+    picks = sorted({0, 9, 99, count - 1} & set(range(count)))
+    return {
+        "turns": count,
+        "context_tokens": budget,
+        "ms_per_turn_by_decile": ms,
+        "flatness_last_over_second_decile": round(ms[-1] / ms[1], 2),
+        "cpu_ms_per_turn_by_decile": cpu_ms,
+        "cpu_flatness_last_over_second_decile": round(cpu_ms[-1] / cpu_ms[1], 2),
+        "request_messages": {str(i + 1): model.sizes[i][0] for i in picks},
+        "request_bytes": {str(i + 1): model.sizes[i][1] for i in picks},
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--turns", type=int, default=500)
+    parser.add_argument(
+        "--budget",
+        type=int,
+        default=2000,
+        help="a second conversation runs with this context budget (0: none)",
+    )
+    args = parser.parse_args()
+    report = {"without_budget": asyncio.run(conversation(args.turns))}
+    if args.budget:
+        report["with_budget"] = asyncio.run(conversation(args.turns, args.budget))
+    print(json.dumps(report, indent=2))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,106 @@
+"""Read-only commands start without the Temporal SDK (or any other heavy stack).
+
+Each command runs in a fresh interpreter the way the ``turns`` script runs it
+(``entry``: the command, then ``process.leave``, which ends with
+``os._exit``). ``os._exit`` is wrapped to print the top-level packages then
+loaded, so what the test sees is everything the command imported, up to its
+last flush.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from turncore.ids import turn_path
+
+ROOT = Path(__file__).resolve().parent.parent
+GOLDEN = ROOT / "tests" / "golden"
+OPEN = GOLDEN / "2025-11-11T04-36-29Z-0001234-000.jsonl"  # awaits an input
+SETTLED = GOLDEN / "2025-11-11T05-00-00Z-0000001-000.jsonl"
+HEAVY = (
+    "temporalio",
+    "httpx",
+    "opentelemetry",
+    "psycopg",
+    "psycopg_pool",
+    "starlette",
+    "uvicorn",
+    "grpc",
+)
+"""Packages no read-only command may load: the SDK, HTTP client, OTel SDK, database, web stack."""
+
+PROBE = """
+import json, os, sys
+real_exit = os._exit
+def report(code):
+    loaded = sorted({name.split(".")[0] for name in sys.modules})
+    sys.stderr.write("\\nLOADED " + json.dumps(loaded) + "\\n")
+    sys.stderr.flush()
+    real_exit(code)
+os._exit = report
+sys.argv = ["turns", *sys.argv[1:]]
+from turnclient.cli import entry
+entry()
+"""
+
+
+def loaded_by(home: Path, *args: str, **extra: str) -> tuple[int, set[str]]:
+    env = {"PATH": "/usr/bin:/bin", "TURNS_HOME": str(home), "NO_COLOR": "1", "HOME": str(home)}
+    env.update(extra)
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    line = next(x for x in r.stderr.splitlines() if x.startswith("LOADED "))
+    return r.returncode, set(json.loads(line.removeprefix("LOADED ")))
+
+
+@pytest.fixture
+def home(tmp_path: Path) -> Path:
+    for source in (OPEN, SETTLED):
+        target = turn_path(tmp_path, source.stem)
+        target.parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(source, target)
+    return tmp_path
+
+
+@pytest.mark.parametrize(
+    "args",
+    [
+        *[
+            (c, str(f))
+            for c in ("validate", "state", "show", "log", "inspect")
+            for f in (OPEN, SETTLED)
+        ],
+        *[
+            (c, f.stem)
+            for c in ("validate", "state", "show", "log", "inspect")
+            for f in (OPEN, SETTLED)
+        ],
+        ("--version",),
+        ("--help",),
+        ("completion", "bash"),
+    ],
+    ids=lambda a: " ".join(Path(x).stem[-13:] if x.endswith(".jsonl") else x[-13:] for x in a),
+)
+def test_a_read_only_command_loads_no_heavy_stack(home: Path, args: tuple[str, ...]) -> None:
+    code, loaded = loaded_by(home, *args)
+    assert code == 0, args
+    assert not loaded & set(HEAVY), f"{args} loaded {sorted(loaded & set(HEAVY))}"
+
+
+def test_the_probe_sees_the_sdk_when_a_command_needs_it(home: Path) -> None:
+    """The check can fail: `turns list` asks Temporal (here a port nobody listens on)."""
+    code, loaded = loaded_by(home, "list", "--json", TEMPORAL_ADDRESS="127.0.0.1:9")
+    assert code == 7  # unreachable
+    assert "temporalio" in loaded
