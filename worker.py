@@ -3,8 +3,9 @@
 TEMPORAL_ADDRESS (unset: the work dir's embedded dev server), TEMPORAL_NAMESPACE
 (default), TEMPORAL_API_KEY or TEMPORAL_TLS_CLIENT_CERT_PATH /
 TEMPORAL_TLS_CLIENT_KEY_PATH for Temporal Cloud (every TEMPORAL_* variable
-``temporalio.envconfig`` reads), TURNS_HOME (./.turns: the work dir holding
-turns.toml, storage/ and workspace/), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
+``temporalio.envconfig`` reads), TURNS_HOME (the work dir holding
+turns.toml, storage/ and workspace/; unset: the nearest .turns/ here or above,
+else ./.turns), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
 TURNS_LOG_LEVEL (INFO), TURNS_MIGRATE (1: create or migrate the turn
 database's schema first, with [storage] kind = "postgres"; the URL is in
 the variable [storage] url_env names, TURNS_DATABASE_URL by default),
@@ -612,6 +613,8 @@ def _metrics_from_env() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the worker; a configuration or storage problem is one line on stderr, exit 1.
 
+    It is configured by the environment: ``--help`` prints how, and an argument
+    it does not know is refused (exit 2) rather than ignored.
     ``--app MODULE:ATTR`` names the app to serve (as ``TURNS_APP``); a name that
     does not load (no such module or attribute, not an app) is exit 2.
     """
@@ -621,7 +624,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m turncore_temporal.worker",
-        description="Serve turns: a worker configured by the environment (see the module doc).",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="`turns worker` is the same worker with flags (`turns worker --help`).",
     )
     parser.add_argument(
         "--app",

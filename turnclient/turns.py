@@ -171,11 +171,12 @@ class Turns:
         stack = contextlib.AsyncExitStack()
         try:
             client = self._client
+            server = None
             if client is None:
                 conn = await stack.enter_async_context(
                     temporal(self.runtime.work_dir, env=self._env)
                 )
-                client = conn.client
+                client, server = conn.client, conn.server
             if self._worker:
                 await stack.enter_async_context(serving(self.runtime, client))
         except BaseException:
@@ -185,7 +186,7 @@ class Turns:
             self._opening = False
         self._stack = stack
         self._closed = asyncio.Event()
-        self._turns = self.runtime.turn_client(client, serving=self._worker)
+        self._turns = self.runtime.turn_client(client, server, serving=self._worker)
         return self
 
     async def __aexit__(

@@ -141,22 +141,26 @@ def _transient(exc: BaseException) -> bool:
 def open_turn_message(state: TurnState) -> str:
     """Why an open turn cannot be continued, and how to finish it."""
     turn_id = state.definition.turn_id
+    from turnclient.lib.terminal import command_line
+
     waiting = [
-        f"approval of {p.tool_name} ({p.tool_call_id}): turns approve|deny {turn_id} {p.tool_call_id}"
+        f"approval of {p.tool_name} ({p.tool_call_id}): "
+        f"{command_line('approve', turn_id, p.tool_call_id)} (or deny)"
         for p in state.pending_permissions()
     ] + [
-        f"the result of {p.tool_name} ({p.tool_call_id}): turns complete {turn_id} "
-        f"{p.tool_call_id} --text ..."
+        f"the result of {p.tool_name} ({p.tool_call_id}): "
+        + command_line("complete", turn_id, p.tool_call_id, "--text", "...")
         for p in state.pending_async_tools()
     ]
+    cancel = command_line("cancel", turn_id)
     if waiting:
         return (
             f"turn {turn_id} has not ended, so it cannot be continued yet; it awaits "
-            f"{'; '.join(waiting)}; or end it with: turns cancel {turn_id}"
+            f"{'; '.join(waiting)}; or end it with: {cancel}"
         )
     return (
         f"turn {turn_id} has not ended (it is running), so it cannot be continued yet; follow it "
-        f"with: turns watch {turn_id}, or end it with: turns cancel {turn_id}"
+        f"with: {command_line('watch', turn_id)}, or end it with: {cancel}"
     )
 
 
@@ -251,6 +255,7 @@ class TurnClient:
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
+        server_check: Callable[[], None] | None = None,
         serves: Callable[[TurnState], None] | None = None,
         no_progress_seconds: float = NO_PROGRESS_SECONDS,
         listed: ListedTools | None = None,
@@ -272,6 +277,9 @@ class TurnClient:
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
+        self._server_check = server_check
+        """Raises when a transient failure is the server's lasting fault (the embedded
+        server's database gone), so the caller hears it at once, not after minutes."""
         self._no_progress = no_progress_seconds
         self._stuck_poll = stuck_poll_seconds
         self._deliver_window = deliver_window_seconds
@@ -300,6 +308,8 @@ class TurnClient:
                     raise asyncio.CancelledError from exc
                 if not _transient(exc):
                     raise
+                if self._server_check is not None:
+                    self._server_check()
                 if loop.time() + delay > deadline:
                     raise InfrastructureError(
                         f"{what}: Temporal did not answer within {self._rpc_deadline:g} s ({exc})"

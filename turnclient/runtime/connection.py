@@ -236,9 +236,13 @@ class Runtime:
             listing=listing,
         )
 
-    def turn_client(self, client: Client, *, serving: bool = False) -> TurnClient:
+    def turn_client(
+        self, client: Client, server: EmbeddedServer | None = None, *, serving: bool = False
+    ) -> TurnClient:
         """A client of the work dir's turns; ``serving``: this process also runs a worker,
-        so an advance this process could not serve is refused at once (``check_serves``)."""
+        so an advance this process could not serve is refused at once (``check_serves``);
+        with the embedded ``server`` it goes through, a request that fails because that
+        server cannot store anything ends at once."""
         return TurnClient(
             client,
             self.repository,
@@ -247,6 +251,7 @@ class Runtime:
             hub=self.hub,
             workflow_options=self.workflow_options,
             contexts=self.contexts,
+            server_check=server.check_persistence if server is not None else None,
             serves=self.check_serves if serving else None,
             listed=self.listing,
         )
@@ -544,6 +549,7 @@ async def temporal(
     )
     info = await server.acquire()
     try:
+        server.check_persistence()  # a server left running over a deleted database
         client = await Client.connect(info.address, namespace=NAMESPACE, **extra)
         yield Temporal(client, info.address, NAMESPACE, server)
     finally:
