@@ -176,17 +176,21 @@ def test_every_mistake_in_the_file_is_named_at_once_each_with_its_key_path(
     tmp_path: Path,
 ) -> None:
     path = tmp_path / "turns.toml"
-    write(tmp_path, "bogus = 1\nother = 2\ndefault_agent = 3\n[agents.a]\ntools = 5\nnope = 1\n")
+    write(
+        tmp_path,
+        "bogus = 1\nother = 2\ndefault_agent = 3\n[agents.a]\nmodel = 5\ntools = 5\nnope = 1\n",
+    )
     with pytest.raises(ConfigError) as info:
         load_config(tmp_path)
     problems = str(info.value).removeprefix(f"{path}: ").split("; ")
     assert [p.split(" (known: ")[0] for p in problems] == [
         "default_agent must be a string",
+        "agents.a.model must be a string or a list",  # a union: one problem, every type
         "agents.a.tools must be a list",
         "agents.a: unknown key nope",
         "unknown keys bogus, other",
     ]
-    assert "system_prompt, tools)" in problems[2] and "(known: agents, " in problems[3]
+    assert "system_prompt, tools)" in problems[3] and "(known: agents, " in problems[4]
     assert str(info.value).count("turns.toml") == 1  # the file is named once
     # A file of the right shape: every broken reference, then every unloadable tool.
     write(

@@ -747,6 +747,10 @@ def _table_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseMode
     return model
 
 
+_UNION_BRANCH = re.compile(r"(str|int|float|bool|list|dict)(\[.*\])?")
+"""How pydantic names the member of a union in an error's location (``list[str]``)."""
+
+
 def _describe_all(
     errors: Sequence[ErrorDetails], root: type[BaseModel], table: str = ""
 ) -> list[str]:
@@ -754,7 +758,20 @@ def _describe_all(
     once with its key path; a table's unknown keys together, with the keys it knows."""
     out: list[str] = []
     unknown: dict[tuple[str | int, ...], list[str]] = {}
+    branches: dict[tuple[str | int, ...], int] = {}
     for error in errors:
+        loc = tuple(error["loc"])
+        if loc and _UNION_BRANCH.fullmatch(str(loc[-1])) and error["type"] in _KINDS:
+            # A value that fits no member of a union (``model = 5`` for a string or a
+            # list of strings): one problem at the key, naming every type it may be.
+            where = _path((table, *loc[:-1]) if table else loc[:-1])
+            kind = _KINDS[error["type"]]
+            if loc[:-1] in branches:
+                out[branches[loc[:-1]]] += f" or {kind}"
+            else:
+                branches[loc[:-1]] = len(out)
+                out.append(f"{where} must be {kind}")
+            continue
         if error["type"] == "extra_forbidden":
             inside = tuple(error["loc"][:-1])
             if inside not in unknown:
