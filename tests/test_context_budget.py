@@ -275,3 +275,17 @@ def test_the_default_budget_is_the_models_known_window(tmp_path: Path) -> None:
     # A model the table does not know (a scripted one, a private one): no budget.
     assert budget("wide", ModelDescriptor(provider="scripted", model="x.json")) is None
     assert budget("wide", ModelDescriptor(provider="openai", model="no-such-model")) is None
+    # A provider's declaration comes before the table (a local server knows its own).
+    (tmp_path / "turns.toml").write_text(
+        '[providers.local]\nkind = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        "context_window = 32768\n\n"
+        '[agents.wide]\nsystem_prompt = "s"\nmodel = "local/qwen"\n'
+    )
+    local = context_budgets(load_config(tmp_path, {}))
+    assert local("wide", ModelDescriptor(provider="local", model="qwen")) == 32768
+    (tmp_path / "turns.toml").write_text(
+        '[providers.local]\nkind = "openai-chat"\nbase_url = "http://127.0.0.1:9/v1"\n'
+        "context_window = 0\n"
+    )
+    with pytest.raises(ConfigError, match="context_window must be a positive number"):
+        load_config(tmp_path, {})

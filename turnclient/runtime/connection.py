@@ -342,18 +342,22 @@ def _delta_mirror(repository: TurnRepository, root: Path) -> DeltaMirror:
 
 
 def context_budgets(config: Config) -> Callable[[str, ModelDescriptor], int | None]:
-    """An agent's context budget: its ``context_tokens``, else its model's known window."""
+    """An agent's context budget: its ``context_tokens``, else its provider's declared
+    ``context_window``, else the window the price table knows for its model."""
     windows: dict[tuple[str, str], int | None] = {}
 
     def budget(agent_id: str, model: ModelDescriptor) -> int | None:
         agent = config.agents.get(agent_id)
         if agent is not None and agent.context_tokens is not None:
             return agent.context_tokens
+        provider = config.providers.get(model.provider)
+        if provider is not None and provider.context_window is not None:
+            return provider.context_window  # declared in turns.toml
         key = (model.provider, model.model)
         if key not in windows:
             from turnclient.lib.cost import known_window
 
-            windows[key] = known_window(config.providers.get(model.provider), model)
+            windows[key] = known_window(provider, model)
         return windows[key]
 
     return budget

@@ -104,6 +104,9 @@ class ProviderConfig:
     """Seconds before the first retry when the provider sends no ``Retry-After``."""
     retry_max_wait: float = 60.0
     """The longest single wait; a longer ``Retry-After`` hint fails the call at once."""
+    context_window: int | None = None
+    """The context window in tokens of this provider's models, as declared: the default
+    context budget of agents on them (before the price table's; ``turncore.budget``)."""
 
     def __post_init__(self) -> None:
         if self.kind not in get_args(ProviderKind):
@@ -120,6 +123,12 @@ class ProviderConfig:
                 raise ProviderConfigError(f"base_url: {exc}") from None
         if self.max_output_tokens is not None and self.max_output_tokens <= 0:
             raise ProviderConfigError("max_output_tokens must be positive")
+        if self.context_window is not None and (
+            isinstance(self.context_window, bool)
+            or not isinstance(self.context_window, int)
+            or self.context_window <= 0
+        ):
+            raise ProviderConfigError("context_window must be a positive number of tokens")
         if not self.timeout > 0 or self.delay < 0:
             raise ProviderConfigError("timeout must be positive and delay not negative")
         if (
