@@ -3,8 +3,9 @@
 TEMPORAL_ADDRESS (unset: the work dir's embedded dev server), TEMPORAL_NAMESPACE
 (default), TEMPORAL_API_KEY or TEMPORAL_TLS_CLIENT_CERT_PATH /
 TEMPORAL_TLS_CLIENT_KEY_PATH for Temporal Cloud (every TEMPORAL_* variable
-``temporalio.envconfig`` reads), TURNS_HOME (./.turns: the work dir holding
-turns.toml, storage/ and workspace/), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
+``temporalio.envconfig`` reads), TURNS_HOME (the work dir holding
+turns.toml, storage/ and workspace/; unset: the nearest .turns/ here or above,
+else ./.turns), TURNS_CONFIG, TURNS_TASK_QUEUE (turns),
 TURNS_LOG_LEVEL (INFO), TURNS_MIGRATE (1: create or migrate the turn
 database's schema first, with [storage] kind = "postgres"; the URL is in
 the variable [storage] url_env names, TURNS_DATABASE_URL by default),
@@ -53,9 +54,10 @@ from temporalio.workflow import Info
 
 from turnclient.lib.api import TurnClient
 from turnclient.lib.stuck import NON_DETERMINISM as STUCK_NONDETERMINISM
-from turnclient.runtime.config import WorkerVersioning
+from turnclient.runtime.config import ConfigError, WorkerVersioning
 from turnclient.runtime.connection import ConnectOptions, Runtime, Temporal, temporal
 from turnclient.runtime.embedded import is_server_process
+from turnclient.runtime.notify import Notifier, NotifyConfigError, Webhook, notify_dir
 from turnclient.runtime.storage import MIGRATE_ENV
 from turncore.errors import TurnError
 from turncore_temporal.activities import ACTIVITY_NAMES, DATA_CONVERTER
@@ -404,11 +406,16 @@ def deployment_config(versioning: WorkerVersioning | None) -> WorkerDeploymentCo
 
 
 def build_turn_worker(
-    runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
+    runtime: Runtime,
+    client: Client,
+    *,
+    graceful_shutdown: timedelta = timedelta(0),
+    deps: TurnDependencies | None = None,
 ) -> Worker:
+    """``deps``: the runtime's, unless given (``serving`` adds the webhook observer)."""
     return build_worker(
         client,
-        runtime.deps,
+        deps if deps is not None else runtime.deps,
         task_queue=runtime.task_queue,
         graceful_shutdown=graceful_shutdown,
         versioning=runtime.config.versioning,
@@ -421,22 +428,47 @@ def build_turn_worker(
 async def serving(
     runtime: Runtime, client: Client, *, graceful_shutdown: timedelta = timedelta(0)
 ) -> AsyncIterator[Worker]:
-    """Run a worker in this process for the block; it is shut down when the block ends."""
-    worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown)
+    """Run a worker in this process for the block; it is shut down when the block ends.
+
+    With ``[notify]`` configured, the worker also sends the webhook notifications
+    of the turns it advances (``turnclient.runtime.notify``), from its own task, for the
+    block; a webhook that cannot be resolved (a variable unset, a URL that is
+    not http(s)) is a ``ConfigError`` before the worker starts.
+    """
+    notifier = notifier_for(runtime)
+    deps = runtime.deps
+    if notifier is not None:
+        deps = dataclasses.replace(deps, on_appended=notifier.observe)
+    worker = build_turn_worker(runtime, client, graceful_shutdown=graceful_shutdown, deps=deps)
     if runtime.mcp is not None:
         runtime.mcp.serve()
-    task = asyncio.create_task(worker.run())
-    try:
-        yield worker
-    finally:
+    async with contextlib.AsyncExitStack() as stack:
+        if notifier is not None:
+            await stack.enter_async_context(notifier.running())
+        task = asyncio.create_task(worker.run())
         try:
-            if not task.done():
-                await worker.shutdown()
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+            yield worker
         finally:
-            if runtime.mcp is not None:  # the stdio servers this worker started stop with it
-                await runtime.mcp.close()
+            try:
+                if not task.done():
+                    await worker.shutdown()
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+            finally:
+                if runtime.mcp is not None:  # the stdio servers this worker started stop with it
+                    await runtime.mcp.close()
+
+
+def notifier_for(runtime: Runtime, env: Mapping[str, str] | None = None) -> Notifier | None:
+    """The webhook notifier ``[notify]`` asks for, or None; raises ``ConfigError``."""
+    table = runtime.config.notify
+    if table is None:
+        return None
+    try:
+        webhook = Webhook.resolve(table, os.environ if env is None else env)
+    except NotifyConfigError as exc:
+        raise ConfigError(str(exc)) from None
+    return Notifier(webhook, notify_dir(runtime.work_dir), runtime.repository)
 
 
 PENDING_EVERY = 15.0
@@ -612,6 +644,8 @@ def _metrics_from_env() -> str | None:
 def main(argv: list[str] | None = None) -> int:
     """Run the worker; a configuration or storage problem is one line on stderr, exit 1.
 
+    It is configured by the environment: ``--help`` prints how, and an argument
+    it does not know is refused (exit 2) rather than ignored.
     ``--app MODULE:ATTR`` names the app to serve (as ``TURNS_APP``); a name that
     does not load (no such module or attribute, not an app) is exit 2.
     """
@@ -621,7 +655,9 @@ def main(argv: list[str] | None = None) -> int:
 
     parser = argparse.ArgumentParser(
         prog="python -m turncore_temporal.worker",
-        description="Serve turns: a worker configured by the environment (see the module doc).",
+        description=__doc__,
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog="`turns worker` is the same worker with flags (`turns worker --help`).",
     )
     parser.add_argument(
         "--app",

@@ -12,7 +12,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, Protocol
@@ -172,6 +172,10 @@ TURNS_KEPT = 64
 """Loads between pages whose events are kept for their next page (the oldest goes first)."""
 
 
+AppendObserver = Callable[[str, int, Sequence[TurnEvent]], Awaitable[None]]
+"""Called with (turn id, the batch's last line number, its lines) after each append."""
+
+
 @dataclass
 class TurnDependencies:
     repository: TurnRepository
@@ -185,6 +189,9 @@ class TurnDependencies:
     agents: AgentResolver | None = None
     """Resolves sub-agents for ``spawn_agent`` (absent: the tool reports it is unavailable)."""
     ids: TurnIdGenerator | None = None
+    on_appended: AppendObserver | None = None
+    """Told of every batch the append activity lands (turn id, last line number, the
+    lines as on file) — webhook notifications; it must not raise or block for long."""
     context_budget: Callable[[str, ModelDescriptor], int | None] | None = None
     """The context budget in tokens of an agent (by id) on a model; None: no budget."""
     listed: ListedTools | None = None
@@ -257,7 +264,10 @@ class TurnActivities(TurnActivityContract):
         return await asyncio.to_thread(self._d.repository.read, turn_id)
 
     async def _append(self, turn_id: str, events: Sequence[TurnEvent]) -> int:
-        return await asyncio.to_thread(self._d.repository.append, turn_id, list(events))
+        end = await asyncio.to_thread(self._d.repository.append, turn_id, list(events))
+        if self._d.on_appended is not None:
+            await self._d.on_appended(turn_id, end, events)
+        return end
 
     async def _reduced(self, turn_id: str) -> TurnReducer:
         """The file reduced, reading only what is new since the last time (see
@@ -297,6 +307,11 @@ class TurnActivities(TurnActivityContract):
         # An earlier attempt landed (a replayed workflow task stamped the batch
         # anew): the workflow folds the lines as they are on file.
         on_file = outcome.landed if outcome.landed is not None else derived
+        if self._d.on_appended is not None:
+            # A retried append whose lines had landed reports them again: the observer
+            # makes the same deliveries from the same line numbers, so nothing is lost
+            # when the first attempt died before it was told.
+            await self._d.on_appended(input.turn_id, outcome.end, on_file or events)
         return AppendResult(offset=outcome.end, events=_elided(on_file))
 
     async def _staged_events(self, input: AppendInput, staged: StagedInput) -> list[TurnEvent]:
@@ -948,9 +963,15 @@ class TurnActivities(TurnActivityContract):
         d = self._d
         turn_id = input.turn_id
         try:
-            on_file = await self._read(turn_id)
-            state = TurnReducer.of(on_file).state
-            plan = fast_attempt(state, on_file[input.known_offset :], input.invocations, d.clock())
+            # Incremental, like every per-call read (``reduced``): the state, then
+            # the lines after what the workflow knows, cut to the same point.
+            reduced = await self._reduced(turn_id)
+            state = reduced.state
+            after = await asyncio.to_thread(
+                d.repository.read_after, turn_id, min(input.known_offset, reduced.event_count)
+            )
+            after = after[: max(0, reduced.event_count - input.known_offset)]
+            plan = fast_attempt(state, after, input.invocations, d.clock())
             calls: list[tuple[ToolCallInput, SyncTool]] = []
             if plan.invoke:  # resolved before anything is written
                 agent = d.contexts.resolve_agent(state.definition)
@@ -969,7 +990,7 @@ class TurnActivities(TurnActivityContract):
                 exc if isinstance(exc, Exception) else RuntimeError(str(exc))
             ) from exc
         written: list[TurnEvent] = list(plan.found)
-        offset = len(on_file)
+        offset = reduced.event_count
         try:
             first = [*plan.interrupted, *plan.invoke]
             if first:

@@ -10,6 +10,8 @@ TCP connections need a password (SCRAM), so the tests can check that the
 password never leaks into errors, logs or files; the socket is trusted.
 Durability settings are relaxed (``fsync=off``): a test server never has to
 survive a machine crash, and the suite shares two cores with other jobs.
+``start(durable=True)`` keeps PostgreSQL's defaults instead, for the tests
+that crash-stop the server and expect every committed row back.
 
 The binaries are looked up under ``/usr/lib/postgresql/<version>/bin`` (15
 first) and on ``PATH``; ``.ci/run`` installs ``postgresql-15`` if none is
@@ -60,12 +62,13 @@ class PostgresServer:
     port: int
     bin_dir: Path
     user: str = "postgres"
+    durable: bool = False
 
     @classmethod
-    def start(cls) -> PostgresServer:
+    def start(cls, *, durable: bool = False) -> PostgresServer:
         bin_dir = find_bin_dir()
         directory = Path(tempfile.mkdtemp(prefix="turncore-pg-"))
-        server = cls(directory=directory, port=free_port(), bin_dir=bin_dir)
+        server = cls(directory=directory, port=free_port(), bin_dir=bin_dir, durable=durable)
         try:
             server._init_and_start()
         except BaseException:
@@ -121,15 +124,16 @@ class PostgresServer:
             capture_output=True,
         )
 
-    def pause(self) -> None:
-        """Shut the server down (every connection drops); ``resume`` brings it back."""
+    def pause(self, mode: str = "fast") -> None:
+        """Shut the server down (every connection drops); ``resume`` brings it back.
+        ``mode="immediate"`` is a crash-stop: no checkpoint, recovery at the next start."""
         subprocess.run(
             self._as_owner(
                 str(self.bin_dir / "pg_ctl"),
                 "-D",
                 str(self.directory / "data"),
                 "-m",
-                "fast",
+                mode,
                 "-w",
                 "stop",
             ),
@@ -155,10 +159,12 @@ class PostgresServer:
         )
 
     def _options(self) -> str:
-        return (
-            f"-p {self.port} -k {self.directory} -h 127.0.0.1 -c fsync=off "
-            "-c synchronous_commit=off -c full_page_writes=off -c max_connections=300"
+        relaxed = (
+            ""
+            if self.durable
+            else "-c fsync=off -c synchronous_commit=off -c full_page_writes=off "
         )
+        return f"-p {self.port} -k {self.directory} -h 127.0.0.1 {relaxed}-c max_connections=300"
 
     def url(self, database: str = "postgres") -> str:
         return f"postgresql://{self.user}:{quote(PASSWORD)}@127.0.0.1:{self.port}/{database}"

@@ -82,7 +82,10 @@ class GatedModels:
 
 
 async def main(address: str, task_queue: str, work: Path) -> None:
-    runtime = Runtime.from_work_dir(work, env={"TURNS_TASK_QUEUE": task_queue})
+    env = {"TURNS_TASK_QUEUE": task_queue}
+    if "TURNS_DATABASE_URL" in os.environ:  # a work dir whose turns are in PostgreSQL
+        env["TURNS_DATABASE_URL"] = os.environ["TURNS_DATABASE_URL"]
+    runtime = Runtime.from_work_dir(work, env=env)
     deps = dataclasses.replace(runtime.deps, models=GatedModels(runtime.models, work / "gate"))
     client = await Client.connect(address)
     worker = build_worker(client, deps, task_queue=task_queue)

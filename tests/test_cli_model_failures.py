@@ -52,10 +52,20 @@ def test_a_failed_model_call_says_what_to_do_and_the_turn_can_be_continued(
     first = out.split("turn ", 1)[1].split(" ", 1)[0]
     failed = next(line for line in out.splitlines() if line.startswith("✗ failed"))
     assert "[model-call-failed:transport:not-sent]" in failed
+    failed = next(line for line in out.splitlines() if line.startswith("✗ model call 0 failed"))
     assert f"provider down, model m1, base_url {base_url}" in failed
     assert "nothing was sent" in failed and "is running" in failed and "2 attempts" in failed
     assert f"run --continue {first} PROMPT" in out
     assert KEY not in out + r.stderr
+    # The reason is printed once, with the model call; the outcome refers to it.
+    assert out.count("nothing was sent") == 1, out
+    assert "✗ failed [model-call-failed:transport:not-sent]: the model call's error above" in out
+    r = _turns(held, "show", first)
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.count("nothing was sent") == 1, r.stdout
+    assert "outcome  failed [model-call-failed:transport:not-sent]: the model call's error" in (
+        r.stdout
+    )
 
     # once fixed (here: another model), the conversation goes on in a new turn
     r = _turns(held, "run", "--continue", first, "hello again", "--json")

@@ -12,6 +12,7 @@ import json
 import os
 import select
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -269,11 +270,15 @@ def test_rejections_use_the_commands_words_and_list_what_is_pending(home: Path) 
 
     r = turns(home, "complete", saving, "call_0_0", "--text", "x", **idle)
     assert r.returncode == 6
-    assert f"awaits approval first: `turns approve {saving} call_0_0`" in r.stderr
+    assert "awaits approval first: `TURNS_HOME=" in r.stderr
+    assert f" turns approve {saving} call_0_0` (or deny it)" in r.stderr
 
     r = turns(home, "approve", asking, "call_0_0", **idle)
     assert r.returncode == 6
-    assert f"it awaits its result: `turns complete {asking} call_0_0 --text" in r.stderr
+    assert (
+        f"it awaits its result: `TURNS_HOME={home} turns complete {asking} call_0_0 --text"
+        in r.stderr
+    )
     assert "permission_decision" not in r.stderr
     # The suspended hint names the same flag as the README (--text).
     r = turns(home, "show", asking)
@@ -318,7 +323,10 @@ def test_a_decision_for_an_async_call_that_needs_none_says_what_the_call_awaits(
 
     r = turns(home, "approve", h.turn_id, "c3")
     assert r.returncode == 6, r.stderr
-    assert f"needs no approval, it awaits its result: `turns complete {h.turn_id} c3" in r.stderr
+    assert (
+        f"needs no approval, it awaits its result: `TURNS_HOME={home} turns complete {h.turn_id} c3"
+        in r.stderr
+    )
     assert path.read_bytes() == before
 
 
@@ -361,12 +369,57 @@ def test_last_prefixes_and_the_work_dir_found_upward(tmp_path: Path) -> None:
         and r.stdout.encode() == (stored / f"{newer[0].turn_id}.jsonl").read_bytes()
     )
     r = run("show", "2025")
-    assert r.returncode == 2 and "is the start of 2 turns" in r.stderr
+    assert r.returncode == 2 and "is the start of 2 turns (newest first: " in r.stderr
+    assert r.stderr.index(newer[0].turn_id) < r.stderr.index(older[0].turn_id)
+    # validate takes a turn like every other command: `last`, a prefix, an id
+    for given, turn in (("last", newer), ("2025-11-11T04", older), (older[0].turn_id, older)):
+        r = run("validate", given, "--json")
+        assert r.returncode == 0, (given, r.stdout, r.stderr)
+        assert json.loads(r.stdout) == {"valid": [turn[0].turn_id], "invalid": []}, given
+    r = run("validate", "2024")
+    assert r.returncode == 1 and "no turn in" in r.stdout, r.stdout
+    r = run("show", "nosuch")
+    assert r.returncode == 2
+    assert "by its id, `last` (the newest) or a unique prefix of its id" in r.stderr
     r = run("show", "2024")
     assert r.returncode == 2 and "no turn in" in r.stderr and "starts with '2024'" in r.stderr
     r = run("show", "../etc")
     assert r.returncode == 2
     assert not (deep / ".turns").exists()  # nothing was created in the subdirectory
+
+
+def test_a_misspelled_command_gets_a_suggestion_and_help_lists_common_commands_first(
+    home: Path,
+) -> None:
+    r = turns(home, "vaildate", "last")
+    assert r.returncode == 2
+    assert r.stderr == "turns: unknown command 'vaildate' (did you mean `turns validate`?)\n"
+    r = turns(home, "xyzzy")
+    assert r.returncode == 2 and "unknown command 'xyzzy' (see `turns --help`)" in r.stderr
+    r = turns(home, "--help")
+    assert r.returncode == 0
+    listed = [
+        line.split()[0]
+        for line in r.stdout.split("COMMAND\n", 1)[1].split("\n\n", 1)[0].splitlines()
+        if line.startswith("    ") and not line.startswith("     ")
+    ]
+    assert listed[:4] == ["run", "chat", "approve", "deny"], listed
+    assert listed.index("recover") < listed.index("show") < listed.index("repair")
+    assert listed.index("repair") < listed.index("db") < listed.index("export")
+    # the work dir default, as the README says
+    assert "nearest .turns/ here or above" in r.stdout
+
+
+def test_the_readmes_suspended_sample_is_what_run_prints(home: Path) -> None:
+    readme = (Path(__file__).resolve().parent.parent / "README.md").read_text()
+    command = """$ turns run "Save 'hello' to notes.txt"\n"""
+    sample = readme.split(command, 1)[1].split("```", 1)[0].splitlines()
+    shown_id = sample[0].split()[1]
+    r = turns(home, "run", "Save 'hello' to notes.txt")
+    assert r.returncode == 3, r.stderr
+    turn_id = r.stdout.split()[1]
+    printed = r.stdout.replace(turn_id, shown_id).replace(f"TURNS_HOME={home} turns", "turns")
+    assert printed.splitlines() == sample
 
 
 def test_log_prints_only_turn_files(home: Path) -> None:
@@ -490,6 +543,144 @@ def test_dev_serves_on_the_port_asked_for(home: Path) -> None:
     wait_for("the server to stop", lambda: no_server(home), timeout=30)
 
 
+def _time_wait_on(port: int) -> None:
+    """Leave a connection of ``port`` in TIME_WAIT, as a server that just stopped does."""
+    with socket.socket() as listener:
+        listener.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        listener.bind(("127.0.0.1", port))
+        listener.listen()
+        client = socket.create_connection(("127.0.0.1", port))
+        served, _ = listener.accept()
+        served.close()  # the side that closes first keeps TIME_WAIT on the port
+        client.close()
+    with socket.socket() as probe:
+        with pytest.raises(OSError):  # without SO_REUSEADDR the port looks taken
+            probe.bind(("127.0.0.1", port))
+
+
+def test_dev_keeps_its_port_when_only_time_wait_connections_remain(home: Path) -> None:
+    from turnclient.runtime.embedded import free_port
+
+    port = free_port()
+    _time_wait_on(port)
+    proc = start(home, "dev", "--no-worker", "--json", "--port", str(port))
+    assert proc.stdout is not None
+    text = ""
+    for line in proc.stdout:
+        text += line
+        if line.startswith("}"):
+            break
+    try:
+        assert json.loads(text)["address"] == f"127.0.0.1:{port}", text
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=60)
+    assert "is taken" not in err
+    wait_for("the server to stop", lambda: no_server(home), timeout=30)
+
+
+def test_a_server_that_cannot_write_its_database_is_named_with_the_fix_at_once(
+    home: Path,
+) -> None:
+    """The embedded server answers but cannot store anything (its dev.db on a mount
+    made read-only under it: "shard status unknown", every write retried as if the
+    server restarted): commands say so in one line and exit."""
+    db = home / "temporal" / "dev.db"
+    dev = start(home, "dev", "--no-worker", "--json")
+    assert dev.stdout is not None
+    text = ""
+    for line in dev.stdout:
+        text += line
+        if line.startswith("}"):
+            break
+    try:
+        assert json.loads(text)["embedded"] is True
+        pid = json.loads((home / "temporal" / "server.json").read_text())["pid"]
+        r = turns(home, "run", "Save 'x' to x.txt", "--json")
+        assert r.returncode == 3, r.stderr
+        suspended = json.loads(r.stdout)["turnId"]
+        subprocess.run(["mount", "--bind", str(db), str(db)], check=True)
+        subprocess.run(["mount", "-o", "remount,ro,bind", str(db)], check=True)
+        for args in (("run", "What time is it in Tokyo?"), ("recover", suspended)):
+            began = time.monotonic()
+            r = turns(home, *args)
+            assert r.returncode == 7, (args, r.stdout, r.stderr)
+            assert time.monotonic() - began < 60, args
+            [message] = r.stderr.strip().splitlines()
+            assert "answers but cannot store anything" in message, message
+            assert "(or its folder) is not writable. Make it writable" in message
+            assert f"`kill {pid}`" in message
+    finally:
+        subprocess.run(["umount", str(db)], check=False)
+        dev.send_signal(signal.SIGTERM)
+        dev.communicate(timeout=60)
+    wait_for("the server to stop", lambda: no_server(home), timeout=30)
+
+
+def test_recover_and_watch_say_what_they_wait_for_after_an_interrupted_tool(home: Path) -> None:
+    """Ctrl-C while a sync tool runs: the tool is recorded as interrupted only once
+    its heartbeat is missed (30 s); until then the commands say what they wait for."""
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from threading import Event, Thread
+
+    asked, release = Event(), Event()
+
+    class Slow(BaseHTTPRequestHandler):
+        def do_GET(self) -> None:  # noqa: N802
+            asked.set()
+            release.wait(120)
+
+        def log_message(self, *_: Any) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Slow)
+    server.daemon_threads = True
+    Thread(target=server.serve_forever, daemon=True).start()
+    url = f"http://127.0.0.1:{server.server_address[1]}/slow"
+    dev = start(home, "dev", "--no-worker", "--json")  # one server for every command
+    commands: list[subprocess.Popen[str]] = []
+    try:
+        assert dev.stdout is not None
+        for line in dev.stdout:
+            if line.startswith("}"):
+                break
+        r = turns(home, "run", f"Fetch {url}", "--json")
+        assert r.returncode == 3, r.stderr
+        turn_id = json.loads(r.stdout)["turnId"]
+        approving = start(home, "approve", turn_id, "call_0_0")
+        commands.append(approving)
+        wait_for("the tool to run", asked.is_set)
+        approving.send_signal(signal.SIGINT)
+        approving.communicate(timeout=30)
+        for args in (("recover", turn_id), ("watch", turn_id, "--no-worker")):
+            proc = start(home, *args)
+            commands.append(proc)
+            assert proc.stdout is not None
+            seen = ""
+
+            def said(proc: subprocess.Popen[str] = proc) -> bool:
+                nonlocal seen
+                ready, _, _ = select.select([proc.stdout], [], [], 0.05)
+                if ready:
+                    seen += os.read(proc.stdout.fileno(), 4096).decode()  # type: ignore[union-attr]
+                return "… waiting for http_get (call_0_0), running since" in seen
+
+            wait_for(f"{args[0]} to say what it waits for", said, timeout=15)
+            assert "recorded as interrupted once its heartbeat is missed (within 30 s" in seen
+            proc.send_signal(signal.SIGINT)
+            proc.communicate(timeout=30)
+    finally:
+        release.set()
+        for proc in commands:
+            if proc.poll() is None:
+                proc.kill()
+                proc.communicate()
+        server.shutdown()
+        dev.send_signal(signal.SIGTERM)
+        dev.communicate(timeout=60)
+    wait_for("the server to stop", lambda: no_server(home), timeout=60)
+
+
 def test_live_output_keeps_the_files_order_when_deltas_overtake_it() -> None:
     import io
 
@@ -576,9 +767,74 @@ def test_chat_stops_at_its_prompt_and_says_how_to_continue(home: Path, sig: sign
     assert proc.returncode == {signal.SIGINT: 130, signal.SIGHUP: 129}[sig], err
     assert "Traceback" not in err and out.strip() == ""
     assert (
-        f"{sig.name}: stopped; continue this conversation with: turns chat --continue {path.stem}"
-        in err
+        f"{sig.name}: stopped; continue this conversation with: "
+        f"TURNS_HOME={home} turns chat --continue {path.stem}" in err
     )
     assert events(path)[-1]["type"] == "turn_completed"  # nothing was cancelled or added
     # The supervisor stops the embedded server once nothing uses it.
     wait_for("the idle server to stop", lambda: no_server(home), timeout=30)
+
+
+def test_ctrl_c_at_a_chat_approval_leaves_the_turn_there_and_chat_continue_asks_again(
+    home: Path,
+) -> None:
+    dev = start(home, "dev", "--no-worker", "--json")  # one server for both chats
+    try:
+        assert dev.stdout is not None
+        for line in dev.stdout:
+            if line.startswith("}"):
+                break
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "turnclient.cli", "chat"],
+            cwd=home,
+            env=environment(home),
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write("Save 'hi' to z.txt\n")
+        proc.stdin.flush()
+        seen = ""
+
+        def asking() -> bool:
+            nonlocal seen
+            ready, _, _ = select.select([proc.stdout], [], [], 0.05)
+            if ready:
+                seen += os.read(proc.stdout.fileno(), 4096).decode()  # type: ignore[union-attr]
+            return seen.endswith("? [y/n/reason] ")
+
+        wait_for("the approval prompt", asking)
+        (path,) = turn_files(home)
+        proc.send_signal(signal.SIGINT)
+        proc.wait(timeout=30)  # stdin stays open: the chat must not read an end of input
+        out, err = proc.stdout.read(), proc.stderr.read()  # type: ignore[union-attr]
+        proc.stdin.close()
+        assert proc.returncode == 130, err
+        assert (seen + out).endswith("? [y/n/reason] \n")  # the message starts on a line of its own
+        again = f"TURNS_HOME={home} turns chat --continue {path.stem}"
+        assert f"SIGINT: stopped; the turn waits for your answer; pick it up with: {again}" in err
+        assert events(path)[-1]["type"] == "turn_suspended"  # left at the approval
+
+        # The hint works: the chat asks the same question again, and goes on.
+        r = subprocess.run(
+            ["bash", "-c", again],
+            cwd=home,
+            env={
+                **environment(home),
+                "PATH": f"{Path(sys.executable).parent}:{os.environ['PATH']}",
+            },
+            input="y\n",
+            capture_output=True,
+            text=True,
+            timeout=TIMEOUT,
+        )
+        assert r.returncode == 0, (r.stdout, r.stderr)
+        assert "allow write_file" in r.stdout and "Wrote" in r.stdout, r.stdout
+        assert (home / "workspace" / "z.txt").read_text() == "hi\n"
+        assert events(path)[-1]["type"] == "turn_completed"
+    finally:
+        dev.send_signal(signal.SIGTERM)
+        dev.communicate(timeout=60)
+    wait_for("the server to stop", lambda: no_server(home), timeout=60)

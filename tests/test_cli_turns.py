@@ -325,6 +325,10 @@ def test_deny_complete_progress_cancel_and_rejections(held: Path) -> None:
     r = turns(home, "approve", saving, "call_0_0")
     assert r.returncode == 6 and "already ended" in r.stderr
     assert not (home / "workspace" / "x.txt").exists()
+    r = turns(home, "show", saving)
+    assert r.returncode == 0, r.stderr
+    assert "awaiting a decision" not in r.stdout
+    assert "permission  required · never decided (the turn ended first)" in r.stdout
 
 
 def test_usage_errors_exit_2_with_one_line(

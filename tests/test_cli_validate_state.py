@@ -330,7 +330,7 @@ def test_usage_errors_exit_2() -> None:
     r = turns()
     assert r.returncode == 2 and "validate" in r.stderr and "state" in r.stderr
     r = turns("frobnicate")
-    assert r.returncode == 2 and "invalid choice" in r.stderr
+    assert r.returncode == 2 and "unknown command 'frobnicate'" in r.stderr
     r = turns("--help")
     assert r.returncode == 0 and "validate" in r.stdout
 
@@ -368,3 +368,23 @@ def test_validate_json_lists_valid_and_invalid_files() -> None:
         "valid": [GOOD[0]],
         "invalid": [{"path": BAD[0], "problem": problem_line(BAD[0])}],
     }
+
+
+def test_the_worker_module_prints_help_instead_of_serving() -> None:
+    for args, code in ((["--help"], 0), (["--bogus"], 2)):
+        r = subprocess.run(
+            [sys.executable, "-m", "turncore_temporal.worker", *args],
+            cwd=ROOT,
+            env={k: v for k, v in os.environ.items() if not k.startswith(("TEMPORAL_", "TURNS_"))},
+            capture_output=True,
+            text=True,
+            timeout=60,
+        )
+        assert r.returncode == code, (args, r.stdout, r.stderr)
+    r = subprocess.run(
+        [sys.executable, "-m", "turncore_temporal.worker", "--help"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert "TEMPORAL_ADDRESS" in r.stdout and "TURNS_HOME" in r.stdout, r.stdout

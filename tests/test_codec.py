@@ -13,9 +13,11 @@ import base64
 import dataclasses
 import json
 import os
+import select
 import socket
 import struct
 import subprocess
+import time
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -440,3 +442,56 @@ def test_a_caller_that_hangs_up_mid_answer_leaves_no_traceback(
     finally:
         server.stop()
     assert "Traceback" not in capfd.readouterr().err
+
+
+def _ended(s: socket.socket) -> bool:
+    """Whether the server has answered or closed ``s``; if not, drip one more header line."""
+    readable, _, _ = select.select([s], [], [], 0)
+    try:
+        if readable:
+            s.recv(65536)
+            return True
+        s.sendall(b"X-Drip: 1\r\n")
+    except OSError:
+        return True
+    return False
+
+
+def test_slow_senders_are_cut_off_per_request_and_connections_are_capped() -> None:
+    """A sender dripping a header line every 0.2 s is cut off when its request's time
+    is up, not kept while each read is quick; connections over the cap get a 503 at once."""
+    limit = 1.5
+    server = CodecServer(
+        codec_of(new_key_spec("k1")), token="t0k", body_timeout=limit, max_connections=4
+    ).start()
+    drips = [socket.create_connection(server.address, timeout=5) for _ in range(4)]
+    try:
+        started = time.monotonic()
+        for s in drips:
+            s.sendall(b"POST /decode HTTP/1.1\r\nHost: 127.0.0.1\r\n")
+        # The four hold every slot: a fifth connection is answered 503 and closed at once.
+        with socket.create_connection(server.address, timeout=5) as fifth:
+            answer = b""
+            while chunk := fifth.recv(65536):
+                answer += chunk
+        assert answer.startswith(b"HTTP/1.1 503"), answer
+        assert time.monotonic() - started < limit
+        # Each drip ends once its request's time is up, though every read is quick.
+        live = list(drips)
+        while live and time.monotonic() - started < limit + 10:
+            live = [s for s in live if not _ended(s)]
+            time.sleep(0.2)
+        assert live == [], "slow senders were kept past the request's time"
+        # Their slots are free again (each as its thread ends): a proper request is answered.
+        auth = "Authorization: Bearer t0k\r\n"
+        length = f"Content-Length: {len(_PLAIN)}\r\n"
+        request = _post_raw("127.0.0.1", auth + length, _PLAIN, "/encode")
+        deadline = time.monotonic() + 10
+        while (answer := _exchange(server, request)).startswith(b"HTTP/1.1 503"):
+            assert time.monotonic() < deadline, "the slow senders' slots were never freed"
+            time.sleep(0.05)
+        assert answer.startswith(b"HTTP/1.1 200"), answer
+    finally:
+        for s in drips:
+            s.close()
+        server.stop()

@@ -172,6 +172,50 @@ def test_mistakes_are_named(tmp_path: Path, text: str, message: str) -> None:
     assert isinstance(info.value, DependencyError)
 
 
+def test_every_mistake_in_the_file_is_named_at_once_each_with_its_key_path(
+    tmp_path: Path,
+) -> None:
+    path = tmp_path / "turns.toml"
+    write(
+        tmp_path,
+        "bogus = 1\nother = 2\ndefault_agent = 3\n[agents.a]\nmodel = 5\ntools = 5\nnope = 1\n",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path)
+    problems = str(info.value).removeprefix(f"{path}: ").split("; ")
+    assert [p.split(" (known: ")[0] for p in problems] == [
+        "default_agent must be a string",
+        "agents.a.model must be a string or a list",  # a union: one problem, every type
+        "agents.a.tools must be a list",
+        "agents.a: unknown key nope",
+        "unknown keys bogus, other",
+    ]
+    assert "system_prompt, tools)" in problems[3] and "(known: agents, " in problems[4]
+    assert str(info.value).count("turns.toml") == 1  # the file is named once
+    # A file of the right shape: every broken reference, then every unloadable tool.
+    write(
+        tmp_path,
+        "default_agent = 'nosuch'\n[agents.a]\nmodel = 'nope/x'\ntools = ['zzz']\n"
+        "[permissions]\nallow = ['yyy']\n",
+    )
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path)
+    message = str(info.value)
+    for part in (
+        "agents.a needs a system_prompt",
+        "agents.a.tools: unknown tool 'zzz'",
+        "agents.a.model: provider 'nope' is not configured",
+        "default_agent 'nosuch' is not an agent",
+        "permissions.allow: unknown tool 'yyy'",
+    ):
+        assert message.count(part) == 1, (part, message)
+    write(tmp_path, "[tools.t]\ncallable = 'nosuchmod:fn'\n[tools.u]\ncallable = 'nosuchmod2:fn'\n")
+    with pytest.raises(ConfigError) as info:
+        load_config(tmp_path)
+    assert "tools.t: cannot load nosuchmod:fn" in str(info.value)
+    assert "tools.u: cannot load nosuchmod2:fn" in str(info.value)
+
+
 def test_the_runtime_wires_user_tools_agents_and_the_classifier(tmp_path: Path) -> None:
     (tmp_path / "mytools_cfgtest.py").write_text(
         "def word_count(text: str) -> dict[str, int]:\n    return {'words': len(text.split())}\n"

@@ -172,3 +172,18 @@ def test_inherited_snapshots_walk_one_new_link_per_turn(tmp_path: Path) -> None:
         assert agent.system_prompt == "BASE"
         assert len(store.loads) == (2 if n == 1 else 1)  # then one new link per turn
         assert agent == ContextResolver(store.load).resolve_agent(top)
+
+
+def test_a_full_read_keeps_the_cached_prefix_the_states_share(tmp_path: Path) -> None:
+    """A ``read`` (a reload, a fast-tool batch) must not swap the cached prefix for a
+    fresh one: the composer finds its prefix by the records' identity."""
+    h = _long_history(5)
+    turn_id = h.events[0].turn_id
+    repo = FileTurnRepository(tmp_path)
+    repo.create(h.events[0])  # type: ignore[arg-type]
+    repo.append(turn_id, h.events[1:])
+    before = repo.reduced(turn_id).state
+    repo.read(turn_id)
+    after = repo.reduced(turn_id).state
+    assert after.model_calls[0] is before.model_calls[0]
+    assert after.model_calls[0].request is before.model_calls[0].request

@@ -22,7 +22,7 @@ from turnclient import (
     tool,
 )
 from turncore.errors import InfrastructureError
-from turncore.events import InheritedAgentSnapshot, ResolvedAgent
+from turncore.events import InheritedAgentSnapshot, ResolvedAgent, ToolPermissionResolved
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
 
@@ -173,11 +173,14 @@ async def test_an_approval_suspends_and_typed_errors(
         with pytest.raises(TurnNotFoundError):
             await turns.state("2025-01-01T00-00-00Z-0000001-000")
 
-        done = await turns.approve(turn_id, pending.tool_call_id)
+        done = await turns.approve(turn_id, pending.tool_call_id, by="ops-bot")
         assert done.status == "completed"
         assert done.output.text() == "result: deleted a.txt"  # type: ignore[union-attr]
-        watched = [e.type async for e in turns.watch(turn_id)]
-        assert watched[0] == "turn_created" and watched[-1] == "turn_completed"
+        watched = [e async for e in turns.watch(turn_id)]
+        assert watched[0].type == "turn_created" and watched[-1].type == "turn_completed"
+        (decision,) = [e for e in watched if isinstance(e, ToolPermissionResolved)]
+        assert isinstance(decision.metadata, dict)
+        assert decision.metadata["via"] == "api" and decision.metadata["by"] == "ops-bot"
 
 
 async def test_a_permission_policy_from_python(

@@ -551,6 +551,8 @@ async def test_dropping_the_token_from_the_address_redirects_only_within_the_ui(
                 # `//host`, `///host` and `/\\host` all leave the site in a browser.
                 assert location.startswith("/") and location[1:2] not in ("/", "\\"), location
                 assert location == f"{where}?x=1"
+                # A `?token=` that opens nothing never replaces the cookie that does.
+                assert "set-cookie" not in r.headers
 
 
 async def test_without_a_token_only_loopback_names_and_same_origin_posts(ui: Ui) -> None:

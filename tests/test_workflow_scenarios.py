@@ -253,6 +253,10 @@ async def test_automatic_permission_classification(
             if e["type"] == "tool_permission_resolved"
         }
         assert resolved == {"call_0_0": ("allow", "classifier"), "call_0_1": ("deny", "classifier")}
+        # Who decided, as every surface records it: the classifier, at the decision's time.
+        for e in lines:
+            if e["type"] == "tool_permission_resolved":
+                assert e["metadata"] == {"via": "classifier", "at": e["ts"]}
         await h.assert_file_matches_query(turn_id)
 
 

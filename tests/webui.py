@@ -20,7 +20,7 @@ import httpx
 from temporalio.testing import WorkflowEnvironment
 
 from turnclient.runtime.connection import Runtime
-from turnclient.servers.ui import BODY_TIMEOUT, create_app, web_ui
+from turnclient.servers.ui import BODY_TIMEOUT, Tokens, create_app, web_ui
 from turncore_temporal.worker import serving
 
 
@@ -69,20 +69,26 @@ async def running_ui(
     tmp_path: Path,
     *,
     token: str | None = None,
+    tokens: Tokens | None = None,
+    toml: str | None = None,
     worker: bool = True,
     task_queue: str | None = None,
     host: str = "127.0.0.1",
     body_timeout: float = BODY_TIMEOUT,
+    environ: dict[str, str] | None = None,
 ) -> AsyncIterator[Ui]:
-    """``worker=False``: workers run elsewhere (another process on the same task queue)."""
+    """``worker=False``: workers run elsewhere (another process on the same task queue);
+    ``toml``: the work dir's ``turns.toml``."""
     home = tmp_path / "home"
     home.mkdir(exist_ok=True)
+    if toml is not None:
+        (home / "turns.toml").write_text(toml)
     queue = task_queue or f"ui-{uuid.uuid4()}"
-    runtime = Runtime.from_work_dir(home, env={"TURNS_TASK_QUEUE": queue})
+    runtime = Runtime.from_work_dir(home, env={"TURNS_TASK_QUEUE": queue, **(environ or {})})
     async with contextlib.AsyncExitStack() as stack:
         if worker:
             await stack.enter_async_context(serving(runtime, env.client))
-        app = create_app(runtime, env.client, token=token, body_timeout=body_timeout)
+        app = create_app(runtime, env.client, token=token, tokens=tokens, body_timeout=body_timeout)
         async with web_ui(app, host, 0) as web:
             headers = {"X-Turns-Token": token} if token else {}
             async with httpx.AsyncClient(base_url=web.url, timeout=60, headers=headers) as http:

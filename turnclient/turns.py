@@ -47,7 +47,7 @@ from typing import Any, Literal, TypeVar, get_args
 from pydantic import ValidationError
 from temporalio.client import Client
 
-from turnclient.lib.api import CreateTurnInput, TurnClient
+from turnclient.lib.api import CreateTurnInput, TurnClient, decided
 from turnclient.lib.conversations import continuation
 from turnclient.lib.listing import TurnSummary, latest_turns, pending_across
 from turnclient.lib.stuck import StuckRun
@@ -171,11 +171,12 @@ class Turns:
         stack = contextlib.AsyncExitStack()
         try:
             client = self._client
+            server = None
             if client is None:
                 conn = await stack.enter_async_context(
                     temporal(self.runtime.work_dir, env=self._env)
                 )
-                client = conn.client
+                client, server = conn.client, conn.server
             if self._worker:
                 await stack.enter_async_context(serving(self.runtime, client))
         except BaseException:
@@ -185,7 +186,7 @@ class Turns:
             self._opening = False
         self._stack = stack
         self._closed = asyncio.Event()
-        self._turns = self.runtime.turn_client(client, serving=self._worker)
+        self._turns = self.runtime.turn_client(client, server, serving=self._worker)
         return self
 
     async def __aexit__(
@@ -307,14 +308,22 @@ class Turns:
         """Advance the turn by at most one input until it settles; its outcome."""
         return await self._served(turn_id, self.client.advance_turn(turn_id, input).outcome)
 
-    async def approve(self, turn_id: str, tool_call_id: str) -> TurnOutcome:
+    async def approve(
+        self, turn_id: str, tool_call_id: str, *, by: str | None = None
+    ) -> TurnOutcome:
+        """Allow the call; ``by`` names who decided (recorded with ``via: api`` and the time)."""
         decision = _input(
-            "approve", lambda: PermissionDecisionInput(tool_call_id=tool_call_id, decision="allow")
+            "approve",
+            lambda: PermissionDecisionInput(
+                tool_call_id=tool_call_id, decision="allow", metadata=decided("api", by)
+            ),
         )
         return await self.advance(turn_id, decision)
 
-    async def deny(self, turn_id: str, tool_call_id: str, reason: str | None = None) -> TurnOutcome:
-        metadata = {"reason": reason} if reason else None
+    async def deny(
+        self, turn_id: str, tool_call_id: str, reason: str | None = None, *, by: str | None = None
+    ) -> TurnOutcome:
+        metadata = decided("api", by, reason)
         decision = _input(
             "deny",
             lambda: PermissionDecisionInput(
@@ -324,13 +333,23 @@ class Turns:
         return await self.advance(turn_id, decision)
 
     async def complete(
-        self, turn_id: str, tool_call_id: str, output: Any, *, is_error: bool = False
+        self,
+        turn_id: str,
+        tool_call_id: str,
+        output: Any,
+        *,
+        is_error: bool = False,
+        by: str | None = None,
     ) -> TurnOutcome:
-        """Supply the result of an async tool call (such as ``ask_human``)."""
+        """Supply the result of an async tool call (such as ``ask_human``); ``by`` as for
+        ``approve``."""
         result = _input(
             "complete",
             lambda: AsyncToolResultInput(
-                tool_call_id=tool_call_id, result=ToolResultData(output=output, is_error=is_error)
+                tool_call_id=tool_call_id,
+                result=ToolResultData(
+                    output=output, is_error=is_error, metadata=decided("api", by)
+                ),
             ),
         )
         return await self.advance(turn_id, result)

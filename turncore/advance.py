@@ -290,10 +290,14 @@ def classification_events(
     classifications: Sequence[PermissionClassification] | None,
     error: str | None,
     ts: str,
+    *,
+    stamped: bool = False,
 ) -> list[TurnEvent]:
     """Classifier answers → classified records and effective decisions.
 
     Failures and omitted decisions are recorded and treated as defer.
+    ``stamped``: the decisions' ``metadata`` says who decided, as every
+    surface's does (``{"via": "classifier", "at": ts}``).
     """
     turn_id = state.definition.turn_id
     targets = calls_needing_classification(state)
@@ -323,6 +327,7 @@ def classification_events(
                     decision="allow" if c.decision == "allow" else "deny",
                     source="classifier",
                     reason=c.reason,
+                    metadata={"via": "classifier", "at": ts} if stamped else None,
                 )
             )
     if missing:

@@ -122,6 +122,8 @@ MAX_KEYWORD_BYTES = 2048
 (``limit.searchAttributesSizeOfValue``), counted as its JSON payload."""
 _CANCEL_CLOSES_INTERRUPTED = "cancel-closes-interrupted-calls"
 """Runs from here on leave calls a lost worker interrupted to a waiting cancel to close."""
+_CLASSIFIER_STAMPS = "classifier-decisions-say-who-decided"
+"""Runs from here on record ``{"via": "classifier", "at"}`` in the classifier's decisions."""
 _REJECT_QUEUED = "reject-inputs-queued-at-end"
 """Runs from here on reject inputs a cancel overtook, instead of leaving their updates open."""
 _CREATE_LINKED_CHILD = "create-linked-child-on-reattach"
@@ -555,7 +557,13 @@ class TurnWorkflow:
         else:
             classified = await self._local(Activities.classify_permissions, arg)
         events = advance.classification_events(
-            self._state, classified.decisions(), classified.error, _ts()
+            self._state,
+            classified.decisions(),
+            classified.error,
+            _ts(),
+            # Who decided, as every surface records it; histories from before
+            # replay without it, so their state stays the file's.
+            stamped=workflow.patched(_CLASSIFIER_STAMPS),
         )
         if events:
             await self._append(events)

@@ -20,6 +20,7 @@ from turnclient.cli.common import (
     Failure,
     arg,
     command,
+    command_line,
     current_work_dir,
     emit_json,
     in_database,
@@ -43,7 +44,7 @@ def _recover_hint(path: Path) -> str:
     """How to continue a repaired turn, only when ``path`` is that turn's file in this work dir."""
     turn_id = path.name.removesuffix(".jsonl")
     if is_turn_id(turn_id) and turn_path(current_work_dir(), turn_id).absolute() == path.absolute():
-        return f"; continue with: {PROG} recover {turn_id}"
+        return f"; continue with: {command_line('recover', turn_id)}"
     return (
         f" (this is not {current_work_dir()}'s copy of the turn: `{PROG} recover` continues turns of "
         "the work dir only)"
@@ -118,7 +119,7 @@ def _repair_stored(args: argparse.Namespace) -> int:
             report = repo.repair_tail(args.turn)
         except RepairRefusedError as exc:
             raise Failure(f"not repaired: {exc}") from None
-    hint = f"; continue with: {PROG} recover {args.turn}"
+    hint = f"; continue with: {command_line('recover', args.turn)}"
     _print_repair(args, report, report.where, "turn_events_broken", hint)
     return EXIT_OK
 

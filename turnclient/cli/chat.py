@@ -22,20 +22,22 @@ from turnclient.cli.common import (
     EXIT_OK,
     EXIT_SUSPENDED,
     NO_WORKER,
-    PROG,
     arg,
+    at_prompt,
     between_turns,
     command,
+    following,
     open_runtime,
     resolve_turn_id,
     run_async,
 )
 from turnclient.cli.running import continuation_of, follow_to_end, turn_request, worker_session
+from turnclient.lib.terminal import command_line
 
 if TYPE_CHECKING:
     from turnclient.lib.api import TurnClient
     from turnclient.runtime.connection import Runtime
-    from turncore.events import TurnExternalInput, TurnOutcome
+    from turncore.events import SuspendedOutcome, TurnExternalInput, TurnOutcome
 
 ALLOW = ("y", "yes")
 
@@ -46,7 +48,8 @@ async def _read(prompt: str) -> str | None:
 
     sys.stdout.write(prompt)
     sys.stdout.flush()
-    line = str(await asyncio.to_thread(sys.stdin.readline))
+    with at_prompt():
+        line = str(await asyncio.to_thread(sys.stdin.readline))
     if not line:
         sys.stdout.write("\n")
         return None
@@ -57,14 +60,26 @@ def run_chat(args: argparse.Namespace) -> int:
     async def body() -> int:
         runtime = open_runtime()
         last = resolve_turn_id(args.continue_from) if args.continue_from else None
-        # Refused now, before any server starts, if it has not ended.
-        start = await continuation_of(runtime, None, continue_from=last)
-        agent = args.agent or start.agent or runtime.config.default_agent
+        # A turn left at a question for its human (Ctrl-C at an approval) is
+        # picked up at that question; any other turn that has not ended is
+        # refused now, before any server starts.
+        pending = await _awaiting_a_human(runtime, last) if last is not None else None
+        if pending is not None:
+            assert last is not None
+            agent = args.agent or pending[0]
+        else:
+            start = await continuation_of(runtime, None, continue_from=last)
+            agent = args.agent or start.agent or runtime.config.default_agent
         async with worker_session(args, runtime) as (_, turns):
             print(
                 f"chat with {agent} · Ctrl-D ends · approvals: y / n / a reason to deny",
                 flush=True,
             )
+            if pending is not None and last is not None:
+                following(last)
+                outcome = await _answer(turns, runtime, last, pending[1])
+                if outcome.status == "suspended":
+                    return _still_waiting(last)
             while True:
                 if last is not None:
                     between_turns(f"continue this conversation with: {_again(last)}")
@@ -80,13 +95,7 @@ def run_chat(args: argparse.Namespace) -> int:
                 outcome = await _advance(turns, runtime, turn_id, None, model.label())
                 outcome = await _answer(turns, runtime, turn_id, outcome)
                 if outcome.status == "suspended":
-                    print(
-                        f"turn {turn_id} still waits for an external result; finish it with "
-                        f"`turns complete {turn_id} CALL --output JSON` (or `turns cancel "
-                        f"{turn_id}`), then continue with `turns chat --continue {turn_id}`",
-                        flush=True,
-                    )
-                    return EXIT_SUSPENDED
+                    return _still_waiting(turn_id)
         if last is not None:
             print(f"continue this conversation with: {_again(last)}", flush=True)
         return EXIT_OK
@@ -115,14 +124,50 @@ async def _advance(
     return outcome
 
 
+def _still_waiting(turn_id: str) -> int:
+    finish = command_line("complete", turn_id, "CALL", "--output", "JSON")
+    print(
+        f"turn {turn_id} still waits for an external result; finish it with "
+        f"`{finish}` (or `{command_line('cancel', turn_id)}`), then continue "
+        f"with `{_again(turn_id)}`",
+        flush=True,
+    )
+    return EXIT_SUSPENDED
+
+
+async def _awaiting_a_human(runtime: Runtime, turn_id: str) -> tuple[str, SuspendedOutcome] | None:
+    """(its agent, its outcome) if ``turn_id`` is suspended on something its human
+    answers here (an approval, ``ask_human``); None otherwise."""
+    import asyncio
+
+    from turncore.advance import outcome_of
+    from turncore.events import SuspendedOutcome
+    from turncore.reducer import reduce_turn
+
+    state = reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
+    outcome = outcome_of(state)
+    if not isinstance(outcome, SuspendedOutcome):
+        return None
+    asks = bool(outcome.pending_permissions) or any(
+        (declared := runtime.config.tools.get(a.tool_name)) is not None and declared.requires_human
+        for a in outcome.pending_async_tools
+    )
+    return (state.definition.agent.resolved.agent_id, outcome) if asks else None
+
+
 async def _answer(
     turns: TurnClient, runtime: Runtime, turn_id: str, outcome: TurnOutcome
 ) -> TurnOutcome:
-    """Ask the human for every decision and answer the suspended turn needs, inline."""
+    """Ask the human for every decision and answer the suspended turn needs, inline.
+
+    At a question, a signal stops the chat and leaves the turn at it; the hint
+    it prints (``turns chat --continue TURN``) asks the same question again."""
+    from turnclient.lib.api import decided, os_user  # loaded only when a turn waits
     from turnclient.lib.turnview import permission_label
     from turncore.events import AsyncToolResultInput, PermissionDecisionInput, ToolResultData
 
     while outcome.status == "suspended":
+        between_turns(f"the turn waits for your answer; pick it up with: {_again(turn_id)}")
         input: TurnExternalInput | None = None
         for p in outcome.pending_permissions:
             shown = orjson.dumps(_call_input(runtime, turn_id, p.tool_call_id)).decode()
@@ -132,13 +177,17 @@ async def _answer(
                 return outcome
             reply = reply.strip()
             if reply.lower() in ALLOW:
-                input = PermissionDecisionInput(tool_call_id=p.tool_call_id, decision="allow")
+                input = PermissionDecisionInput(
+                    tool_call_id=p.tool_call_id,
+                    decision="allow",
+                    metadata=decided("cli", os_user()),
+                )
             else:
                 reason = None if reply.lower() in ("", "n", "no") else reply
                 input = PermissionDecisionInput(
                     tool_call_id=p.tool_call_id,
                     decision="deny",
-                    metadata={"reason": reason} if reason else None,
+                    metadata=decided("cli", os_user(), reason),
                 )
             break
         if input is None:
@@ -151,7 +200,10 @@ async def _answer(
                 if reply is None:
                     return outcome
                 input = AsyncToolResultInput(
-                    tool_call_id=a.tool_call_id, result=ToolResultData(output=reply, is_error=False)
+                    tool_call_id=a.tool_call_id,
+                    result=ToolResultData(
+                        output=reply, is_error=False, metadata=decided("cli", os_user())
+                    ),
                 )
                 break
         if input is None:
@@ -161,7 +213,7 @@ async def _answer(
 
 
 def _again(turn_id: str) -> str:
-    return f"{PROG} chat --continue {turn_id}"
+    return command_line("chat", "--continue", turn_id)
 
 
 def _call_input(runtime: Runtime, turn_id: str, tool_call_id: str) -> Any:

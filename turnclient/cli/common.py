@@ -44,7 +44,8 @@ if TYPE_CHECKING:
     from turncore.reducer import TurnState
 
 
-PROG = "turns"
+from turnclient.lib.terminal import PROG as PROG
+from turnclient.lib.terminal import command_line as command_line
 
 EXIT_OK = 0
 EXIT_PROBLEM = 1
@@ -219,6 +220,8 @@ class _Interrupts:
         self.args = args
         self.turn_id: str | None = None
         self.idle_hint: str | None = None
+        self.at_prompt = False
+        """A prompt waits for input on stdout's current line (``turns chat``)."""
         """Set while no turn is in flight (``turns chat`` at its prompt): how to go on."""
         self.received: signal.Signals | None = None
         self._reported = threading.Lock()
@@ -260,13 +263,17 @@ class _Interrupts:
             self._done = True
         name = signal.Signals(self.received or signal.SIGINT).name
         turn = self.turn_id
+        if self.at_prompt:  # the message goes on a line of its own, not after the prompt
+            with contextlib.suppress(Exception):
+                sys.stdout.write("\n")
+                sys.stdout.flush()
         if turn is None:
             message = f"{name}: stopped" + (f"; {self.idle_hint}" if self.idle_hint else "")
         else:
             message = (
                 f"{name}: detached; turn {turn} is left as it is. "
-                f"Resume it with `{PROG} recover {turn}`, follow it with `{PROG} watch {turn}`, "
-                f"or cancel it with `{PROG} cancel {turn}`"
+                f"Resume it with `{command_line('recover', turn)}`, follow it with "
+                f"`{command_line('watch', turn)}`, or cancel it with `{command_line('cancel', turn)}`"
             )
         with contextlib.suppress(Exception):
             report_failure(self.args, self.code, message, turn, status="detached")
@@ -286,6 +293,16 @@ def following(turn_id: str) -> None:
     if _INTERRUPTS is not None:
         _INTERRUPTS.turn_id = turn_id
         _INTERRUPTS.idle_hint = None
+
+
+@contextlib.contextmanager
+def at_prompt() -> Iterator[None]:
+    """A prompt is on stdout's current line for the block (a signal's message goes below)."""
+    if _INTERRUPTS is not None:
+        _INTERRUPTS.at_prompt = True
+    yield  # a signal cancels the block: the prompt stays, for the message to go below
+    if _INTERRUPTS is not None:
+        _INTERRUPTS.at_prompt = False
 
 
 def between_turns(hint: str) -> None:
@@ -446,14 +463,26 @@ def resolve_turn_id(given: str) -> str:
         if len(matches) == 1:
             return matches[0]
         if matches:
-            shown = ", ".join(matches[-5:])
+            shown = ", ".join(reversed(matches[-5:]))
             raise Failure(
-                f"{given!r} is the start of {len(matches)} turns (newest: {shown}); type more of it",
+                f"{given!r} is the start of {len(matches)} turns (newest first: {shown}); "
+                "type more of it",
                 EXIT_USAGE,
             )
         raise Failure(f"no turn in {work} starts with {given!r}", EXIT_USAGE)
-    validate_turn_id(given)  # raises: a malformed or path-like id, said precisely
+    try:
+        validate_turn_id(given)  # raises: a malformed or path-like id, said precisely
+    except InvalidInputError as exc:
+        raise Failure(f"{exc}; {TURN_FORMS}", EXIT_USAGE) from None
     raise AssertionError
+
+
+TURN_FORMS = "name a turn by its id, `last` (the newest) or a unique prefix of its id"
+
+
+def names_a_turn(given: str) -> bool:
+    """Whether ``given`` (no such path) is a turn id, ``last`` or an id's prefix."""
+    return given == "last" or is_turn_id(given) or bool(_ID_PREFIX.fullmatch(given))
 
 
 def path_of(given: str) -> Path:

@@ -16,12 +16,12 @@ from turnclient.cli.common import (
     EXIT_USAGE,
     JSON,
     NO_WORKER,
-    PROG,
     TURN,
     WAIT_FOR_WORKER,
     Failure,
     arg,
     command,
+    command_line,
     emit_json,
     load_turn,
     open_runtime,
@@ -107,7 +107,11 @@ def _send(
                 renderer.prime(before)
             outcome = await follow_to_end(turns, turn_id, input, renderer)
             return finish(
-                args, turn_id, outcome, accepted=accepted_ok and outcome.status == "suspended"
+                args,
+                turn_id,
+                outcome,
+                accepted=accepted_ok and outcome.status == "suspended",
+                renderer=renderer,
             )
 
     return run_async(args, body)
@@ -139,7 +143,7 @@ def _rejection(state: TurnState, input: TurnExternalInput, exc: RejectedInputErr
     elif input.type in ("async_tool_result", "async_tool_progress") and pending_approval:
         reason = (
             f"{call.tool_name} ({call_id}) awaits approval first: "
-            f"`{PROG} approve {turn_id} {call_id}` (or deny it)"
+            f"`{command_line('approve', turn_id, call.tool_call_id)}` (or deny it)"
         )
     elif (
         input.type == "permission_decision"
@@ -153,7 +157,7 @@ def _rejection(state: TurnState, input: TurnExternalInput, exc: RejectedInputErr
         reason = (
             f"{call.tool_name} ({call_id}) "
             f"{'was already approved;' if approved else 'needs no approval,'} "
-            f"it awaits its result: `{PROG} complete {turn_id} {call_id} --text '…'`"
+            f"it awaits its result: `{command_line('complete', turn_id, call.tool_call_id, '--text', '…')}`"
         )
     else:
         reason = str(exc)
@@ -185,9 +189,15 @@ def _suspended_outcome(state: TurnState) -> Any:
     WAIT_FOR_WORKER,
 )
 def approve(args: argparse.Namespace) -> int:
+    from turnclient.lib.api import decided, os_user
     from turncore.events import PermissionDecisionInput
 
-    return _send(args, lambda: PermissionDecisionInput(tool_call_id=args.call, decision="allow"))
+    return _send(
+        args,
+        lambda: PermissionDecisionInput(
+            tool_call_id=args.call, decision="allow", metadata=decided("cli", os_user())
+        ),
+    )
 
 
 @command(
@@ -201,10 +211,11 @@ def approve(args: argparse.Namespace) -> int:
     WAIT_FOR_WORKER,
 )
 def deny(args: argparse.Namespace) -> int:
+    from turnclient.lib.api import decided, os_user
     from turncore.events import PermissionDecisionInput
 
     def make() -> PermissionDecisionInput:
-        metadata = {"reason": args.reason} if args.reason else None
+        metadata = decided("cli", os_user(), args.reason)
         return PermissionDecisionInput(tool_call_id=args.call, decision="deny", metadata=metadata)
 
     return _send(args, make)
@@ -235,11 +246,14 @@ def complete(args: argparse.Namespace) -> int:
             args, EXIT_USAGE, "give the result with exactly one of --output JSON or --text TEXT"
         )
 
+    from turnclient.lib.api import decided, os_user
+
     def make() -> AsyncToolResultInput:
         output = args.text if args.text is not None else args.output
-        return AsyncToolResultInput(
-            tool_call_id=args.call, result=ToolResultData(output=output, is_error=args.error)
+        result = ToolResultData(
+            output=output, is_error=args.error, metadata=decided("cli", os_user())
         )
+        return AsyncToolResultInput(tool_call_id=args.call, result=result)
 
     return _send(args, make)
 
@@ -310,7 +324,7 @@ def recover(args: argparse.Namespace) -> int:
         return run_async(args, lambda: _recover_all_stuck(args))
 
     async def body() -> int:
-        from turnclient.cli.render import StreamRenderer, wants_color
+        from turnclient.cli.render import StreamRenderer, running_tools_note, wants_color
 
         turn_id = resolve_turn_id(args.turn)
         runtime = open_runtime()
@@ -323,11 +337,13 @@ def recover(args: argparse.Namespace) -> int:
             renderer = None
             if not args.json:
                 renderer = StreamRenderer(sys.stdout, color=wants_color(sys.stdout))
-                renderer.prime(
-                    reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
-                )
+                state = reduce_turn(await asyncio.to_thread(runtime.repository.read, turn_id))
+                renderer.prime(state)
+                note = running_tools_note(state)
+                if note is not None:
+                    print(note, flush=True)
             outcome = await follow_to_end(turns, turn_id, None, renderer)
-            return finish(args, turn_id, outcome)
+            return finish(args, turn_id, outcome, renderer=renderer)
 
     return run_async(args, body)
 

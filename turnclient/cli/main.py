@@ -23,6 +23,7 @@ from turnclient.cli.common import (
     closed_pipe,
     report_failure,
 )
+from turnclient.lib.terminal import VisibleText
 
 if TYPE_CHECKING:
     pass
@@ -45,7 +46,8 @@ exit codes:
      it is (resume: `turns recover TURN`)
 
 environment:
-  TURNS_HOME        the work dir: turns.toml, storage/, temporal/ (default ./.turns)
+  TURNS_HOME        the work dir: turns.toml, storage/, temporal/ (default: the
+                    nearest .turns/ here or above, else ./.turns)
   TEMPORAL_ADDRESS  use this Temporal server instead of the embedded one; also
                     TEMPORAL_NAMESPACE, TEMPORAL_API_KEY, TEMPORAL_TLS_* as usual
   TURNS_TASK_QUEUE  the task queue (default turns, or task_queue in turns.toml)
@@ -85,12 +87,27 @@ class _Parser(argparse.ArgumentParser):
 
 
 ORDER = (
-    *("validate", "state", "show", "log", "inspect", "repair", "db", "export", "import"),
-    *("run", "chat", "approve", "deny", "complete", "progress", "cancel", "recover"),
-    *("watch", "list", "dev", "worker", "config", "mcp", "completion", "codec-server", "ui"),
+    *("run", "chat", "approve", "deny", "complete", "progress", "cancel", "recover", "watch"),
+    *("list", "show", "state", "log", "inspect", "validate", "repair"),
+    *("dev", "worker", "ui", "config", "mcp", "db", "export", "import", "codec-server"),
+    "completion",
 )
-"""The order of ``turns --help``: reading a file first, then running and deciding,
-watching, serving and configuring. A command missing here is listed last."""
+"""The order of ``turns --help``: the order people reach for commands — running and
+answering turns first, reading them next, operating the runtime last. A command
+missing here is listed last."""
+
+
+def _did_you_mean(argv: list[str]) -> str:
+    """`` (did you mean `turns run`?)`` for a misspelled command, else nothing."""
+    import difflib
+
+    given = next((a for a in argv if not a.startswith("-")), None)
+    if given is None or given in COMMANDS:
+        return ""
+    close = difflib.get_close_matches(given, list(COMMANDS), n=2, cutoff=0.6)
+    if not close:
+        return ""
+    return f" (did you mean {' or '.join(f'`{PROG} {c}`' for c in close)}?)"
 
 
 def listed() -> list[Command]:
@@ -150,7 +167,11 @@ def main(argv: list[str] | None = None) -> int:
     except SystemExit as exc:  # --help or --version
         return exc.code if isinstance(exc.code, int) else EXIT_USAGE
     except _UsageError as exc:
-        return report_failure(argparse.Namespace(json="--json" in argv), EXIT_USAGE, str(exc))
+        message = str(exc)
+        if "invalid choice" in message:
+            message = f"{PROG}: unknown command {next(a for a in argv if not a.startswith('-'))!r}"
+            message += _did_you_mean(argv) or f" (see `{PROG} --help`)"
+        return report_failure(argparse.Namespace(json="--json" in argv), EXIT_USAGE, message)
     run: Run | None = getattr(args, "run", None)
     if run is None:
         parser.print_help(sys.stderr)
@@ -169,10 +190,22 @@ def main(argv: list[str] | None = None) -> int:
         # Through the environment, so every configuration this command loads, and
         # every process it starts, serves the same app.
         os.environ["TURNS_APP"] = args.app
+    streams = sys.stdout, sys.stderr
+    # What people read shows control characters (model text, tool output, ids)
+    # as escapes; --json, `log` and `completion` keep their bytes exact.
+    sys.stderr = VisibleText(sys.stderr)
+    if not getattr(args, "json", False) and args.command not in _EXACT_OUTPUT:
+        sys.stdout = VisibleText(sys.stdout)
     try:
         return run(args)
     except BrokenPipeError:
         return closed_pipe()
+    finally:
+        sys.stdout, sys.stderr = streams
+
+
+_EXACT_OUTPUT = frozenset({"log", "completion"})
+"""Commands whose plain output is data (a turn file, a shell script), written byte for byte."""
 
 
 def entry() -> NoReturn:

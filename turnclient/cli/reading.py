@@ -28,6 +28,7 @@ from turnclient.cli.common import (
     Failure,
     arg,
     command,
+    command_line,
     cost_json,
     cost_text,
     current_work_dir,
@@ -35,6 +36,7 @@ from turnclient.cli.common import (
     following,
     in_database,
     load_turn,
+    names_a_turn,
     open_runtime,
     path_of,
     positive,
@@ -136,7 +138,17 @@ def validate(args: argparse.Namespace) -> int:
     valid: list[str] = []
     invalid: list[dict[str, str]] = []
     for given in args.paths:
-        for path in turn_files(given):
+        if not os.path.exists(given) and names_a_turn(given):
+            try:  # `last` and a prefix name a stored turn, as for every command
+                targets = [resolve_turn_id(given)]
+            except Failure as exc:
+                invalid.append({"path": given, "problem": str(exc)})
+                if not args.json:
+                    print(str(exc))
+                continue
+        else:
+            targets = list(turn_files(given))
+        for path in targets:
             _, problem = _read_stored(path) if _is_stored_id(path) else read_turn_file(path)
             if problem is None:
                 valid.append(path)
@@ -482,7 +494,13 @@ def watch(args: argparse.Namespace) -> int:
     from turncore.reducer import reduce_turn
 
     async def body() -> int:
-        from turnclient.cli.render import StreamRenderer, outcome_block, outcome_json, wants_color
+        from turnclient.cli.render import (
+            StreamRenderer,
+            outcome_block,
+            outcome_json,
+            running_tools_note,
+            wants_color,
+        )
         from turncore.advance import outcome_of
         from turncore.surface import SurfaceProjector, encode_line
 
@@ -513,6 +531,10 @@ def watch(args: argparse.Namespace) -> int:
             show(e)
         state = reduce_turn(events)
         if state.terminal is None and not args.no_follow:
+            note = running_tools_note(state)
+            if renderer is not None and note is not None:
+                renderer.close()
+                print(note, flush=True)
             state = await _tail(args, runtime, turn_id, len(events), show)
         if renderer is not None:
             renderer.close()
@@ -530,7 +552,8 @@ def watch(args: argparse.Namespace) -> int:
         if args.json:
             sys.stdout.write(orjson.dumps(outcome_json(turn_id, outcome)).decode() + "\n")
         else:
-            print("\n".join(outcome_block(turn_id, outcome)))
+            shown = renderer.failures if renderer is not None else ()
+            print("\n".join(outcome_block(turn_id, outcome, shown=shown)))
         return EXIT_CODES[outcome.status]
 
     return run_async(args, body)
@@ -556,7 +579,12 @@ async def _tail(
 
     async def pump() -> None:
         stream = follow_turn(
-            runtime.repository, spool_dir(runtime.work_dir), turn_id, after=offset, until="terminal"
+            runtime.repository,
+            spool_dir(runtime.work_dir),
+            turn_id,
+            after=offset,
+            until="terminal",
+            deltas=runtime.delta_reader(turn_id),
         )
         async for item in stream:
             match item:
@@ -618,9 +646,11 @@ def list_turns(args: argparse.Namespace) -> int:
             if r["status"] in ("running", "suspended") and r["workflowStatus"] != "running":
                 # The run ended without settling the turn (its environment could not
                 # advance it); the file is intact and `turns recover` starts a new run.
-                pending += f" · workflow {r['workflowStatus']}: turns recover {r['turnId']}"
+                pending += (
+                    f" · workflow {r['workflowStatus']}: {command_line('recover', r['turnId'])}"
+                )
             if r["stuck"]:
-                pending += f" · STUCK ({r['stuck']}): turns recover {r['turnId']}"
+                pending += f" · STUCK ({r['stuck']}): {command_line('recover', r['turnId'])}"
             words = clip(" ".join(str(r["input"] or "").split()), 48)
             print(
                 f"{r['turnId']}  {r['created']}  {r['status'] or '?':<9}  "

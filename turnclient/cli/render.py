@@ -14,15 +14,15 @@ turn said and did, readable in a terminal.
 from __future__ import annotations
 
 import os
-import shlex
 import time
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from typing import Any, TextIO
 
 import orjson
 
 from turnclient.lib import turnview
-from turnclient.lib.summary import clip, usage_text
+from turnclient.lib.summary import clip, decided_text, usage_text
+from turnclient.lib.terminal import command_line, continue_prefix, control, visible
 from turncore.events import (
     CancelledOutcome,
     CompletedOutcome,
@@ -57,7 +57,7 @@ from turncore.messages import (
 )
 from turncore.reducer import ToolCallState, TurnState
 
-PROG = "turns"
+__all__ = ["command_line", "continue_prefix", "visible"]
 
 
 def preview(value: Any, limit: int = 160) -> str:
@@ -95,14 +95,23 @@ def wants_color(stream: TextIO, env: Mapping[str, str] | None = None) -> bool:
     return bool(isatty and isatty())
 
 
-def paint(line: str, color: bool) -> str:
-    """The line coloured by its leading mark (``✔``, ``✗``, ``‖``, ``→``, …), if ``color``."""
-    if not color:
-        return line
+def write_painted(out: TextIO, line: str, color: bool) -> None:
+    """``line`` (shown visibly) and a newline, coloured by its leading mark if ``color``."""
+    style = _style(line) if color else None
+    if style is not None:
+        control(out, f"\033[{_ANSI[style]}m")
+    out.write(visible(line))
+    if style is not None:
+        control(out, "\033[0m")
+    out.write("\n")
+
+
+def _style(line: str) -> str | None:
+    """The colour of a line by its leading mark (``✔``, ``✗``, ``‖``, ``→``, …)."""
     for mark, style in _MARKS.items():
         if line.startswith(mark):
-            return f"\033[{_ANSI[style]}m{line}\033[0m"
-    return line
+            return style
+    return None
 
 
 # ---------------------------------------------------------------- live stream
@@ -133,6 +142,8 @@ class StreamRenderer:
         self._thinking: set[int] = set()
         self._midline = False
         self._tools: dict[str, str] = {}
+        self.failures: set[str] = set()
+        """The model-call errors printed, so the outcome need not say them again."""
 
     def prime(self, state: TurnState) -> None:
         """Start from a turn's current state: tool names, and model calls already shown."""
@@ -152,13 +163,13 @@ class StreamRenderer:
         if not self._color or self._midline or now - self._last_output < 0.4:
             return
         frame = self._FRAMES[int(now * 10) % len(self._FRAMES)]
-        self._out.write(f"\r\033[K\033[2m{frame} {self._activity}\033[0m")
+        control(self._out, f"\r\033[K\033[2m{frame} {visible(self._activity)}\033[0m")
         self._out.flush()
         self._spinning = True
 
     def _unspin(self) -> None:
         if self._spinning:
-            self._out.write("\r\033[K")
+            control(self._out, "\r\033[K")
             self._spinning = False
 
     def _line(self, text: str) -> None:
@@ -167,14 +178,14 @@ class StreamRenderer:
         if self._midline:
             self._out.write("\n")
             self._midline = False
-        self._out.write(paint(text, self._color) + "\n")
+        write_painted(self._out, text, self._color)
         self._out.flush()
 
     def _write(self, text: str) -> None:
         self._unspin()
         self._last_output = time.monotonic()
         if text:
-            self._out.write(text)
+            self._out.write(visible(text))
             self._midline = not text.endswith("\n")
             self._out.flush()
 
@@ -249,6 +260,7 @@ class StreamRenderer:
             case ModelCallFailed():
                 self._closed.add(event.model_call_index)
                 self._line(f"✗ model call {event.model_call_index} failed: {event.error}")
+                self.failures.add(event.error)
             case ToolPermissionRequired():
                 self._tools[event.tool_call_id] = event.tool_name
                 request = event.request
@@ -307,6 +319,30 @@ _DECIDED_BY = {
     "human_unavailable": "because no human was available to approve it",
 }
 
+
+def running_tools_note(state: TurnState, heartbeat_seconds: float = 30.0) -> str | None:
+    """What a command that joins a turn mid-tool waits for, and for how long.
+
+    A sync tool whose worker went away (Ctrl-C on the command that ran it) is
+    only recorded as interrupted once Temporal misses its heartbeat; until
+    then the turn is silent, so the command says so rather than nothing.
+    """
+    running = [
+        t
+        for t in state.tool_calls
+        if t.execution == "sync" and t.invocation is not None and t.result is None
+    ]
+    if not running or state.terminal is not None:
+        return None
+    calls = ", ".join(f"{t.tool_name} ({t.tool_call_id})" for t in running)
+    since = running[0].invocation.ts if running[0].invocation is not None else "?"
+    return (
+        f"… waiting for {calls}, running since {since}: if the process that ran it "
+        f"stopped, it is recorded as interrupted once its heartbeat is missed "
+        f"(within {heartbeat_seconds:g} s of the last one)"
+    )
+
+
 # ---------------------------------------------------------------- outcomes
 
 
@@ -314,20 +350,10 @@ def outcome_json(turn_id: str, outcome: TurnOutcome) -> dict[str, Any]:
     return {"turnId": turn_id, **outcome.to_wire()}
 
 
-def continue_prefix(env: Mapping[str, str] | None = None) -> str:
-    """``turns``, with ``TURNS_HOME=…`` in front when the work dir is not the default."""
-    env = os.environ if env is None else env
-    home = env.get("TURNS_HOME")
-    if home:
-        return f"TURNS_HOME={shlex.quote(os.path.abspath(home))} {PROG}"
-    return PROG
-
-
 def continue_commands(
     turn_id: str, outcome: SuspendedOutcome, env: Mapping[str, str] | None = None
 ) -> list[tuple[str, list[str]]]:
     """For each pending item: a description and the exact commands that answer it."""
-    turns = continue_prefix(env)
     out: list[tuple[str, list[str]]] = []
     for p in outcome.pending_permissions:
         request = p.request
@@ -337,8 +363,8 @@ def continue_commands(
             (
                 f"approval: {label} ({p.tool_call_id}) {preview(shown, 100)}",
                 [
-                    f"{turns} approve {turn_id} {p.tool_call_id}",
-                    f"{turns} deny {turn_id} {p.tool_call_id} --reason 'not now'",
+                    command_line("approve", turn_id, p.tool_call_id, env=env),
+                    command_line("deny", turn_id, p.tool_call_id, "--reason", "not now", env=env),
                 ],
             )
         )
@@ -347,8 +373,12 @@ def continue_commands(
             (
                 f"result: {a.tool_name} ({a.tool_call_id}) {preview(a.input, 100)}",
                 [
-                    f"{turns} complete {turn_id} {a.tool_call_id} --text 'your answer'",
-                    f"{turns} progress {turn_id} {a.tool_call_id} --data '{{\"percent\": 50}}'",
+                    command_line(
+                        "complete", turn_id, a.tool_call_id, "--text", "your answer", env=env
+                    ),
+                    command_line(
+                        "progress", turn_id, a.tool_call_id, "--data", '{"percent": 50}', env=env
+                    ),
                 ],
             )
         )
@@ -356,15 +386,21 @@ def continue_commands(
 
 
 def outcome_block(
-    turn_id: str, outcome: TurnOutcome, env: Mapping[str, str] | None = None
+    turn_id: str,
+    outcome: TurnOutcome,
+    env: Mapping[str, str] | None = None,
+    shown: Collection[str] = (),
 ) -> list[str]:
+    """The outcome's lines; an error in ``shown`` (printed above, as a model call's
+    failure) is referred to rather than said twice."""
     usage = f"usage {usage_text(outcome.usage)}"
     match outcome:
         case CompletedOutcome():
             return [f"✔ completed · finish {outcome.finish_reason} · {usage} · turn {turn_id}"]
         case FailedOutcome():
             code = f" [{outcome.code}]" if outcome.code else ""
-            lines = [f"✗ failed{code}: {outcome.error} · {usage} · turn {turn_id}"]
+            error = "the model call's error above" if outcome.error in shown else outcome.error
+            lines = [f"✗ failed{code}: {error} · {usage} · turn {turn_id}"]
             # imported here: the model package (httpx, adapters) stays out of quick commands
             from turncore.model.bridge import parse_failure_code
 
@@ -373,7 +409,7 @@ def outcome_block(
                 # the conversation goes on in a new turn that continues this one.
                 lines.append(
                     "  once fixed, continue the conversation: "
-                    f"{continue_prefix(env)} run --continue {turn_id} PROMPT"
+                    + command_line("run", "--continue", turn_id, "PROMPT", env=env)
                 )
             return lines
         case CancelledOutcome():
@@ -384,7 +420,7 @@ def outcome_block(
             for what, commands in continue_commands(turn_id, outcome, env):
                 lines.append(f"  - {what}")
                 lines += [f"      {c}" for c in commands]
-            lines.append(f"  or give up: {continue_prefix(env)} cancel {turn_id}")
+            lines.append(f"  or give up: {command_line('cancel', turn_id, env=env)}")
             return lines
 
 
@@ -402,7 +438,8 @@ def _user_text(message: UserMessage) -> str:
     return "\n".join(bits)
 
 
-def _tool_lines(t: ToolCallState) -> list[str]:
+def _tool_lines(t: ToolCallState, ended: bool = False) -> list[str]:
+    """One tool call's lines; ``ended``: the turn has ended, so nothing still awaits."""
     kind = t.execution or "not run"
     lines = [f"  ▸ tool {t.tool_name} ({t.tool_call_id}) · {kind}"]
     lines.append(f"      input       {preview(t.input, 300)}")
@@ -420,8 +457,13 @@ def _tool_lines(t: ToolCallState) -> list[str]:
         if p.resolved is not None:
             by = p.resolved.source.replace("_", " ")
             text += f" · {'allowed' if p.resolved.decision == 'allow' else 'denied'} by {by}"
+            who = decided_text(p.resolved.metadata)
+            if who:
+                text += f" [{who}]"
             if p.resolved.reason:
                 text += f": {clip(p.resolved.reason, 80)}"
+        elif ended or t.result is not None:
+            text += " · never decided (the turn ended first)"
         else:
             text += " · awaiting a decision"
         lines.append(f"      permission  {text}")
@@ -431,6 +473,9 @@ def _tool_lines(t: ToolCallState) -> list[str]:
         r = t.result
         status = "error" if r.result.is_error else "ok"
         lines.append(f"      result      {status} ({r.source}): {preview(r.result.output, 400)}")
+        who = decided_text(r.result.metadata) if r.source == "async" else None
+        if who:
+            lines.append(f"      answered    {who}")
     elif t.invocation is not None and t.invocation.execution == "async":
         lines.append("      result      awaiting the external result")
     else:
@@ -481,7 +526,7 @@ def transcript(state: TurnState, env: Mapping[str, str] | None = None) -> str:
                 elif isinstance(part, ToolCallPart):
                     t = state.tool_call(part.tool_call_id)
                     if t is not None:
-                        lines += _tool_lines(t)
+                        lines += _tool_lines(t, ended=state.terminal is not None)
                 else:
                     lines.append(f"  [{describe_part(part)}]")
     lines.append("")
@@ -490,7 +535,9 @@ def transcript(state: TurnState, env: Mapping[str, str] | None = None) -> str:
         lines.append(f"outcome  completed · finish {terminal.finish_reason}")
     elif isinstance(terminal, TurnFailed):
         code = f" [{terminal.code}]" if terminal.code else ""
-        lines.append(f"outcome  failed{code}: {terminal.error}")
+        said = any(call.error == terminal.error for call in state.model_calls)
+        error = "the model call's error above" if said else terminal.error
+        lines.append(f"outcome  failed{code}: {error}")
     elif isinstance(terminal, TurnCancelled):
         lines.append(f"outcome  cancelled{': ' + terminal.reason if terminal.reason else ''}")
     elif state.suspension is not None:

@@ -60,11 +60,11 @@ async def worker_session(
     async with temporal(runtime.work_dir, options=options) as conn:
         if worker and not getattr(args, "no_worker", False):
             async with serving(runtime, conn.client):
-                yield conn, runtime.turn_client(conn.client, serving=True)
+                yield conn, runtime.turn_client(conn.client, conn.server, serving=True)
         else:
             if worker and not getattr(args, "wait_for_worker", False):
                 await _require_a_worker(conn, runtime.task_queue)
-            yield conn, runtime.turn_client(conn.client)
+            yield conn, runtime.turn_client(conn.client, conn.server)
 
 
 NO_WORKER_PATIENCE = 3.0
@@ -139,9 +139,14 @@ async def follow_to_end(
 
 
 def finish(
-    args: argparse.Namespace, turn_id: str, outcome: TurnOutcome, *, accepted: bool = False
+    args: argparse.Namespace,
+    turn_id: str,
+    outcome: TurnOutcome,
+    *,
+    accepted: bool = False,
+    renderer: StreamRenderer | None = None,
 ) -> int:
-    from turnclient.cli.render import outcome_block, outcome_json, paint, wants_color
+    from turnclient.cli.render import outcome_block, outcome_json, wants_color, write_painted
 
     state = settled_state(turn_id)
     if args.json:
@@ -150,10 +155,14 @@ def finish(
         emit_json(doc)
     else:
         color = wants_color(sys.stdout)
-        lines = outcome_block(turn_id, outcome)
+        lines = outcome_block(
+            turn_id, outcome, shown=renderer.failures if renderer is not None else ()
+        )
         if state is not None:
             lines += [f"  {line.strip()}" for line in cost_text(state, known_only=True)[:1]]
-        print("\n".join(paint(x, color) for x in lines), flush=True)
+        for line in lines:
+            write_painted(sys.stdout, line, color)
+        sys.stdout.flush()
     if accepted:
         return EXIT_OK
     return EXIT_CODES[outcome.status]
@@ -221,7 +230,7 @@ def run(args: argparse.Namespace) -> int:
                     sys.stdout, model=model.label(), color=wants_color(sys.stdout)
                 )
             outcome = await follow_to_end(turns, turn_id, None, renderer)
-            return finish(args, turn_id, outcome)
+            return finish(args, turn_id, outcome, renderer=renderer)
 
     return run_async(args, body)
 

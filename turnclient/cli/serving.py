@@ -70,6 +70,12 @@ def _port(text: str) -> int:
         help="require this token on every request (default $TURNS_UI_TOKEN); "
         "needed to bind anything but loopback",
     ),
+    arg(
+        "--tokens-file",
+        metavar="PATH",
+        help="a file of `NAME SHA256-OF-TOKEN` lines (default $TURNS_UI_TOKENS_FILE): "
+        "each person's own token, and decisions record the name",
+    ),
     NO_WORKER,
     JSON,
 )
@@ -80,6 +86,7 @@ def ui(args: argparse.Namespace) -> int:
                 UiConfigError,
                 check_token,
                 create_app,
+                load_tokens,
                 token_from,
                 web_ui,
             )
@@ -89,14 +96,17 @@ def ui(args: argparse.Namespace) -> int:
         from turncore_temporal.worker import serving
 
         try:
-            token = check_token(args.host, token_from(args.token))
+            tokens = load_tokens(args.tokens_file)
+            token = check_token(args.host, token_from(args.token), tokens_file=tokens is not None)
         except UiConfigError as exc:
             raise Failure(str(exc), EXIT_USAGE) from None
         runtime = Runtime.from_work_dir()
         async with temporal(runtime.work_dir) as conn, contextlib.AsyncExitStack() as stack:
             if not args.no_worker:
                 await stack.enter_async_context(serving(runtime, conn.client))
-            app = create_app(runtime, conn.client, token=token, serving=not args.no_worker)
+            app = create_app(
+                runtime, conn.client, token=token, tokens=tokens, serving=not args.no_worker
+            )
             async with web_ui(app, args.host, args.port) as web:
                 opened = f"{web.url}/?token={token}" if token else f"{web.url}/"
                 if args.json:

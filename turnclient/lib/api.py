@@ -11,12 +11,13 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import getpass
 import time
 import uuid
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
 from pydantic import ValidationError
 from temporalio.api.common.v1 import WorkflowExecution
@@ -86,6 +87,7 @@ from turncore.events import (
 )
 from turncore.ids import MINT_ATTEMPTS, TurnIdGenerator, validate_turn_id
 from turncore.inputs import DELIVER_BY, accept_input, staged_form
+from turncore.jsonvalue import JsonValue
 from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.model.port import unsendable_media
@@ -141,22 +143,26 @@ def _transient(exc: BaseException) -> bool:
 def open_turn_message(state: TurnState) -> str:
     """Why an open turn cannot be continued, and how to finish it."""
     turn_id = state.definition.turn_id
+    from turnclient.lib.terminal import command_line
+
     waiting = [
-        f"approval of {p.tool_name} ({p.tool_call_id}): turns approve|deny {turn_id} {p.tool_call_id}"
+        f"approval of {p.tool_name} ({p.tool_call_id}): "
+        f"{command_line('approve', turn_id, p.tool_call_id)} (or deny)"
         for p in state.pending_permissions()
     ] + [
-        f"the result of {p.tool_name} ({p.tool_call_id}): turns complete {turn_id} "
-        f"{p.tool_call_id} --text ..."
+        f"the result of {p.tool_name} ({p.tool_call_id}): "
+        + command_line("complete", turn_id, p.tool_call_id, "--text", "...")
         for p in state.pending_async_tools()
     ]
+    cancel = command_line("cancel", turn_id)
     if waiting:
         return (
             f"turn {turn_id} has not ended, so it cannot be continued yet; it awaits "
-            f"{'; '.join(waiting)}; or end it with: turns cancel {turn_id}"
+            f"{'; '.join(waiting)}; or end it with: {cancel}"
         )
     return (
         f"turn {turn_id} has not ended (it is running), so it cannot be continued yet; follow it "
-        f"with: turns watch {turn_id}, or end it with: turns cancel {turn_id}"
+        f"with: {command_line('watch', turn_id)}, or end it with: {cancel}"
     )
 
 
@@ -183,6 +189,36 @@ LAG_GRACE = 10.0
 
 def iso_now() -> str:
     return format_ts(datetime.now(UTC))
+
+
+Via = Literal["web", "cli", "api", "classifier"]
+"""Which surface carried a decision: the web UI, the ``turns`` command, the library
+(``Turns`` and anything built on it), or the permission classifier."""
+
+
+def os_user() -> str | None:
+    """The name of the OS user running this process, or None where the OS has none."""
+    try:
+        return getpass.getuser() or None
+    except (KeyError, OSError):
+        return None  # a container's uid with no passwd entry and no $USER
+
+
+def decided(via: Via, by: str | None, reason: str | None = None) -> dict[str, JsonValue]:
+    """The ``metadata`` every decision carries: who (``by``), through what (``via``), when.
+
+    Goes into the permission decision's ``metadata`` (spec §11.2, recorded in
+    ``tool_permission_resolved``) and into an async result's ``metadata``
+    (``ToolResultData``). ``at`` is the deciding surface's clock, in the log's
+    timestamp format; ``by`` is left out when nobody can be named (a shared
+    token). A denial's stated ``reason`` rides beside them, where the loop reads it.
+    """
+    meta: dict[str, JsonValue] = {"via": via, "at": iso_now()}
+    if by:
+        meta["by"] = by
+    if reason:
+        meta["reason"] = reason
+    return meta
 
 
 def start_details(definition: TurnCreated) -> dict[str, Any]:
@@ -251,6 +287,7 @@ class TurnClient:
         workflow_options: dict[str, Any] | None = None,
         rpc_deadline_seconds: float = RPC_DEADLINE_SECONDS,
         contexts: ContextResolver | None = None,
+        server_check: Callable[[], None] | None = None,
         serves: Callable[[TurnState], None] | None = None,
         no_progress_seconds: float = NO_PROGRESS_SECONDS,
         listed: ListedTools | None = None,
@@ -272,6 +309,9 @@ class TurnClient:
         self._workflow_options = dict(workflow_options or {})
         """Overrides of TurnWorkflowInput fields (timeouts, history budget) for new runs."""
         self._rpc_deadline = rpc_deadline_seconds
+        self._server_check = server_check
+        """Raises when a transient failure is the server's lasting fault (the embedded
+        server's database gone), so the caller hears it at once, not after minutes."""
         self._no_progress = no_progress_seconds
         self._stuck_poll = stuck_poll_seconds
         self._deliver_window = deliver_window_seconds
@@ -300,6 +340,8 @@ class TurnClient:
                     raise asyncio.CancelledError from exc
                 if not _transient(exc):
                     raise
+                if self._server_check is not None:
+                    self._server_check()
                 if loop.time() + delay > deadline:
                     raise InfrastructureError(
                         f"{what}: Temporal did not answer within {self._rpc_deadline:g} s ({exc})"
@@ -941,4 +983,14 @@ def _pending_of(outcome: TurnOutcome) -> list[str]:
     ]
 
 
-__all__ = ["CreateTurnInput", "Turn", "TurnClient", "TurnExecution", "iso_now", "open_turn_message"]
+__all__ = [
+    "CreateTurnInput",
+    "Turn",
+    "TurnClient",
+    "TurnExecution",
+    "Via",
+    "decided",
+    "iso_now",
+    "open_turn_message",
+    "os_user",
+]

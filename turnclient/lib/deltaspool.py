@@ -30,9 +30,9 @@ What the spool is not: it is never the turn file and never Temporal
 history; nothing durable reads it. Delivery is best effort — a write that
 fails is logged and dropped, and a reader slower than two segments skips
 what was overwritten (the completed message shows the whole text anyway).
-Only processes that see the same ``live/`` directory share deltas: workers
-on other hosts (a PostgreSQL repository) give their watchers durable events
-only, unless the work dir is on a shared filesystem.
+Only processes that see the same ``live/`` directory share the spool; with
+a PostgreSQL repository deltas also travel through the database to
+watchers on other hosts (``turnclient.lib.pgdeltas``).
 """
 
 from __future__ import annotations
@@ -43,6 +43,7 @@ import secrets
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Protocol
 
 import orjson
 from pydantic import TypeAdapter, ValidationError
@@ -157,8 +158,19 @@ class SpooledDelta:
         return (self.delta.model_call_index, self.seq)
 
 
+class DeltaReader(Protocol):
+    """Where a watcher reads a turn's live deltas: each after the last read, in order."""
+
+    blocking: bool
+    """``read`` does network I/O: call it from a thread."""
+
+    def read(self) -> list[SpooledDelta]: ...
+
+
 class DeltaSpoolReader:
     """The reading side: every delta spooled for one turn after a position, once, in order."""
+
+    blocking = False
 
     def __init__(self, directory: Path, turn_id: str, after: tuple[int, int] = (-1, 0)) -> None:
         validate_turn_id(turn_id)

@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
-from turnclient.lib.deltaspool import DeltaSpoolReader, SpooledDelta
+from turnclient.lib.deltaspool import DeltaReader, DeltaSpoolReader, SpooledDelta
 from turncore.events import TurnDelta, TurnEvent
 from turncore.reducer import TurnReducer, TurnState
 from turncore.storage.repository import TurnRepository
@@ -71,6 +71,7 @@ async def follow_turn(
     delta_after: tuple[int, int] = (-1, 0),
     until: Literal["settled", "terminal"] = "settled",
     poll: float = 0.05,
+    deltas: DeltaReader | None = None,
 ) -> AsyncGenerator[FollowItem, None]:
     """Yield the turn's stream from line ``after`` on (raises ``TurnNotFoundError``).
 
@@ -80,10 +81,15 @@ async def follow_turn(
     # The spool is read before the file, every round: the process running a
     # model call appends its durable step events before it spools the deltas
     # they open, so every delta read has its durable context read right after.
-    deltas = DeltaSpoolReader(spool, turn_id, delta_after)
-    # Read in the loop, not a thread: a spool is at most two small local files, and
-    # many watchers must not fill the default executor the repository reads need.
-    spooled = deltas.read()
+    reader: DeltaReader = deltas or DeltaSpoolReader(spool, turn_id, delta_after)
+
+    async def live() -> list[SpooledDelta]:
+        # A spool is read in the loop, not a thread: it is at most two small local
+        # files, and many watchers must not fill the default executor the repository
+        # reads need. A database reader does I/O: a thread.
+        return await asyncio.to_thread(reader.read) if reader.blocking else reader.read()
+
+    spooled = await live()
     events = await asyncio.to_thread(repository.read, turn_id)
     after = max(0, min(after, len(events)))
     reducer = TurnReducer.of(events[:after])
@@ -114,7 +120,7 @@ async def follow_turn(
             # else: its call is closed, and its durable record says it all
         waiting = keep
         await asyncio.sleep(poll)
-        spooled = deltas.read()
+        spooled = await live()
         backlog = await asyncio.to_thread(repository.read_after, turn_id, offset)
 
 

@@ -25,7 +25,7 @@ from temporalio.service import RPCError
 
 from turnclient.lib.stuck import stuck_run
 from turnclient.lib.summary import message_preview
-from turnclient.lib.turnview import pending_inputs
+from turnclient.lib.turnview import pending_inputs, timing
 from turncore.errors import TurnError, TurnNotFoundError
 from turncore.ids import is_turn_id
 from turncore.reducer import TurnReducer
@@ -234,6 +234,8 @@ async def pending_across(client: Client, repository: TurnRepository) -> dict[str
                 "turnId": turn_id,
                 "agent": state.definition.agent.resolved.agent_id,
                 "prompt": message_preview(state.definition.input, 200),
+                "since": state.suspension.ts if state.suspension is not None else None,
+                **timing(state),
                 **waiting,
             }
         )

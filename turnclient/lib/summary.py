@@ -148,6 +148,18 @@ def _model_call(call: ModelCallState) -> list[str]:
     return lines
 
 
+def decided_text(metadata: Any) -> str | None:
+    """``ada via web at 2026-…Z``: who decided, from a decision's ``via``/``by``/``at``."""
+    if not isinstance(metadata, dict):
+        return None
+    parts = []
+    for key, shown in (("by", "{}"), ("via", "via {}"), ("at", "at {}")):
+        value = metadata.get(key)
+        if isinstance(value, str) and value:
+            parts.append(shown.format(clip(value, 64)))
+    return " ".join(parts) or None
+
+
 def _permission(tool: ToolCallState) -> str | None:
     p = tool.permission
     if p is None:
@@ -159,6 +171,9 @@ def _permission(tool: ToolCallState) -> str | None:
         text += f" → classified {p.classification.decision}"
     if p.resolved is not None:
         text += f" → resolved {p.resolved.decision} by {p.resolved.source}"
+        who = decided_text(p.resolved.metadata)
+        if who:
+            text += f" [{who}]"
         if p.resolved.reason:
             text += f" ({clip(p.resolved.reason, 48)})"
     else:
@@ -188,6 +203,9 @@ def _tool_call(tool: ToolCallState, inherited: bool) -> list[str]:
         r = tool.result
         status = "error" if r.result.is_error else "ok"
         lines.append(f"      result      {status} from {r.source}: {json_preview(r.result.output)}")
+        who = decided_text(r.result.metadata) if r.source == "async" else None
+        if who:
+            lines.append(f"      answered    {who}")
     else:
         lines.append("      result      none yet")
     return lines

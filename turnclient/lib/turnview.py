@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
+from datetime import datetime
 from typing import Any
 
 from turncore.events import ModelCallCompleted, TurnEvent
@@ -66,7 +67,9 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
                 "input": call.input,
                 "request": call.permission.required.request,
                 "label": permission_label(call.tool_name, call.permission.required.request),
+                "since": call.permission.required.ts,
             }
+            item["action"] = f"approve {item['label']}"
             reason = _permission_reason(call)
             if reason:
                 item["reason"] = reason
@@ -76,6 +79,9 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
             entry: dict[str, Any] = {
                 "toolCallId": call.tool_call_id,
                 "toolName": call.tool_name,
+                "label": call.tool_name,
+                "action": f"answer {call.tool_name}",
+                "since": call.invocation.ts,
                 "toolId": call.invocation.tool_id,
                 "input": call.input,
                 "progress": [p.progress for p in call.progress],
@@ -86,8 +92,57 @@ def pending_inputs(state: TurnState) -> dict[str, Any]:
     return {"permissions": permissions, "asyncTools": async_tools}
 
 
-def turn_view(state: TurnState, offset: int) -> dict[str, Any]:
-    """``GET /api/turns/{id}``: status, the §14.2 state, what it waits for, and the file offset."""
+def _instant(ts: str) -> datetime:
+    return datetime.fromisoformat(ts.replace("Z", "+00:00"))
+
+
+def timing(state: TurnState) -> dict[str, Any]:
+    """When the turn was created and ended, and how long it ran (``None`` while open).
+
+    From the file's own timestamps (``turn_created`` to the terminal event), so
+    every surface shows the same figure; an open turn's running time is the
+    viewer's to compute from ``createdAt``.
+    """
+    created = state.definition.ts
+    ended = state.terminal.ts if state.terminal is not None else None
+    duration = None
+    if ended is not None:
+        delta = _instant(ended) - _instant(created)
+        duration = max(0, round(delta.total_seconds() * 1000))
+    return {"createdAt": created, "endedAt": ended, "durationMs": duration}
+
+
+def decision_of(metadata: Any) -> dict[str, Any] | None:
+    """Who decided, from a decision's metadata: ``via``, ``by`` and ``at`` when recorded.
+
+    Decisions recorded before surfaces stamped them (or sent by a caller that
+    does not) carry none of the three: ``None``, and the view says nothing.
+    """
+    if not isinstance(metadata, dict):
+        return None
+    found = {k: metadata[k] for k in ("via", "by", "at") if isinstance(metadata.get(k), str)}
+    return found or None
+
+
+def waiting_labels(state: TurnState) -> list[dict[str, str]]:
+    """What the turn waits for, in words: ``approve write_file``, ``answer ask_human``."""
+    waiting = pending_inputs(state)
+    return [
+        {"kind": kind, "toolCallId": p["toolCallId"], "label": p["action"], "since": p["since"]}
+        for kind, items in (
+            ("permission", waiting["permissions"]),
+            ("async", waiting["asyncTools"]),
+        )
+        for p in items
+    ]
+
+
+def turn_view(state: TurnState, offset: int, cost: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``GET /api/turns/{id}``: status, the §14.2 state, what it waits for, and the file offset.
+
+    ``cost``: the estimated cost (``turnclient.cost.turn_report``), when the
+    caller has a price table; never part of the turn's log.
+    """
     resolved = state.definition.agent.resolved
     return {
         "turnId": state.definition.turn_id,
@@ -96,12 +151,22 @@ def turn_view(state: TurnState, offset: int) -> dict[str, Any]:
         "model": resolved.model.label(),
         "session": state.definition.session_id,
         "offset": offset,
+        **timing(state),
+        "cost": cost,
         "pending": pending_inputs(state),
         "state": state.to_wire(),
     }
 
 
-__all__ = ["pending_inputs", "status_of", "turn_view"]
+__all__ = [
+    "answering_models",
+    "decision_of",
+    "pending_inputs",
+    "status_of",
+    "timing",
+    "turn_view",
+    "waiting_labels",
+]
 
 
 def answering_models(events: Sequence[TurnEvent]) -> list[dict[str, Any]]:

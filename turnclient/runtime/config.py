@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -50,6 +50,7 @@ from turnclient.builtins.demo import DEMO_MODEL
 from turnclient.builtins.tools import BUILTIN_NAMES, builtin_tools
 from turnclient.lib.cost import PriceConfigError, ProviderPrice
 from turnclient.runtime.errors import ConfigError
+from turnclient.runtime.notify import NotifyTable
 from turncore.budget import check_budget
 from turncore.context import ElisionPolicy
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
@@ -199,6 +200,8 @@ class Config:
     """``[temporal] payload_key_env``: the variable holding the payload keys (off if None)."""
     prices: dict[str, ProviderPrice] = field(default_factory=dict)
     """``[prices.PROVIDER]``: cost overrides for private or local models."""
+    notify: NotifyTable | None = None
+    """``[notify]``: webhooks a worker sends when a turn waits for a person (or ends)."""
     app: str | None = None
     """The app loaded (``MODULE:ATTR`` from ``--app``, ``TURNS_APP`` or ``app =``), if any."""
     models: Mapping[str, ScriptFunction] = field(default_factory=dict)
@@ -271,18 +274,8 @@ class _Table(BaseModel):
     """A TOML table: strict types, and an unknown key named with the keys that exist."""
 
     model_config = ConfigDict(extra="forbid", strict=True, frozen=True)
-
-    @model_validator(mode="before")
-    @classmethod
-    def _known_keys(cls, data: Any) -> Any:
-        if isinstance(data, dict):
-            unknown = sorted(set(data) - set(cls.model_fields))
-            if unknown:
-                raise ValueError(
-                    f"unknown key{'s' if len(unknown) > 1 else ''} {', '.join(unknown)} "
-                    f"(known: {', '.join(sorted(cls.model_fields))})"
-                )
-        return data
+    # Unknown keys are pydantic's extra_forbidden errors, one per key, reported
+    # with every other problem in the file (``_describe_all`` names the known ones).
 
 
 class ToolTable(_Table):
@@ -458,7 +451,7 @@ def parse_storage(value: Any) -> StorageConfig:
         return StorageTable.model_validate(value, strict=True).config()
     except ValidationError as exc:
         raise ConfigError(
-            "; ".join(_describe(e, "storage") for e in exc.errors(include_url=False))
+            "; ".join(_describe_all(exc.errors(include_url=False), StorageTable, "storage"))
         ) from None
 
 
@@ -516,6 +509,8 @@ class TurnsFile(_Table):
     temporal: TemporalTable = TemporalTable()
     prices: dict[str, dict[str, Any]] = {}
     """``[prices.PROVIDER]``; each table's rules live with the pricer (``cost.py``)."""
+    notify: NotifyTable | None = None
+    """``[notify]``: webhook notifications (``turnclient.runtime.notify``)."""
     mcp: dict[str, McpTable] = {}
 
     _providers: dict[str, ProviderConfig] = PrivateAttr(default_factory=dict)
@@ -531,53 +526,65 @@ class TurnsFile(_Table):
 
     @model_validator(mode="after")
     def _cross_references(self, info: ValidationInfo) -> TurnsFile:
-        """What one table says about another, and about the built-ins."""
+        """What one table says about another, and about the built-ins: every
+        problem found, not just the first."""
+        problems: list[str] = []
+
+        def check(run: Any, *args: Any) -> None:
+            try:
+                run(*args)
+            except ValueError as exc:
+                problems.append(str(exc))
+
         # Providers from the environment first (OPENAI_*, ANTHROPIC_*); a table overrides.
         self._providers.update((info.context or {}).get("providers", {}))
         for name, table in self.providers.items():
             try:
                 self._providers[name] = ProviderConfig.from_table(name, table)
             except ProviderConfigError as exc:
-                raise ValueError(f"providers.{name}: {exc}") from None
+                problems.append(f"providers.{name}: {exc}")
         tools = set(BUILTIN_NAMES) | set(self.tools)
         for name, t in self.tools.items():
-            _check_tool_table(name, t)
+            check(_check_tool_table, name, t)
         for name, a in self.agents.items():
             where = f"agents.{name}"
             if a.system_prompt is None and name not in BUILTIN_AGENTS:
-                raise ValueError(f"{where} needs a system_prompt")
-            _check_tool_names(f"{where}.tools", a.tools or [], tools)
-            _check_models(f"{where}.model", a.model, self._providers)
-            if a.context_tokens is not None:
-                prompt = a.system_prompt
-                if prompt is None:
-                    prompt = BUILTIN_AGENTS[name].system_prompt
-                check_budget(where, a.context_tokens, prompt)
-            _check_mcp_names(f"{where}.mcp", a.mcp or [], set(self.mcp))
+                problems.append(f"{where} needs a system_prompt")
+            check(_check_tool_names, f"{where}.tools", a.tools or [], tools)
+            check(_check_models, f"{where}.model", a.model, self._providers)
+            prompt = a.system_prompt
+            if prompt is None and name in BUILTIN_AGENTS:
+                prompt = BUILTIN_AGENTS[name].system_prompt
+            if a.context_tokens is not None and prompt is not None:
+                check(check_budget, where, a.context_tokens, prompt)
+            check(_check_mcp_names, f"{where}.mcp", a.mcp or [], set(self.mcp))
         for name in self.mcp:
             if not MCP_NAME.fullmatch(name):
-                raise ValueError(f"mcp.{name}: a server name is 1-64 letters, digits, '_' or '-'")
+                problems.append(f"mcp.{name}: a server name is 1-64 letters, digits, '_' or '-'")
         if self.default_model is not None:
-            _check_model_ref("default_model", self.default_model, self._providers)
+            check(_check_model_ref, "default_model", self.default_model, self._providers)
         agents = set(BUILTIN_AGENTS) | set(self.agents)
         if self.default_agent is not None and self.default_agent not in agents:
-            raise ValueError(
+            problems.append(
                 f"default_agent {self.default_agent!r} is not an agent "
                 f"(known: {', '.join(sorted(agents))})"
             )
         for key in ("allow", "deny"):
             for n in getattr(self.permissions, key):
-                _check_permission_name(f"permissions.{key}", n, tools, set(self.mcp))
+                check(_check_permission_name, f"permissions.{key}", n, tools, set(self.mcp))
         for name, table in self.prices.items():
             if name != "scripted" and name not in self._providers:
                 known = ", ".join(sorted({*self._providers, "scripted"}))
-                raise ValueError(
+                problems.append(
                     f"prices.{name}: no provider {name!r} is configured (known: {known})"
                 )
+                continue
             try:
                 self._prices[name] = ProviderPrice.from_table(f"prices.{name}", table)
             except PriceConfigError as exc:
-                raise ValueError(str(exc)) from None
+                problems.append(str(exc))
+        if problems:
+            raise ValueError("; ".join(problems))
         return self
 
 
@@ -722,6 +729,70 @@ def _path(loc: Sequence[str | int]) -> str:
     return out
 
 
+def _table_at(model: type[BaseModel], loc: Sequence[str | int]) -> type[BaseModel] | None:
+    """The table model that the key path ``loc`` names under ``model``, if any."""
+    i = 0
+    while i < len(loc):
+        found = model.model_fields.get(str(loc[i]))
+        if found is None:
+            return None
+        annotation = found.annotation
+        i += 1
+        if get_origin(annotation) is dict:  # [agents.NAME], [tools.NAME]: skip the name
+            annotation = get_args(annotation)[1]
+            i += 1
+        if not (isinstance(annotation, type) and issubclass(annotation, BaseModel)):
+            return None
+        model = annotation
+    return model
+
+
+_UNION_BRANCH = re.compile(r"(str|int|float|bool|list|dict)(\[.*\])?")
+"""How pydantic names the member of a union in an error's location (``list[str]``)."""
+
+
+def _describe_all(
+    errors: Sequence[ErrorDetails], root: type[BaseModel], table: str = ""
+) -> list[str]:
+    """Every problem of validating ``root`` (the table at key path ``table``), each
+    once with its key path; a table's unknown keys together, with the keys it knows."""
+    out: list[str] = []
+    unknown: dict[tuple[str | int, ...], list[str]] = {}
+    branches: dict[tuple[str | int, ...], int] = {}
+    for error in errors:
+        loc = tuple(error["loc"])
+        if loc and _UNION_BRANCH.fullmatch(str(loc[-1])) and error["type"] in _KINDS:
+            # A value that fits no member of a union (``model = 5`` for a string or a
+            # list of strings): one problem at the key, naming every type it may be.
+            where = _path((table, *loc[:-1]) if table else loc[:-1])
+            kind = _KINDS[error["type"]]
+            if loc[:-1] in branches:
+                out[branches[loc[:-1]]] += f" or {kind}"
+            else:
+                branches[loc[:-1]] = len(out)
+                out.append(f"{where} must be {kind}")
+            continue
+        if error["type"] == "extra_forbidden":
+            inside = tuple(error["loc"][:-1])
+            if inside not in unknown:
+                unknown[inside] = []
+                out.append("")  # its place, filled below
+            unknown[inside].append(str(error["loc"][-1]))
+            continue
+        out.append(_describe(error, table))
+    lines = iter(unknown.items())
+    for i, text in enumerate(out):
+        if text:
+            continue
+        inside, keys = next(lines)
+        model = _table_at(root, inside)
+        known = f" (known: {', '.join(sorted(model.model_fields))})" if model else ""
+        what = f"unknown key{'s' if len(keys) > 1 else ''} {', '.join(keys)}{known}"
+        where = _path((table, *inside) if table else inside)
+        out[i] = f"{where}: {what}" if where else what
+    return out
+
+
 def _describe(error: ErrorDetails, table: str = "") -> str:
     """One pydantic error as the key path (under ``table``) and what is wrong there."""
     loc = (table, *error["loc"]) if table else tuple(error["loc"])
@@ -729,16 +800,12 @@ def _describe(error: ErrorDetails, table: str = "") -> str:
     kind = error["type"]
     if kind == "value_error":
         message = str(error.get("ctx", {}).get("error", error["msg"]))
-        if message.startswith("unknown key"):
-            return f"{path or CONFIG_FILE}: {message}"
         return f"{path}: {message}" if path else message
     if kind in _KINDS:
         return f"{path} must be {_KINDS[kind]}"
     if kind == "literal_error":
         expected = str(error.get("ctx", {}).get("expected", "")).replace("'", '"')
         return f"{path} must be {expected}"
-    if kind == "extra_forbidden":  # tables that are not _Table, such as [context]
-        return f"{_path(loc[:-1]) or CONFIG_FILE}: unknown key {loc[-1]}"
     return f"{path}: {error['msg']}" if path else str(error["msg"])
 
 
@@ -752,7 +819,9 @@ def parse_file(data: Mapping[str, Any], env: Mapping[str, str] | None = None) ->
     try:
         return TurnsFile.model_validate(data, strict=True, context={"providers": providers})
     except ValidationError as exc:
-        raise ConfigError("; ".join(_describe(e) for e in exc.errors(include_url=False))) from None
+        raise ConfigError(
+            "; ".join(_describe_all(exc.errors(include_url=False), TurnsFile))
+        ) from None
 
 
 # ---------------------------------------------------------------- providers from the environment
@@ -957,13 +1026,17 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
     workspace = Path(file.workspace or "workspace")
     workspace = workspace if workspace.is_absolute() else root / workspace
     tools = builtin_tools(workspace)
+    problems: list[str] = []
     origins = {f"tools.{n}": "built-in" for n in tools}
     origins.update({f"agents.{n}": "built-in" for n in BUILTIN_AGENTS})
     for name, table in file.tools.items():
         origins[f"tools.{name}"] = (
             "built-in, changed in turns.toml" if name in tools else CONFIG_FILE
         )
-        tools[name] = _tool_from_table(name, table, tools.get(name), root)
+        try:
+            tools[name] = _tool_from_table(name, table, tools.get(name), root)
+        except ConfigError as exc:
+            problems.append(str(exc))
     for name in file.provider_configs:
         origins[f"providers.{name}"] = CONFIG_FILE if name in file.providers else "environment"
     default_model = file.default_model
@@ -977,7 +1050,12 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         origins[f"agents.{name}"] = (
             "built-in, changed in turns.toml" if name in agents else CONFIG_FILE
         )
-        agents[name] = _agent_from_table(name, a, agents.get(name))
+        try:
+            agents[name] = _agent_from_table(name, a, agents.get(name))
+        except ConfigError as exc:
+            problems.append(str(exc))
+    if problems:  # every tool and agent that cannot be built, not just the first
+        raise ConfigError("; ".join(problems))
     return Config(
         work_dir=root,
         source=source,
@@ -995,6 +1073,7 @@ def _build(root: Path, source: Path | None, file: TurnsFile, env: Mapping[str, s
         max_concurrent_subagents=file.subagents.max_concurrent,
         payload_key_env=file.temporal.payload_key_env,
         prices=file.prices_by_provider,
+        notify=file.notify,
         origins=origins,
         mcp={name: table.server(name, root) for name, table in file.mcp.items()},
         versioning=worker_versioning(file.temporal, env),
@@ -1170,5 +1249,5 @@ def _check_agent_fields(agent: Agent) -> None:
         AgentTable.model_validate(table, strict=True)
     except ValidationError as exc:
         where = f"agents.{agent.name}"
-        problems = "; ".join(_describe(e, where) for e in exc.errors(include_url=False))
+        problems = "; ".join(_describe_all(exc.errors(include_url=False), AgentTable, where))
         raise ValueError(problems) from None

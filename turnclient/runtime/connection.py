@@ -35,7 +35,8 @@ from temporalio.runtime import Runtime as TemporalRuntime
 
 from turnclient.builtins.demo import DEMO_MODEL, demo_model
 from turnclient.lib.api import TurnClient, iso_now
-from turnclient.lib.deltaspool import DeltaSpool, spool_dir
+from turnclient.lib.deltaspool import DeltaReader, DeltaSpool, DeltaSpoolReader, spool_dir
+from turnclient.lib.pgdeltas import BothMirrors, DatabaseDeltaReader, DatabaseDeltas, DeltaStore
 from turnclient.runtime.config import Config, ConfigError, load_config, work_dir_from_env
 from turnclient.runtime.embedded import NAMESPACE, EmbeddedServer
 from turnclient.runtime.extras import install_hint
@@ -52,7 +53,7 @@ from turncore.context import ContextResolver, ElisionPolicy
 from turncore.errors import DependencyError, InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
 from turncore.ids import TurnIdGenerator
-from turncore.live import LiveHub
+from turncore.live import DeltaMirror, LiveHub
 from turncore.model import ModelRegistry, parse_model_ref
 from turncore.permissions import (
     DeclaredPermissionChecker,
@@ -214,8 +215,9 @@ class Runtime:
             registry,
             resolver,
             # Deltas also go to the work dir's spool, so watchers in other
-            # processes on this host (the web UI, `turns watch`) see them live.
-            hub=LiveHub(mirror=DeltaSpool(spool_dir(root))),
+            # processes on this host (the web UI, `turns watch`) see them live,
+            # and with PostgreSQL storage to the database, for those on other hosts.
+            hub=LiveHub(mirror=_delta_mirror(repository, root)),
             checker=checker,
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
@@ -236,9 +238,21 @@ class Runtime:
             listing=listing,
         )
 
-    def turn_client(self, client: Client, *, serving: bool = False) -> TurnClient:
+    def delta_reader(self, turn_id: str, after: tuple[int, int] = (-1, 0)) -> DeltaReader:
+        """Where watchers read the turn's live deltas: the database with PostgreSQL
+        storage (whatever host runs the call), else this work dir's spool."""
+        store = _delta_store(self.repository)
+        if store is not None:
+            return DatabaseDeltaReader(store, turn_id, after)
+        return DeltaSpoolReader(spool_dir(self.work_dir), turn_id, after)
+
+    def turn_client(
+        self, client: Client, server: EmbeddedServer | None = None, *, serving: bool = False
+    ) -> TurnClient:
         """A client of the work dir's turns; ``serving``: this process also runs a worker,
-        so an advance this process could not serve is refused at once (``check_serves``)."""
+        so an advance this process could not serve is refused at once (``check_serves``);
+        with the embedded ``server`` it goes through, a request that fails because that
+        server cannot store anything ends at once."""
         return TurnClient(
             client,
             self.repository,
@@ -247,6 +261,7 @@ class Runtime:
             hub=self.hub,
             workflow_options=self.workflow_options,
             contexts=self.contexts,
+            server_check=server.check_persistence if server is not None else None,
             serves=self.check_serves if serving else None,
             listed=self.listing,
         )
@@ -313,6 +328,17 @@ class Runtime:
         return self.resolver.model_for(
             agent, self.model_override(override) if override is not None else None
         )
+
+
+def _delta_store(repository: TurnRepository) -> DeltaStore | None:
+    """The repository as a live-delta store, if it is one (PostgreSQL)."""
+    return repository if hasattr(repository, "get_deltas") else None  # type: ignore[return-value]
+
+
+def _delta_mirror(repository: TurnRepository, root: Path) -> DeltaMirror:
+    spool = DeltaSpool(spool_dir(root))
+    store = _delta_store(repository)
+    return spool if store is None else BothMirrors(spool, DatabaseDeltas(store))
 
 
 def context_budgets(config: Config) -> Callable[[str, ModelDescriptor], int | None]:
@@ -544,6 +570,7 @@ async def temporal(
     )
     info = await server.acquire()
     try:
+        server.check_persistence()  # a server left running over a deleted database
         client = await Client.connect(info.address, namespace=NAMESPACE, **extra)
         yield Temporal(client, info.address, NAMESPACE, server)
     finally:

@@ -140,7 +140,11 @@ def free_port() -> int:
 
 
 def port_is_free(port: int) -> bool:
+    """Whether the server could listen on ``port``: checked the way it binds, with
+    ``SO_REUSEADDR`` (Go's listeners set it), so connections of an earlier server
+    left in TIME_WAIT do not count as taking the port — only a listener does."""
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         try:
             s.bind((HOST, port))
         except OSError:
@@ -270,6 +274,32 @@ class EmbeddedServer:
         """What happened while joining, for a verbose caller (reused, replaced, …)."""
 
     # -- public --------------------------------------------------------------
+
+    def check_persistence(self) -> None:
+        """Raise ``EmbeddedServerError`` if the server, though it answers, cannot
+        store anything: its database was deleted or made unwritable under it.
+
+        Temporal then fails every write as "shard status unknown" (UNAVAILABLE),
+        which a client takes for a restart and retries for minutes; a caller
+        whose request failed that way asks here first.
+        """
+        info = self.info
+        if info is None:
+            return
+        db = Path(info.db)
+        stop = f"stop it (`kill {info.pid}`, or end `turns dev`) and run the command again"
+        if not db.exists():
+            problem, fix = f"its database {db} was deleted while it ran", stop.capitalize()
+        elif not (os.access(db, os.W_OK) and os.access(db.parent, os.W_OK)):
+            problem = f"its database {db} (or its folder) is not writable"
+            fix = f"Make it writable (a read-only mount, a full disk?), then {stop}"
+        else:
+            return
+        raise EmbeddedServerError(
+            f"the embedded Temporal server (pid {info.pid}) answers but cannot store "
+            f"anything: {problem}. {fix}; every turn resumes from its file "
+            "(`turns recover TURN`)"
+        )
 
     async def acquire(self) -> ServerInfo:
         """Join: register as a user and return a server that answers."""

@@ -13,8 +13,12 @@ requests addressed to a loopback host name, so a web page elsewhere cannot
 reach it by rebinding its own name to 127.0.0.1 (DNS rebinding).
 
 A request is authorised before its body is read, and a body must announce its
-length (at most ``MAX_BODY``) and arrive within ``BODY_TIMEOUT`` seconds, so
-a caller without the token cannot make the server hold memory or a thread.
+length (at most ``MAX_BODY``). A whole request — the wait for it on a kept-alive
+connection, its request line, headers and body — must arrive within
+``BODY_TIMEOUT`` seconds, however slowly its bytes trickle in, and at most
+``MAX_CONNECTIONS`` connections are served at once (more are answered 503 at
+once, without a thread), so a caller without the token can hold neither memory
+nor more than a bounded number of threads for a bounded time.
 
 It is the standard library's threading HTTP server, not an ASGI app: two
 JSON endpoints with a synchronous codec need no framework, and the command
@@ -23,12 +27,16 @@ then works in any turncore install, without the web extra.
 
 from __future__ import annotations
 
+import contextlib
 import hmac
+import io
 import ipaddress
 import json
 import logging
+import socket
 import sys
 import threading
+import time
 from collections.abc import Sequence
 from http import HTTPStatus
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -44,7 +52,9 @@ log = logging.getLogger("turncore.codec_server")
 
 MAX_BODY = 8 * 1024 * 1024
 BODY_TIMEOUT = 30.0
-"""Seconds a request (its headers, then its body) may take to arrive."""
+"""Seconds a whole request (the wait for it, its headers, then its body) may take to arrive."""
+MAX_CONNECTIONS = 32
+"""Connections served at once; one more is answered 503 and closed."""
 LOOPBACK_NAMES = frozenset({"localhost", "127.0.0.1", "::1"})
 DEFAULT_ORIGINS = ("http://localhost:8233", "http://127.0.0.1:8233")
 ALLOWED_HEADERS = "Content-Type, X-Namespace, Authorization"
@@ -62,12 +72,13 @@ class CodecServer:
         token: str | None,
         origins: Sequence[str] = DEFAULT_ORIGINS,
         body_timeout: float = BODY_TIMEOUT,
+        max_connections: int = MAX_CONNECTIONS,
     ) -> None:
         self.codec = codec
         self.token = token
         self.origins = frozenset(o.rstrip("/") for o in origins)
         self.body_timeout = body_timeout
-        self._httpd = _Server((host, port), _handler(self))
+        self._httpd = _Server((host, port), _handler(self), max_connections)
         self._httpd.daemon_threads = True
         self._thread: threading.Thread | None = None
 
@@ -133,7 +144,44 @@ def _loopback_host(header: str) -> bool:
         return False
 
 
+_BUSY_BODY = b'{"error": "too many connections: retry in a moment"}'
+_BUSY = (
+    b"HTTP/1.1 503 Service Unavailable\r\nContent-Type: application/json\r\n"
+    b"Retry-After: 1\r\nConnection: close\r\n"
+    + f"Content-Length: {len(_BUSY_BODY)}\r\n\r\n".encode()
+    + _BUSY_BODY
+)
+
+
 class _Server(ThreadingHTTPServer):
+    """The stdlib's threading server with a cap on the threads it starts."""
+
+    def __init__(
+        self, address: tuple[str, int], handler: type[BaseHTTPRequestHandler], slots: int
+    ) -> None:
+        self._slots = threading.BoundedSemaphore(slots)
+        super().__init__(address, handler)
+
+    def process_request(self, request: Any, client_address: Any) -> None:
+        if not self._slots.acquire(blocking=False):
+            # Answered here, on the accepting thread: no thread for a connection over the cap.
+            with contextlib.suppress(OSError):
+                request.setblocking(False)
+                request.send(_BUSY)
+            self.shutdown_request(request)
+            return
+        try:
+            super().process_request(request, client_address)
+        except BaseException:
+            self._slots.release()
+            raise
+
+    def process_request_thread(self, request: Any, client_address: Any) -> None:
+        try:
+            super().process_request_thread(request, client_address)
+        finally:
+            self._slots.release()
+
     def handle_error(self, request: Any, client_address: Any) -> None:
         """A caller that hangs up mid-answer (Temporal Web closing a tab) is routine:
         nothing to report. Anything else goes to the ``turncore.codec_server`` log
@@ -149,6 +197,19 @@ def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:
         protocol_version = "HTTP/1.1"
         server_version = "turns-codec-server"
         timeout = server.body_timeout  # the socket's: headers and body alike
+
+        deadline = 0.0
+        """When the request being read must have arrived (monotonic seconds)."""
+
+        def setup(self) -> None:
+            super().setup()
+            self.rfile = io.BufferedReader(_DeadlineReader(self.connection, self))
+
+        def handle_one_request(self) -> None:
+            # The socket timeout alone is per read: a sender dripping a header
+            # line every few seconds would hold the thread forever.
+            self.deadline = time.monotonic() + server.body_timeout
+            super().handle_one_request()
 
         def log_message(self, format: str, *args: Any) -> None:
             pass  # never log request lines; payloads stay out of logs
@@ -211,7 +272,7 @@ def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:
                 body = self.rfile.read(length)
             except TimeoutError:
                 self._refuse(
-                    HTTPStatus.REQUEST_TIMEOUT, f"the body took over {server.body_timeout:g} s"
+                    HTTPStatus.REQUEST_TIMEOUT, f"the request took over {server.body_timeout:g} s"
                 )
                 return
             if len(body) < length:
@@ -231,6 +292,25 @@ def _handler(server: CodecServer) -> type[BaseHTTPRequestHandler]:
             self._error(HTTPStatus.METHOD_NOT_ALLOWED, "POST /encode or /decode")
 
     return Handler
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A connection's bytes, each read bounded by what is left of the request's time."""
+
+    def __init__(self, sock: socket.socket, handler: Any) -> None:
+        super().__init__()
+        self._sock = sock
+        self._handler = handler
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int:
+        left = self._handler.deadline - time.monotonic()
+        if left <= 0:
+            raise TimeoutError("the request's time is up")
+        self._sock.settimeout(left)
+        return self._sock.recv_into(buffer)
 
 
 __all__ = ["DEFAULT_ORIGINS", "CodecServer"]

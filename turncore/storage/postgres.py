@@ -51,6 +51,17 @@ encoding, which could not hold every line or would not check it), and every
 session sets ``client_encoding`` to UTF8, so a line crosses unchanged and
 ``pos`` counts its UTF-8 bytes whatever the environment says.
 
+Outages: every operation rides out a lost database for up to ``timeout``
+seconds (15 by default). A connection error (the server restarting, a
+connection it dropped, no connection to be had) retries the whole operation
+on a fresh connection until the server answers again or the time is up;
+only then does the error reach the caller. Retrying is safe because an
+interrupted transaction is rolled back, so nothing of it is stored — except
+when the connection is lost while the commit is in flight: then the batch
+may have landed, and only what is idempotent is retried (an append with
+``known_offset`` finds its batch, as a retry against a file does; staging
+rewrites the same bytes; a ``create`` whose row is there holds our line).
+
 Failures: any database error becomes ``InfrastructureError`` naming the
 server as ``host:port/database``. The URL, and with it any password, never
 appears in a message. Rows PostgreSQL cannot hold (invalid UTF-8, a NUL,
@@ -63,11 +74,12 @@ from __future__ import annotations
 import atexit
 import functools
 import logging
+import time
 import weakref
-from collections.abc import Hashable, Iterator
+from collections.abc import Callable, Hashable, Iterator, Sequence
 from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 import orjson
 import psycopg
@@ -81,10 +93,17 @@ from turncore.errors import (
     TurnExistsError,
     TurnNotFoundError,
 )
-from turncore.events import parse_event
+from turncore.events import StagedValue, TurnCreated, TurnEvent, parse_event
 from turncore.ids import validate_turn_id
 
-from .repository import JsonlRepository, LockTable, LogWriter, RemovedTail, decode_log
+from .repository import (
+    AppendOutcome,
+    JsonlRepository,
+    LockTable,
+    LogWriter,
+    RemovedTail,
+    decode_log,
+)
 
 __all__ = [
     "PG_SCHEMA_VERSION",
@@ -98,7 +117,9 @@ __all__ = [
 
 log = logging.getLogger("turncore.postgres")
 
-PG_SCHEMA_VERSION = 2
+_T = TypeVar("_T")
+
+PG_SCHEMA_VERSION = 3
 """The schema version this runtime reads and writes (``turncore_schema.version``)."""
 
 # Each entry migrates from version i to i + 1; they only ever get appended.
@@ -134,6 +155,20 @@ _MIGRATIONS: tuple[tuple[str, ...], ...] = (
             PRIMARY KEY (turn_id, digest)
         )""",
     ),
+    (
+        # 2 → 3: live deltas across hosts (never the log). UNLOGGED: deltas are
+        # ephemeral by design (best effort, dropped when their call closes), so
+        # they skip the WAL; a server crash empties the table, which loses only
+        # the text of calls that were streaming at that moment.
+        """CREATE UNLOGGED TABLE turn_live_deltas (
+            turn_id          text        NOT NULL,
+            model_call_index integer     NOT NULL CHECK (model_call_index >= 0),
+            seq              bigint      NOT NULL CHECK (seq >= 1),
+            delta            text        NOT NULL,
+            written_at       timestamptz NOT NULL DEFAULT now(),
+            PRIMARY KEY (turn_id, model_call_index, seq)
+        )""",
+    ),
 )
 
 # Serializes concurrent migrations (two workers starting with migrate on).
@@ -146,6 +181,10 @@ _CLIENT_ENCODING = "UTF8"
 
 class DatabaseUnavailableError(InfrastructureError):
     """The database cannot be reached (at start, or in the middle of a call)."""
+
+
+class _CommitUncertain(DatabaseUnavailableError):
+    """The connection was lost while a commit was in flight: it may have landed."""
 
 
 class SchemaMismatchError(InfrastructureError):
@@ -520,6 +559,102 @@ class PostgresTurnRepository(JsonlRepository):
     def close(self) -> None:
         self._pool.close()
 
+    # -- riding out outages --------------------------------------------------
+
+    def _riding_out(self, what: str, op: Callable[[], _T], *, idempotent: bool) -> _T:
+        """``op()``, again on a fresh connection while the database is unreachable,
+        for up to ``timeout`` seconds from the first failure (module docstring)."""
+        deadline: float | None = None
+        pause = 0.1
+        while True:
+            try:
+                return op()
+            except DatabaseUnavailableError as exc:
+                if isinstance(exc, _CommitUncertain) and not idempotent:
+                    raise
+                now = time.monotonic()
+                if deadline is None:
+                    deadline = now + self._timeout
+                    log.warning(
+                        "PostgreSQL %s unreachable during %s (%s); retrying for up to %g s",
+                        self.label,
+                        what,
+                        exc,
+                        self._timeout,
+                    )
+                if now >= deadline:
+                    raise
+                time.sleep(min(pause, deadline - now))
+                pause = min(pause * 2, 1.0)
+
+    def create(self, event: TurnCreated) -> None:
+        op = super().create
+        uncertain = False
+
+        def attempt() -> None:
+            nonlocal uncertain
+            try:
+                op(event)
+            except _CommitUncertain:
+                uncertain = True
+                raise
+            except TurnExistsError:
+                # An attempt whose commit answer was lost may have stored it: ours if
+                # the stored turn is exactly our first line.
+                if not (uncertain and self.read(event.turn_id) == [event]):
+                    raise
+
+        self._riding_out("create", attempt, idempotent=True)
+
+    def read(self, turn_id: str) -> list[TurnEvent]:
+        op = super().read
+        return self._riding_out("read", lambda: op(turn_id), idempotent=True)
+
+    def read_after(self, turn_id: str, offset: int) -> list[TurnEvent]:
+        op = super().read_after
+        return self._riding_out("read", lambda: op(turn_id, offset), idempotent=True)
+
+    def append(
+        self, turn_id: str, events: Sequence[TurnEvent], *, known_offset: int | None = None
+    ) -> int:
+        op = super().append
+        return self._riding_out(
+            "append",
+            lambda: op(turn_id, events, known_offset=known_offset),
+            idempotent=known_offset is not None,
+        )
+
+    def append_once(
+        self, turn_id: str, events: Sequence[TurnEvent], *, known_offset: int
+    ) -> AppendOutcome:
+        op = super().append_once
+        return self._riding_out(
+            "append", lambda: op(turn_id, events, known_offset=known_offset), idempotent=True
+        )
+
+    def exists(self, turn_id: str) -> bool:
+        op = super().exists
+        return self._riding_out("read", lambda: op(turn_id), idempotent=True)
+
+    def raw(self, turn_id: str) -> bytes:
+        op = super().raw
+        return self._riding_out("read", lambda: op(turn_id), idempotent=True)
+
+    def turn_ids(self) -> list[str]:
+        return self._riding_out("listing", super().turn_ids, idempotent=True)
+
+    def session_turn_ids(self, session_id: str) -> list[str]:
+        op = super().session_turn_ids
+        return self._riding_out("listing", lambda: op(session_id), idempotent=True)
+
+    def stage(self, turn_id: str, data: bytes) -> StagedValue:
+        op = super().stage
+        return self._riding_out("staging", lambda: op(turn_id, data), idempotent=True)
+
+    def fetch_staged(self, turn_id: str, ref: StagedValue) -> bytes:
+        op = super().fetch_staged
+        return self._riding_out("staged read", lambda: op(turn_id, ref), idempotent=True)
+
     # -- storage hooks -------------------------------------------------------
 
     @contextmanager
@@ -529,6 +664,16 @@ class PostgresTurnRepository(JsonlRepository):
             with self._pool.connection(timeout=self._timeout) as conn:
                 conn.autocommit = reading  # the pool hands out idle connections only
                 yield conn
+                if not reading:
+                    # Committed here rather than by the pool, so that a commit whose
+                    # answer is lost is told apart from a transaction rolled back.
+                    try:
+                        conn.commit()
+                    except psycopg.OperationalError as exc:
+                        raise _CommitUncertain(
+                            f"PostgreSQL {self.label}: the connection was lost while "
+                            f"committing ({_scrub(str(exc), self._secrets)})"
+                        ) from None
 
     def _where(self, turn_id: str) -> str:
         return f"postgres:{turn_id}"
@@ -617,6 +762,60 @@ class PostgresTurnRepository(JsonlRepository):
         for turn_id, line in rows:
             yield turn_id, line.encode()
 
+    # -- live deltas (not the log: see turn_live_deltas) -----------------------
+
+    def put_deltas(self, rows: list[tuple[str, int, int, str]], keep: int) -> None:
+        """Store deltas (turn, model call, seq, JSON text) in one transaction, and drop
+        those of each call that fell ``keep`` or more behind its newest."""
+        with self._connection() as conn:
+            with conn.cursor() as cur:
+                cur.executemany(
+                    """INSERT INTO turn_live_deltas (turn_id, model_call_index, seq, delta)
+                       VALUES (%s, %s, %s, %s) ON CONFLICT DO NOTHING""",
+                    rows,
+                )
+            newest: dict[tuple[str, int], int] = {}
+            for turn_id, index, seq, _ in rows:
+                newest[(turn_id, index)] = max(seq, newest.get((turn_id, index), 0))
+            for (turn_id, index), seq in newest.items():
+                if seq > keep:
+                    conn.execute(
+                        """DELETE FROM turn_live_deltas
+                            WHERE turn_id = %s AND model_call_index = %s AND seq <= %s""",
+                        (turn_id, index, seq - keep),
+                    )
+
+    def drop_deltas(self, turn_id: str, model_call_index: int | None = None) -> None:
+        """Drop a call's deltas (its durable record says it all now); None: the turn's."""
+        with self._connection(reading=True) as conn:
+            if model_call_index is None:
+                conn.execute("DELETE FROM turn_live_deltas WHERE turn_id = %s", (turn_id,))
+            else:
+                conn.execute(
+                    "DELETE FROM turn_live_deltas WHERE turn_id = %s AND model_call_index = %s",
+                    (turn_id, model_call_index),
+                )
+
+    def drop_stale_deltas(self, older_than_seconds: float) -> None:
+        """Drop deltas a process that died left behind."""
+        with self._connection(reading=True) as conn:
+            conn.execute(
+                "DELETE FROM turn_live_deltas WHERE written_at < now() - make_interval(secs => %s)",
+                (older_than_seconds,),
+            )
+
+    def get_deltas(self, turn_id: str, after: tuple[int, int]) -> list[tuple[int, int, str]]:
+        """The turn's stored deltas after position ``after`` (model call, seq), in order."""
+        index, seq = after
+        with self._connection(reading=True) as conn:
+            rows = conn.execute(
+                """SELECT model_call_index, seq, delta FROM turn_live_deltas
+                    WHERE turn_id = %s AND (model_call_index, seq) > (%s, %s)
+                    ORDER BY model_call_index, seq""",
+                (turn_id, index, seq),
+            ).fetchall()
+        return [(int(i), int(n), str(d)) for i, n, d in rows]
+
     def _put_staged(self, turn_id: str, digest: str, data: bytes) -> None:
         with self._connection() as conn:
             row = conn.execute(
@@ -646,6 +845,9 @@ class PostgresTurnRepository(JsonlRepository):
     def line_count(self, turn_id: str) -> int:
         """The number of stored lines; not validated."""
         validate_turn_id(turn_id)
+        return self._riding_out("read", lambda: self._line_count(turn_id), idempotent=True)
+
+    def _line_count(self, turn_id: str) -> int:
         with self._connection(reading=True) as conn:
             row = conn.execute(
                 """SELECT count(e.seq) FROM turns t
@@ -660,6 +862,9 @@ class PostgresTurnRepository(JsonlRepository):
     # -- repair --------------------------------------------------------------
 
     def repair_tail(self, turn_id: str) -> PostgresRepairReport:
+        return self._riding_out("repair", lambda: self._repair_tail(turn_id), idempotent=False)
+
+    def _repair_tail(self, turn_id: str) -> PostgresRepairReport:
         """Move an unparseable final line into ``turn_events_broken`` (``turns repair``).
 
         The same rule as ``repair_torn_tail`` for files: only a final line

@@ -682,7 +682,13 @@ class JsonlRepository(ABC):
         validate_turn_id(turn_id)
         identity, data = self._load(turn_id)
         events, reducer, _ = decode_log(data, self._where(turn_id), turn_id)
-        self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
+        known = self._take_tail(turn_id)
+        if known is not None and known.identity == identity and known.size <= len(data):
+            # Keep the cached prefix (``reduced`` catches it up): its records are
+            # the ones the states built so far share (``TurnReducer.state``).
+            self._put_tail(turn_id, known)
+        else:
+            self._put_tail(turn_id, _Tail(identity, len(data), len(events), reducer))
         return events
 
     def reduced(self, turn_id: str) -> TurnReducer:
@@ -1073,14 +1079,28 @@ class _FileWriter(LogWriter):
         # One write on an O_APPEND descriptor puts the whole batch at the end.
         # A regular file only writes short on a full disk or a signal; then we
         # finish under the same lock, so the lines stay whole if it can be done.
+        # If it cannot (ENOSPC, EDQUOT, EIO, a read-only remount), the file is
+        # cut back to where the batch began: the batch is all or nothing, and
+        # once space returns the next append (`turns recover`) simply goes on.
+        start = os.fstat(self._fd).st_size  # under the exclusive lock: the batch's offset
         view = memoryview(data)
         try:
             while view:
                 view = view[os.write(self._fd, view) :]
         except OSError as exc:
+            written = len(data) - len(view)
+            try:
+                if written or os.fstat(self._fd).st_size != start:
+                    os.ftruncate(self._fd, start)
+            except OSError as cut:
+                raise InfrastructureError(
+                    f"{self._where}: append failed after {written} of {len(data)} bytes "
+                    f"({exc}), and cutting it back failed too ({cut}); the file may end in "
+                    "a partial line: `turns repair` moves it aside"
+                ) from exc
             raise InfrastructureError(
-                f"{self._where}: append failed after {len(data) - len(view)} of {len(data)} "
-                f"bytes ({exc}); the file may now end in a partial line"
+                f"{self._where}: append failed ({exc}); nothing of the batch is kept, so "
+                "the turn continues once the cause is fixed (`turns recover`)"
             ) from exc
 
 

@@ -9,15 +9,29 @@ script shipped in ``static/`` (no build step).
 
 from ._app import BODY_TIMEOUT, DECISION_WAIT, MAX_BODY, UiContext, create_app
 from ._security import COOKIE, TOKEN_HEADER, cookie_name
-from ._server import TOKEN_ENV, UiConfigError, WebUi, check_token, is_loopback, token_from, web_ui
+from ._server import (
+    TOKEN_ENV,
+    TOKENS_FILE_ENV,
+    UiConfigError,
+    WebUi,
+    check_token,
+    is_loopback,
+    load_tokens,
+    token_from,
+    web_ui,
+)
+from ._tokens import Tokens, TokensFileError
 
 __all__ = [
     "BODY_TIMEOUT",
     "COOKIE",
     "DECISION_WAIT",
     "MAX_BODY",
+    "TOKENS_FILE_ENV",
     "TOKEN_ENV",
     "TOKEN_HEADER",
+    "Tokens",
+    "TokensFileError",
     "UiConfigError",
     "UiContext",
     "WebUi",
@@ -25,6 +39,7 @@ __all__ = [
     "cookie_name",
     "create_app",
     "is_loopback",
+    "load_tokens",
     "token_from",
     "web_ui",
 ]

@@ -21,6 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal, TypeVar
 
 import orjson
+from ag_ui.core import RunErrorEvent
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 from starlette.applications import Starlette
@@ -31,11 +32,12 @@ from starlette.staticfiles import StaticFiles
 from temporalio.client import Client
 from temporalio.service import RPCError
 
-from turnclient.lib.api import CreateTurnInput, TurnClient
+from turnclient.lib.api import CreateTurnInput, TurnClient, decided, os_user
+from turnclient.lib.cost import Pricer, turn_report
 from turnclient.lib.deltaspool import spool_dir
 from turnclient.lib.follow import Durable, Live, Settled, follow_turn
 from turnclient.lib.listing import TurnListing, list_turns, pending_across
-from turnclient.lib.turnview import pending_inputs, status_of, turn_view
+from turnclient.lib.turnview import pending_inputs, status_of, timing, turn_view, waiting_labels
 from turncore.errors import (
     CorruptTurnError,
     DependencyError,
@@ -64,7 +66,10 @@ from turncore.messages import UserMessage
 from turncore.reducer import TurnReducer
 from turncore.surface import SurfaceProjector
 
-from ._security import Guard
+from ._agui import AgUiProjector
+from ._agui import to_sse as agui_sse
+from ._security import USER, Guard
+from ._tokens import Tokens
 
 if TYPE_CHECKING:
     from turnclient.runtime.connection import Runtime
@@ -226,6 +231,10 @@ class UiContext:
     decision_wait: float = DECISION_WAIT
     body_timeout: float = BODY_TIMEOUT
     background: set[asyncio.Task[Any]] = field(default_factory=set)
+    pricer: Pricer = field(default_factory=lambda: Pricer({}))
+    ended: dict[str, dict[str, Any]] = field(default_factory=dict)
+    """What the list shows of turns that ended (cost, duration, labels): their files no
+    longer change, so each is read once (bounded: ``ENDED_CACHE`` turns)."""
 
     @property
     def spool(self) -> Path:
@@ -245,6 +254,9 @@ class UiContext:
 
         task.add_done_callback(done)
 
+
+ENDED_CACHE = 2000
+"""Most ended turns whose list details the UI keeps in memory."""
 
 Handler = Callable[[Request], Awaitable[Response]]
 
@@ -294,6 +306,19 @@ async def index_page(ctx: UiContext, request: Request) -> Response:
     return FileResponse(str(STATIC / "index.html"), media_type="text/html")
 
 
+async def favicon(ctx: UiContext, request: Request) -> Response:
+    return FileResponse(
+        str(STATIC / "favicon.ico"),
+        media_type="image/x-icon",
+        headers={"cache-control": "max-age=86400"},
+    )
+
+
+async def me_endpoint(ctx: UiContext, request: Request) -> Response:
+    """Who the server takes the caller for: the name its decisions will carry."""
+    return _json({"by": _user(request)})
+
+
 async def turn_page(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     if not await asyncio.to_thread(ctx.runtime.repository.exists, turn_id):
@@ -329,11 +354,43 @@ async def list_endpoint(ctx: UiContext, request: Request) -> Response:
         page_size=page_size,
         before=before,
     )
-    return _json(listing.to_wire())
+    rows = await asyncio.gather(*(_with_details(ctx, row) for row in listing.turns))
+    return _json({**listing.to_wire(), "turns": rows})
+
+
+async def _details(ctx: UiContext, turn_id: str) -> dict[str, Any]:
+    """What the list adds to visibility's row, from the turn's file: when it ran, how
+    long, its estimated cost and what it waits for in words. Empty for a turn this work
+    dir has no file of (another work dir on the same namespace) or cannot read."""
+    known = ctx.ended.get(turn_id)
+    if known is not None:
+        return known
+    try:
+        events = await asyncio.to_thread(ctx.runtime.repository.read, turn_id)
+    except TurnError:
+        return {}
+    state = TurnReducer.of(events).state
+    cost = ctx.pricer.turn_costs(state)[0]
+    details = {
+        **timing(state),
+        "cost": cost.to_json() if cost is not None else None,
+        "waitingFor": waiting_labels(state),
+    }
+    if state.terminal is not None:
+        if len(ctx.ended) >= ENDED_CACHE:
+            ctx.ended.pop(next(iter(ctx.ended)))
+        ctx.ended[turn_id] = details
+    return details
+
+
+async def _with_details(ctx: UiContext, row: dict[str, Any]) -> dict[str, Any]:
+    return {**row, **(await _details(ctx, row["turnId"]))}
 
 
 async def pending_endpoint(ctx: UiContext, request: Request) -> Response:
-    return _json(await pending_across(ctx.client, ctx.runtime.repository))
+    doc = await pending_across(ctx.client, ctx.runtime.repository)
+    count = sum(len(t["permissions"]) + len(t["asyncTools"]) for t in doc["turns"])
+    return _json({**doc, "count": count})
 
 
 async def agents_endpoint(ctx: UiContext, request: Request) -> Response:
@@ -350,7 +407,7 @@ async def turn_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     events = await _events_of(ctx, turn_id)
     state = TurnReducer.of(events).state
-    view = turn_view(state, len(events))
+    view = turn_view(state, len(events), turn_report(ctx.pricer, state))
     view["stuck"] = None
     if state.terminal is None:
         try:
@@ -422,8 +479,8 @@ async def events_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id = _turn_id(request)
     resume = _resume_point(request)
     fmt = request.query_params.get("format", "turn")
-    if fmt not in ("turn", "surface"):
-        raise HttpError(400, "format must be turn or surface")
+    if fmt not in _FORMATS:
+        raise HttpError(400, f"format must be one of {', '.join(_FORMATS)}")
     follow = request.query_params.get("follow", "0") not in ("0", "false", "")
     streaming = "text/event-stream" in request.headers.get("accept", "")
     events = await _events_of(ctx, turn_id)  # 404 before any stream starts
@@ -438,8 +495,20 @@ async def events_endpoint(ctx: UiContext, request: Request) -> Response:
     )
 
 
+_FORMATS = ("turn", "surface", "ag-ui")
+
+
 def _log_slice(events: list[Any], resume: _Resume, fmt: str) -> Response:
     after, skip = resume.after, resume.skip
+    if fmt == "ag-ui":
+        agui = AgUiProjector()
+        out: list[bytes] = []
+        for i, e in enumerate(events):
+            shown = agui.feed(e, i + 1)
+            if i >= after:
+                shown = shown[skip:] if i == after else shown
+                out += [m.model_dump_json(by_alias=True).encode() + b"\n" for m in shown]
+        return Response(b"".join(out), media_type="application/x-ndjson")
     if fmt == "surface":
         projector = SurfaceProjector()
         lines: list[bytes] = []
@@ -470,19 +539,34 @@ async def _event_stream(
     fmt: str,
 ) -> AsyncIterator[bytes]:
     yield b"retry: 1000\n\n"
-    projector: SurfaceProjector | None = None
+    projector: SurfaceProjector | AgUiProjector | None = None
     if fmt == "surface":
         # Item ids follow from every event before the resume point: replay them silently.
         projector = SurfaceProjector()
         for e in (await asyncio.to_thread(ctx.runtime.repository.read, turn_id))[: resume.after]:
             projector.feed(e)
+    elif fmt == "ag-ui":
+        # So do runs and open messages: replay what came before, silently, too.
+        projector = AgUiProjector()
+        before = await asyncio.to_thread(ctx.runtime.repository.read, turn_id)
+        for i, e in enumerate(before[: resume.after]):
+            projector.feed(e, i + 1)
+    delta_after, quiet = resume.deltas, None
+    if isinstance(projector, AgUiProjector) and resume.deltas[1] > 0:
+        # Resumed inside a streaming message: its text so far is the client's, not in
+        # the file. Read the call's deltas again from its first and feed the ones the
+        # client has to the projector silently, so the final text completes it exactly
+        # (if they are gone — the call closed first — it sends the thread as it is).
+        projector.reopen(*resume.deltas)
+        delta_after, quiet = (resume.deltas[0], 0), resume.deltas
     items = follow_turn(
         ctx.runtime.repository,
         ctx.spool,
         turn_id,
         after=resume.after,
-        delta_after=resume.deltas,
+        delta_after=delta_after,
         until=until,
+        deltas=ctx.runtime.delta_reader(turn_id, delta_after),
     )
     skip = resume.skip  # of the events made from line after + 1, already sent
     # The last delta sent (or resumed after) of the model call still open: the ids of
@@ -507,11 +591,20 @@ async def _event_stream(
             try:
                 item = next_item.result()
             except StopAsyncIteration:
-                yield _sse("end", {"turnId": turn_id})
+                if fmt != "ag-ui":  # AG-UI's run end is the last event; the stream closes
+                    yield _sse("end", {"turnId": turn_id})
                 return
             finally:
                 next_item = None
             beat = loop.time()
+            if (
+                quiet is not None
+                and isinstance(item, Live)
+                and isinstance(projector, AgUiProjector)
+            ):
+                if (item.delta.model_call_index, item.seq) <= quiet:
+                    projector.replay(item.delta)  # the client has it
+                    continue
             if isinstance(item, Live):
                 deltas = (item.delta.model_call_index, item.seq)
             elif isinstance(item, Durable) and isinstance(item.event, _CALL_ENDS):
@@ -522,7 +615,10 @@ async def _event_stream(
             for chunk in chunks:
                 yield chunk
     except TurnError as exc:
-        yield _sse("error", {"error": str(exc)})
+        if fmt == "ag-ui":
+            yield agui_sse(RunErrorEvent(message=str(exc), code="turn_unreadable"), None)
+        else:
+            yield _sse("error", {"error": str(exc)})
     finally:
         if next_item is not None:
             next_item.cancel()
@@ -536,9 +632,11 @@ _CALL_ENDS = (ModelCallCompleted, ModelCallFailed)
 
 def _render(
     item: Durable | Live | Settled,
-    projector: SurfaceProjector | None,
+    projector: SurfaceProjector | AgUiProjector | None,
     deltas: tuple[int, int] | None,
 ) -> list[bytes]:
+    if isinstance(projector, AgUiProjector):
+        return _render_agui(item, projector, deltas)
     match item:
         case Durable(offset=offset, event=event):
             # Line N's id is N, or N:CALL:SEQ after deltas of the call still open.
@@ -567,6 +665,26 @@ def _render(
                 "offset": offset,
             }
             return [_sse("settled", view)]
+
+
+def _render_agui(
+    item: Durable | Live | Settled, projector: AgUiProjector, deltas: tuple[int, int] | None
+) -> list[bytes]:
+    """AG-UI's SSE framing (``data:`` lines; each event's ``type`` names it), with the
+    same resume ids as the other formats."""
+    match item:
+        case Durable(offset=offset, event=event):
+            at = str(offset) if deltas is None else f"{offset}:{deltas[0]}:{deltas[1]}"
+            made = projector.feed(event, offset)
+            return [
+                agui_sse(m, at if j == len(made) else f"{offset}:{j}")
+                for j, m in enumerate(made, 1)
+            ]
+        case Live(offset=offset, seq=seq, delta=delta):
+            position = f"{offset}:{delta.model_call_index}:{seq}"
+            return [agui_sse(m, position) for m in projector.feed(delta)]
+        case Settled():
+            return []  # the suspension or the terminal line carries the settle point
 
 
 # -- deciding ---------------------------------------------------------------
@@ -604,6 +722,13 @@ async def _decide(
     return _json({"turnId": turn_id, "status": "settled", "outcome": outcome.to_wire()})
 
 
+def _user(request: Request) -> str | None:
+    """Who is deciding: the tokens file's name for the token used, the OS user of a
+    loopback UI without a token, None behind the one shared token."""
+    user = getattr(request.state, USER, None)
+    return user if isinstance(user, str) else None
+
+
 STUCK_ANSWER = 30.0
 """How long a decision to a stuck run waits for the client to say it was not applied."""
 
@@ -618,8 +743,12 @@ async def _stuck_quietly(ctx: UiContext, turn_id: str) -> bool:
 async def approve_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
     await _body(ctx, request, _Empty)
+    metadata = decided("web", _user(request))
     return await _decide(
-        ctx, request, turn_id, PermissionDecisionInput(tool_call_id=call, decision="allow")
+        ctx,
+        request,
+        turn_id,
+        PermissionDecisionInput(tool_call_id=call, decision="allow", metadata=metadata),
     )
 
 
@@ -627,7 +756,7 @@ async def deny_endpoint(ctx: UiContext, request: Request) -> Response:
     turn_id, call = _turn_id(request), _call_id(request)
     body = await _body(ctx, request, _Deny)
     reason = body.reason.strip() if body.reason else None
-    metadata = {"reason": reason} if reason else None
+    metadata = decided("web", _user(request), reason)
     return await _decide(
         ctx,
         request,
@@ -645,7 +774,8 @@ async def complete_endpoint(ctx: UiContext, request: Request) -> Response:
             400, "give the result as exactly one of output (any JSON) or text (a string)"
         )
     output = body.text if "text" in given else body.output
-    result = ToolResultData(output=output, is_error=body.is_error)
+    metadata = decided("web", _user(request))
+    result = ToolResultData(output=output, is_error=body.is_error, metadata=metadata)
     return await _decide(
         ctx, request, turn_id, AsyncToolResultInput(tool_call_id=call, result=result)
     )
@@ -711,11 +841,14 @@ def create_app(
     client: Client,
     *,
     token: str | None = None,
+    tokens: Tokens | None = None,
     decision_wait: float = DECISION_WAIT,
     body_timeout: float = BODY_TIMEOUT,
     serving: bool = False,
 ) -> Starlette:
-    """The ASGI app; ``token`` is required on every request when given.
+    """The ASGI app; ``token`` (or any token of ``tokens``) is required on every request
+    when given. Decisions record who made them: the tokens file's name for the token
+    used, or, on loopback without a token, the OS user running the server.
 
     ``serving``: a worker runs in this process, so a decision on a turn whose
     model or tools this process lacks is refused at once (503), never sent.
@@ -730,7 +863,14 @@ def create_app(
         serves=runtime.check_serves if serving else None,
         listed=runtime.listing,  # an agent's MCP tools are listed when the UI creates a turn
     )
-    ctx = UiContext(runtime, client, turns, decision_wait=decision_wait, body_timeout=body_timeout)
+    ctx = UiContext(
+        runtime,
+        client,
+        turns,
+        decision_wait=decision_wait,
+        body_timeout=body_timeout,
+        pricer=Pricer(runtime.config.providers, runtime.config.prices),
+    )
 
     def get(path: str, handler: Callable[[UiContext, Request], Awaitable[Response]]) -> Route:
         return Route(path, _guarded(handler, ctx), methods=["GET", "HEAD"])
@@ -741,6 +881,8 @@ def create_app(
     calls = "/api/turns/{turn_id}/calls/{call_id}"
     routes = [
         get("/", index_page),
+        get("/favicon.ico", favicon),
+        get("/api/me", me_endpoint),
         get("/turns/{turn_id}", turn_page),
         get("/api/turns", list_endpoint),
         post("/api/turns", create_endpoint),
@@ -765,7 +907,8 @@ def create_app(
 
     app = Starlette(routes=routes, exception_handlers={404: not_found, 405: not_allowed})
     app.state.ui = ctx
-    app.add_middleware(Guard, token=token)
+    local = os_user() if token is None and tokens is None else None
+    app.add_middleware(Guard, token=token, tokens=tokens, local_user=local)
     return app
 
 

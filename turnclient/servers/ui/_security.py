@@ -39,6 +39,8 @@ from urllib.parse import parse_qsl, quote, urlencode
 import orjson
 from starlette.types import ASGIApp, Message, Receive, Scope, Send
 
+from ._tokens import Tokens
+
 COOKIE = "turns_ui_token"
 """The token cookie's base name; ``cookie_name`` gives the one a page uses."""
 _DEFAULT_PORTS = {"http": "80", "https": "443"}
@@ -109,10 +111,35 @@ def _cookie_of(scope: Scope, headers: dict[str, str]) -> tuple[str, bool]:
     return cookie_name(scheme, headers.get("host", "")), scheme == "https"
 
 
+USER = "turns_user"
+"""Where ``Guard`` leaves who is asking (``request.state.turns_user``): the name from the
+tokens file, the OS user running a loopback UI without a token, None for the shared token."""
+
+
 class Guard:
-    def __init__(self, app: ASGIApp, *, token: str | None) -> None:
+    def __init__(
+        self,
+        app: ASGIApp,
+        *,
+        token: str | None,
+        tokens: Tokens | None = None,
+        local_user: str | None = None,
+    ) -> None:
         self._app = app
         self._token = token
+        self._tokens = tokens
+        self._local_user = local_user
+
+    @property
+    def _guarded(self) -> bool:
+        return self._token is not None or self._tokens is not None
+
+    def _holder(self, given: str | None) -> tuple[bool, str | None]:
+        """Whether ``given`` opens the UI, and the name it belongs to (None: the shared
+        token). Both checks always run, so the time taken says nothing about which matched."""
+        shared = self._token is not None and same_token(given, self._token)
+        name = self._tokens.holder(given) if self._tokens is not None else None
+        return shared or name is not None, name
 
     async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
         if scope["type"] != "http":
@@ -127,46 +154,58 @@ class Guard:
                 message["headers"] = [*message.get("headers", []), *SECURITY_HEADERS]
             await send(message)
 
-        problem = self._check(scope, headers, method)
+        problem, user = self._check(scope, headers, method)
         if problem is not None:
             status, text = problem
             await _deny(secured, status, text)
             return
-        if self._token is not None and method == "GET":
+        scope.setdefault("state", {})[USER] = user
+        if self._guarded and method == "GET":
             query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
             if "token" in query and not scope["path"].startswith("/api/"):
                 # Opening a page with ?token=… : keep it in a cookie, drop it from the address.
                 rest = urlencode([(k, v) for k, v in query.items() if k != "token"])
                 name, secure = _cookie_of(scope, headers)
                 where = _same_site(scope) + (f"?{rest}" if rest else "")
-                await _redirect(secured, where, name, self._token, secure=secure)
+                # Only a token that opens the UI becomes the cookie (the request may have
+                # passed by its header with anything at all in ?token=).
+                valid, _ = self._holder(query["token"])
+                cookie = query["token"] if valid else None
+                await _redirect(secured, where, name, cookie, secure=secure)
                 return
         await self._app(scope, receive, secured)
 
-    def _check(self, scope: Scope, headers: dict[str, str], method: str) -> tuple[int, str] | None:
+    def _check(
+        self, scope: Scope, headers: dict[str, str], method: str
+    ) -> tuple[tuple[int, str] | None, str | None]:
+        """A refusal (status, message), or None and who is asking."""
         if method not in ("GET", "HEAD", "POST"):
-            return 405, f"{method} is not allowed"
+            return (405, f"{method} is not allowed"), None
         header_token = headers.get(TOKEN_HEADER)
         auth = headers.get("authorization", "")
         if auth.lower().startswith("bearer "):
             header_token = auth[7:].strip()
-        if self._token is not None:
-            by_header = same_token(header_token, self._token)
-            by_cookie = not by_header and any(
-                same_token(value, self._token)
-                for value in _cookies(headers.get("cookie"), _cookie_of(scope, headers)[0])
-            )
-            query_token = None
-            if method == "GET" and not scope["path"].startswith("/api/"):
-                query_token = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1"))).get(
-                    "token"
-                )
-            by_query = same_token(query_token, self._token)
+        user = self._local_user
+        if self._guarded:
+            by_header, user = self._holder(header_token)
+            by_cookie = False
+            if not by_header:
+                for value in _cookies(headers.get("cookie"), _cookie_of(scope, headers)[0]):
+                    by_cookie, user = self._holder(value)
+                    if by_cookie:
+                        break
+            by_query = False
+            if not (by_header or by_cookie):
+                query_token = None
+                if method == "GET" and not scope["path"].startswith("/api/"):
+                    query = parse_qsl(scope.get("query_string", b"").decode("latin-1"))
+                    query_token = dict(query).get("token")
+                by_query, user = self._holder(query_token)
             if not (by_header or by_cookie or by_query):
                 return (
                     401,
                     "a valid token is required (Authorization: Bearer, X-Turns-Token, or open the page with ?token=)",
-                )
+                ), None
         else:
             by_header = False
             host = _host_name(headers.get("host", ""))
@@ -174,20 +213,23 @@ class Guard:
                 return (
                     403,
                     f"host {host!r} is not localhost or a loopback address; bind elsewhere only with a token",
-                )
+                ), None
         if method == "POST":
             kind = headers.get("content-type", "").split(";")[0].strip().lower()
             if kind != "application/json":
                 return (
                     415,
                     "state-changing requests take a JSON body (Content-Type: application/json)",
-                )
+                ), None
             origin = headers.get("origin")
             if origin is not None and not _same_origin(origin, scope, headers):
-                return 403, f"cross-origin request from {origin!r} refused"
-            if self._token is not None and not by_header and origin is None:
-                return 403, "a request authenticated by cookie must come from this server's pages"
-        return None
+                return (403, f"cross-origin request from {origin!r} refused"), None
+            if self._guarded and not by_header and origin is None:
+                return (
+                    403,
+                    "a request authenticated by cookie must come from this server's pages",
+                ), None
+        return None, user
 
 
 def _same_site(scope: Scope) -> str:
@@ -245,21 +287,16 @@ async def _deny(send: Send, status: int, text: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-async def _redirect(send: Send, location: str, name: str, token: str, *, secure: bool) -> None:
-    cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict" + ("; Secure" if secure else "")
-    await send(
-        {
-            "type": "http.response.start",
-            "status": 303,
-            "headers": _plain(
-                [
-                    (b"location", location.encode("latin-1", "replace")),
-                    (b"set-cookie", cookie.encode("latin-1", "replace")),
-                    (b"content-length", b"0"),
-                ]
-            ),
-        }
-    )
+async def _redirect(
+    send: Send, location: str, name: str, token: str | None, *, secure: bool
+) -> None:
+    headers = [(b"location", location.encode("latin-1", "replace")), (b"content-length", b"0")]
+    if token is not None:
+        cookie = f"{name}={token}; Path=/; HttpOnly; SameSite=Strict" + (
+            "; Secure" if secure else ""
+        )
+        headers.append((b"set-cookie", cookie.encode("latin-1", "replace")))
+    await send({"type": "http.response.start", "status": 303, "headers": _plain(headers)})
     await send({"type": "http.response.body", "body": b""})
 
 
@@ -267,4 +304,4 @@ def _plain(headers: Iterable[tuple[bytes, bytes]]) -> list[tuple[bytes, bytes]]:
     return list(headers)
 
 
-__all__ = ["COOKIE", "Guard", "TOKEN_HEADER", "cookie_name", "same_token"]
+__all__ = ["COOKIE", "Guard", "TOKEN_HEADER", "USER", "cookie_name", "same_token"]

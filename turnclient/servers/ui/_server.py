@@ -22,7 +22,10 @@ from dataclasses import dataclass
 import uvicorn
 from starlette.types import ASGIApp
 
+from ._tokens import Tokens, TokensFileError
+
 TOKEN_ENV = "TURNS_UI_TOKEN"
+TOKENS_FILE_ENV = "TURNS_UI_TOKENS_FILE"
 _TOKEN = re.compile(r"[A-Za-z0-9._~-]{16,512}")
 
 
@@ -39,18 +42,32 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def check_token(host: str, token: str | None) -> str | None:
-    """The token to require, or None on loopback without one; raises ``UiConfigError``."""
+def check_token(host: str, token: str | None, *, tokens_file: bool = False) -> str | None:
+    """The token to require, or None on loopback without one (or with a tokens file);
+    raises ``UiConfigError``."""
     if token is not None and not _TOKEN.fullmatch(token):
         raise UiConfigError(
             "the UI token must be 16 to 512 characters of A-Z a-z 0-9 . _ ~ - "
             "(e.g. `python -c 'import secrets; print(secrets.token_urlsafe(32))'`)"
         )
-    if token is None and not is_loopback(host):
+    if token is None and not tokens_file and not is_loopback(host):
         raise UiConfigError(
-            f"binding the UI to {host} (not loopback) requires a token: --token or ${TOKEN_ENV}"
+            f"binding the UI to {host} (not loopback) requires a token: --token, "
+            f"${TOKEN_ENV} or --tokens-file"
         )
     return token
+
+
+def load_tokens(path: str | None) -> Tokens | None:
+    """The tokens file at ``path`` (or ``$TURNS_UI_TOKENS_FILE``), None if neither is given;
+    a malformed file raises ``UiConfigError`` naming the line."""
+    given = path if path is not None else (os.environ.get(TOKENS_FILE_ENV) or None)
+    if given is None:
+        return None
+    try:
+        return Tokens.load(given)
+    except TokensFileError as exc:
+        raise UiConfigError(str(exc)) from None
 
 
 def token_from(given: str | None) -> str | None:
@@ -124,11 +141,13 @@ async def web_ui(
 
 
 __all__ = [
+    "TOKENS_FILE_ENV",
     "TOKEN_ENV",
     "UiConfigError",
     "WebUi",
     "check_token",
     "is_loopback",
+    "load_tokens",
     "token_from",
     "web_ui",
 ]

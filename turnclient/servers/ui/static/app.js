@@ -23,7 +23,7 @@ function h(tag, props, ...children) {
     else if (key === "text") el.textContent = value;
     else el.setAttribute(key, value === true ? "" : String(value));
   }
-  for (const child of children.flat()) {
+  for (const child of children.flat(Infinity)) {
     if (child === undefined || child === null || child === false) continue;
     el.append(child instanceof Node ? child : document.createTextNode(String(child)));
   }
@@ -103,6 +103,212 @@ function messageText(content) {
   return (content || []).map((p) => p.type === "text" ? p.text : MEDIA.has(p.type) ? " " + describeMedia(p) + " " : "").join("").trim();
 }
 
+// ------------------------------------------------------------------ times, ids, money
+
+// "3 min ago" with the exact local time on hover; every such <time> is refreshed
+// by one timer, so a page left open keeps telling the truth.
+function ago(iso) {
+  const seconds = Math.round((Date.now() - Date.parse(iso)) / 1000);
+  if (!isFinite(seconds)) return "";
+  if (seconds < 45) return "just now";
+  const minutes = Math.round(seconds / 60);
+  if (minutes < 60) return minutes + " min ago";
+  const hours = Math.round(minutes / 60);
+  if (hours < 24) return hours + " h ago";
+  const days = Math.round(hours / 24);
+  return days + (days === 1 ? " day ago" : " days ago");
+}
+
+function exact(iso) {
+  const d = new Date(iso);
+  return isNaN(d) ? iso : d.toLocaleString(undefined, { dateStyle: "medium", timeStyle: "medium" }) + " (" + iso + ")";
+}
+
+function when(iso) {
+  if (!iso) return null;
+  return h("time", { datetime: iso, title: exact(iso), "data-rel": "" }, ago(iso));
+}
+
+setInterval(() => {
+  for (const t of document.querySelectorAll("time[data-rel]")) t.textContent = ago(t.getAttribute("datetime"));
+  for (const t of document.querySelectorAll("[data-since]")) t.textContent = span(Date.now() - Date.parse(t.dataset.since));
+}, 15000);
+
+// A duration as people say it: 850 ms, 12 s, 3 min 4 s, 2 h 5 min.
+function span(ms) {
+  if (ms == null || !isFinite(ms)) return "";
+  if (ms < 1000) return Math.max(0, Math.round(ms)) + " ms";
+  const s = Math.round(ms / 1000);
+  if (s < 60) return s + " s";
+  const m = Math.floor(s / 60);
+  if (m < 60) return m + " min" + (s % 60 ? " " + (s % 60) + " s" : "");
+  const hours = Math.floor(m / 60);
+  return hours + " h" + (m % 60 ? " " + (m % 60) + " min" : "");
+}
+
+// How long a turn ran, or has been running (ticking, from its creation).
+function duration(v) {
+  if (v.durationMs != null) return h("span", {}, span(v.durationMs));
+  if (!v.createdAt) return h("span", {}, "");
+  return h("span", { "data-since": v.createdAt, title: "running since " + exact(v.createdAt) }, span(Date.now() - Date.parse(v.createdAt)));
+}
+
+function money(cost) {
+  if (!cost) return h("span", { class: "muted", title: "no price known for this model" }, "unknown");
+  const amount = cost.amount;
+  const shown = amount === 0 ? "$0" : amount < 0.0001 ? "<$0.0001" : amount < 0.01 ? "$" + amount.toPrecision(2) : "$" + amount.toFixed(amount < 1 ? 3 : 2);
+  return h("span", { title: "estimated: " + amount + " " + cost.currency + " (" + cost.source + ")" }, "~" + shown);
+}
+
+// A turn id is 32 characters: shown as its tail, the whole on hover, and in full
+// after a click on the ⋯ beside it. The link's accessible name is always the full id.
+function turnLink(id) {
+  const short = "…" + id.slice(-11);
+  const link = h("a", { href: "/turns/" + encodeURIComponent(id), "aria-label": id, title: id, class: "tid" }, short);
+  const more = h("button", { type: "button", class: "expand", "aria-expanded": "false", "aria-label": "Show the full turn id", title: "Show the full turn id" }, "⋯");
+  more.addEventListener("click", () => {
+    const open = more.getAttribute("aria-expanded") !== "true";
+    more.setAttribute("aria-expanded", String(open));
+    link.textContent = open ? id : short;
+  });
+  return h("span", { class: "tid-wrap" }, link, more);
+}
+
+// Who decided, from the decision's metadata (via, by, at), as "ada via web, 2 min ago".
+function decider(metadata) {
+  if (!metadata || typeof metadata !== "object") return null;
+  const bits = [];
+  if (typeof metadata.by === "string") bits.push(metadata.by);
+  if (typeof metadata.via === "string") bits.push("via " + metadata.via);
+  if (!bits.length && typeof metadata.at !== "string") return null;
+  return h("span", { class: "decider" }, bits.join(" "), typeof metadata.at === "string" ? [", ", when(metadata.at)] : null);
+}
+
+// ------------------------------------------------------------------ the pending count
+
+// "N waiting" in the header and "(N) " before the document's title, on every page.
+const counter = {
+  base: document.title,
+  set(n) {
+    const el = document.getElementById("pending-count");
+    if (el) {
+      el.textContent = n === 1 ? "1 waiting" : n + " waiting";
+      el.hidden = n === 0;
+      el.title = n + " decision" + (n === 1 ? "" : "s") + " waiting for you";
+    }
+    document.title = (n ? "(" + n + ") " : "") + counter.base;
+  },
+  async poll() {
+    const r = await api("/api/pending");
+    if (r.ok) counter.set(r.body.count);
+  },
+};
+
+// ------------------------------------------------------------------ decision cards
+
+// Touch only what changed: a card still pending stays the very same node, never even
+// re-inserted, so text being typed into it and its focus survive every update. A card
+// that leaves while it holds the focus (or after its decision, when the browser may
+// have let go of a button it disabled) hands it on: to the next card that stays, else
+// the first card shown, else ``fallback``.
+function reconcile(box, cards, fallback) {
+  const before = [...box.children].filter((c) => c.dataset.key);
+  const existing = new Map(before.map((c) => [c.dataset.key, c]));
+  const wanted = new Set(cards.map((c) => c.dataset.key));
+  const active = document.activeElement;
+  const leaving = before.filter((c) => !wanted.has(c.dataset.key));
+  const lost = leaving.find((c) => c.contains(active) || (c.decided && (!active || active === document.body)));
+  const next = lost ? before.slice(before.indexOf(lost) + 1).find((c) => wanted.has(c.dataset.key)) : null;
+  for (const node of leaving) node.remove();
+  for (const node of [...box.children]) if (!node.dataset.key) node.remove();
+  let anchor = box.firstChild;
+  for (const card of cards) {
+    const kept = existing.get(card.dataset.key);
+    if (kept) {
+      if (kept.update) kept.update(card); // new progress, say, shown in place
+      anchor = kept.nextSibling;
+    } else box.insertBefore(card, anchor);
+  }
+  if (lost) {
+    const to = next || box.querySelector("[data-key]");
+    if (to) to.focus(); else if (fallback) fallback();
+  }
+}
+
+// A card for one approval: Approve, or Deny with a reason (Enter in the reason denies).
+// ``where``: {turnId, heading, extra, after(r)} — after() runs once the answer is back.
+function approvalCard(p, where) {
+  const id = "call-" + where.turnId + "-" + p.toolCallId;
+  const reason = h("input", { id: id + "-reason", name: "reason", autocomplete: "off" });
+  const status = h("p", { class: "muted", "aria-live": "polite" });
+  const deny = (e) => {
+    e.preventDefault(); // Deny submits the form, and so does Enter in the reason field
+    decide(card, status, where, p.toolCallId, "deny", reason.value.trim() ? { reason: reason.value.trim() } : {});
+  };
+  const card = h("article", { class: "card pending", tabindex: "-1", "data-key": where.turnId + ":permission:" + p.toolCallId, "aria-labelledby": id + "-h" },
+    h("h3", { id: id + "-h" }, where.heading),
+    where.extra,
+    p.reason ? h("p", {}, "Why it asks: ", p.reason) : null,
+    h("p", { class: "label" }, "Input"), h("pre", { class: "input" }, json(p.input)),
+    h("form", { class: "row actions", onsubmit: deny },
+      h("button", { type: "button", class: "primary", onclick: () => decide(card, status, where, p.toolCallId, "approve", {}) }, "Approve"),
+      h("label", { for: id + "-reason" }, "Reason for denying"), reason,
+      h("button", { type: "submit", class: "danger" }, "Deny")),
+    status);
+  return card;
+}
+
+// A card for one async tool awaiting its result (an ask_human question among them).
+function completeCard(p, where) {
+  const id = "call-" + where.turnId + "-" + p.toolCallId;
+  const answer = h("textarea", { id: id + "-answer", rows: 3 });
+  const asJson = h("input", { id: id + "-json", type: "checkbox" });
+  const status = h("p", { class: "muted", "aria-live": "polite" });
+  const progress = h("ul", { class: "progress" }, (p.progress || []).map((x) => h("li", {}, json(x))));
+  const card = h("article", { class: "card pending", tabindex: "-1", "data-key": where.turnId + ":async:" + p.toolCallId, "aria-labelledby": id + "-h" },
+    h("h3", { id: id + "-h" }, where.heading),
+    where.extra,
+    p.question ? h("p", { class: "question" }, p.question) : h("pre", { class: "input" }, json(p.input)),
+    progress,
+    h("div", { class: "stack" },
+      h("label", { for: id + "-answer" }, "Your answer"), answer,
+      h("label", { class: "inline" }, asJson, " Send as JSON"),
+      h("div", { class: "row actions" },
+        h("button", { type: "button", class: "primary", onclick: () => {
+          let body;
+          if (asJson.checked) {
+            try { body = { output: JSON.parse(answer.value) }; } catch (err) { status.textContent = "That is not JSON: " + err.message; return; }
+          } else body = { text: answer.value };
+          decide(card, status, where, p.toolCallId, "complete", body);
+        } }, "Complete"))),
+    status);
+  card.progress = progress;
+  card.update = (fresh) => progress.replaceChildren(...fresh.progress.children);
+  return card;
+}
+
+// Send one decision; a refusal (409: decided meanwhile, from another tab or the CLI)
+// is shown in the alert, and the caller's after() refreshes what is shown either way.
+async function decide(card, status, where, callId, action, body) {
+  if (card.decided) return; // one decision at a time per card (Enter pressed twice)
+  card.decided = true;
+  alertBox("");
+  const from = document.activeElement;
+  for (const b of card.querySelectorAll("button")) b.disabled = true;
+  status.textContent = "Sending…";
+  const r = await api("/api/turns/" + encodeURIComponent(where.turnId) + "/calls/" + encodeURIComponent(callId) + "/" + action, body);
+  if (r.ok) status.textContent = r.status === 202 ? "Accepted; the turn is working on it." : "Done.";
+  else {
+    status.textContent = "";
+    failed(r, r.status === 409 ? "Rejected: " : "Failed: ");
+    card.decided = false;
+    for (const b of card.querySelectorAll("button")) b.disabled = false;
+    // Still pending (it failed): give back the focus disabling the button took.
+    if (card.isConnected && (document.activeElement === document.body || !document.activeElement)) from.focus();
+  }
+  where.after(r);
+}
+
 // ------------------------------------------------------------------ index page
 
 const index = {
@@ -130,28 +336,48 @@ const index = {
     setInterval(() => { index.loadWaiting(); if (!index.before) index.loadTurns(false); }, 3000);
   },
 
+  loading: null,
+  again: false,
+
+  // Coalesced like the turn page's refresh: one request at a time, one more if asked meanwhile.
   async loadWaiting() {
+    if (index.loading) { index.again = true; return index.loading; }
+    index.loading = (async () => {
+      do { index.again = false; await index.showWaiting(); } while (index.again);
+      index.loading = null;
+    })();
+    return index.loading;
+  },
+
+  async showWaiting() {
     const r = await api("/api/pending");
     const box = document.getElementById("waiting");
+    const note = document.getElementById("waiting-note");
     if (!r.ok) {
-      box.replaceChildren(h("p", { class: "muted" }, r.body.error));
+      note.textContent = r.body.error;
+      note.hidden = false;
       // The list polls even when the turn list does not (a page of older turns is
       // open), so an unreachable server is announced from here too.
       if (r.status === 0) failed(r);
       return;
     }
-    if (!r.body.turns.length) { box.replaceChildren(h("p", { class: "muted" }, "Nothing is waiting for you.")); return; }
-    const list = h("ul", { class: "waiting" });
+    counter.set(r.body.count);
+    const cards = [];
     for (const t of r.body.turns) {
-      const items = [
-        ...t.permissions.map((p) => h("li", {}, "Approve ", h("strong", {}, p.label || p.toolName), " (", p.toolCallId, ")", h("pre", {}, json(p.input)))),
-        ...t.asyncTools.map((p) => h("li", {}, "Answer ", h("strong", {}, p.toolName), " (", p.toolCallId, ")", p.question ? h("p", {}, p.question) : h("pre", {}, json(p.input)))),
-      ];
-      list.append(h("li", { class: "card" },
-        h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId), " · ", t.agent || "", " · ",
-        h("span", { class: "muted" }, t.prompt || t.error || ""), h("ul", {}, items)));
+      if (t.error) { note.textContent = "Turn " + t.turnId + " cannot be read: " + t.error; continue; }
+      const extra = () => h("p", { class: "about" }, turnLink(t.turnId), " · ", t.agent || "", " · waiting ", when(t.since || t.createdAt),
+        t.prompt ? h("span", { class: "prompt muted" }, " · " + t.prompt) : null);
+      const after = () => { index.loadWaiting(); index.loadTurns(false); };
+      for (const p of t.permissions) {
+        cards.push(approvalCard(p, { turnId: t.turnId, heading: p.action || "approve " + p.toolName, extra: extra(), after }));
+      }
+      for (const p of t.asyncTools) {
+        cards.push(completeCard(p, { turnId: t.turnId, heading: p.action || "answer " + p.toolName, extra: extra(), after }));
+      }
     }
-    box.replaceChildren(list);
+    reconcile(box, cards, () => document.getElementById("waiting-heading").focus());
+    note.hidden = cards.length > 0;
+    if (!cards.length) note.textContent = r.body.partial ? "Nothing shown: too many suspended turns to scan; filter the list below." : "Nothing is waiting for you.";
   },
 
   async loadTurns(older) {
@@ -161,12 +387,14 @@ const index = {
     if (!r.ok) { failed(r); return; }
     const body = document.getElementById("turns");
     const rows = r.body.turns.map((t) => h("tr", {},
-      h("td", {}, h("a", { href: "/turns/" + encodeURIComponent(t.turnId) }, t.turnId)),
-      h("td", {}, badge(t.status), t.stuck ? [" ", h("span", { class: "badge badge-stuck", title: t.stuck }, "stuck")] : []),
-      h("td", { class: "prompt" }, t.input || ""),
-      h("td", {}, (t.agent || "?") + " · " + (t.model || "?")),
-      h("td", {}, t.session || ""),
-      h("td", {}, (t.pendingInputs || []).join(", "))));
+      h("td", { class: "turn", "data-label": "Turn" }, turnLink(t.turnId)),
+      h("td", { class: "status", "data-label": "Status" }, badge(t.status), t.stuck ? [" ", h("span", { class: "badge badge-stuck", title: t.stuck }, "stuck")] : []),
+      h("td", { class: "prompt", "data-label": "Prompt", title: t.input || "" }, t.input || ""),
+      h("td", { class: "agent", "data-label": "Agent" }, (t.agent || "?") + " · " + (t.model || "?"), t.session ? h("span", { class: "muted session" }, " · session " + t.session) : null),
+      h("td", { class: "started", "data-label": "Started" }, when(t.createdAt || t.startTime)),
+      h("td", { class: "duration", "data-label": "Duration" }, t.createdAt ? duration(t) : ""),
+      h("td", { class: "cost", "data-label": "Cost" }, t.createdAt ? money(t.cost) : ""),
+      h("td", { class: "waiting-for", "data-label": "Waiting for" }, waitingFor(t))));
     if (older) body.append(...rows); else body.replaceChildren(...rows);
     index.before = r.body.nextBefore;
     document.getElementById("older").hidden = !r.body.nextBefore;
@@ -182,6 +410,13 @@ const index = {
   },
 };
 
+// What a listed turn waits for, in words; the raw codes only for a turn whose file
+// this server cannot read (another work dir on the same Temporal namespace).
+function waitingFor(t) {
+  if (t.waitingFor) return t.waitingFor.map((w, i) => [i ? ", " : "", h("span", { title: w.toolCallId + " · waiting since " + exact(w.since) }, w.label)]);
+  return (t.pendingInputs || []).join(", ");
+}
+
 // ------------------------------------------------------------------ turn page
 
 const turn = {
@@ -196,7 +431,7 @@ const turn = {
   async start() {
     turn.id = decodeURIComponent(window.location.pathname.split("/").pop());
     document.getElementById("title").textContent = "Turn " + turn.id;
-    document.title = turn.id + " · turns";
+    document.title = counter.base = "…" + turn.id.slice(-11) + " · turns";
     const dialog = document.getElementById("cancel-dialog");
     document.getElementById("cancel").addEventListener("click", () => {
       dialog.showModal();
@@ -215,6 +450,8 @@ const turn = {
     });
     await turn.refresh();
     turn.follow();
+    counter.poll();
+    setInterval(counter.poll, 5000);
   },
 
   follow() {
@@ -269,19 +506,19 @@ const turn = {
     const status = document.getElementById("status");
     status.textContent = v.status;
     status.className = "badge badge-" + v.status;
-    document.getElementById("meta").textContent =
-      "agent " + v.agent + " · model " + v.model + (v.session ? " · session " + v.session : "");
+    document.getElementById("meta").replaceChildren(
+      "agent " + v.agent + " · model " + v.model + (v.session ? " · session " + v.session : ""),
+      " · started ", when(v.createdAt), " · ", v.endedAt ? "took " : "running for ", duration(v),
+      " · cost ", money(v.cost && v.cost.turn));
     const stuck = document.getElementById("stuck");
     stuck.hidden = !v.stuck;
     stuck.textContent = v.stuck
       ? "Stuck: " + v.stuck.cause + ". Inputs sent now are not applied. Fix: " + v.stuck.fix + " (rebuilds the run from the turn's file), or roll the workers back."
       : "";
     turn.renderPending(v);
-    turn.renderTimeline(v.state);
+    turn.renderTimeline(v.state, v.pending);
     turn.renderOutcome(v.state);
-    const usage = document.getElementById("usage");
-    usage.replaceChildren(...Object.entries(v.state.usage || {}).flatMap(([k, n]) => [h("dt", {}, k), h("dd", {}, n)]));
-    if (!usage.children.length) usage.append(h("dt", {}, "tokens"), h("dd", {}, "none reported"));
+    turn.renderUsage(v);
     const cancel = document.getElementById("cancel");
     const ended = Boolean(v.state.terminal);
     const dialog = document.getElementById("cancel-dialog");
@@ -295,108 +532,29 @@ const turn = {
     cancel.hidden = ended;
   },
 
+  renderUsage(v) {
+    const u = v.state.usage || {};
+    const names = [["inputTokens", "input tokens"], ["cachedInputTokens", "of which cached"], ["outputTokens", "output tokens"],
+      ["reasoningTokens", "reasoning tokens"], ["totalTokens", "total tokens"]];
+    const rows = names.filter(([k]) => u[k] != null).flatMap(([k, label]) => [h("dt", {}, label), h("dd", {}, Number(u[k]).toLocaleString("en-US"))]);
+    if (!rows.length) rows.push(h("dt", {}, "tokens"), h("dd", {}, "none reported"));
+    rows.push(h("dt", {}, "estimated cost"), h("dd", {}, money(v.cost && v.cost.turn), v.cost && v.cost.turn ? h("span", { class: "muted" }, " (" + v.cost.turn.source + ")") : null));
+    rows.push(h("dt", {}, v.endedAt ? "duration" : "running for"), h("dd", {}, duration(v)));
+    document.getElementById("usage").replaceChildren(...rows);
+  },
+
   focusOutcome() {
     document.getElementById("outcome-heading").focus();
   },
 
   renderPending(v) {
-    const box = document.getElementById("pending");
-    const cards = [];
-    for (const p of v.pending.permissions) cards.push(turn.approvalCard(p));
-    for (const p of v.pending.asyncTools) cards.push(turn.completeCard(p));
-    // Touch only what changed: a card still pending stays the very same node, never
-    // even re-inserted, so text being typed into it and its focus survive every update.
-    const before = [...box.children];
-    const existing = new Map(before.map((c) => [c.dataset.key, c]));
-    const wanted = new Set(cards.map((c) => c.dataset.key));
-    // A card that leaves while it holds the focus (or after its decision, when the
-    // browser may have let go of a button it disabled) hands it on: to the next
-    // card that stays, else the first card shown, else the Outcome heading.
-    const active = document.activeElement;
-    const leaving = before.filter((c) => !wanted.has(c.dataset.key));
-    const lost = leaving.find((c) => c.contains(active) || (c.decided && (!active || active === document.body)));
-    const next = lost ? before.slice(before.indexOf(lost) + 1).find((c) => wanted.has(c.dataset.key)) : null;
-    for (const node of leaving) node.remove();
-    let anchor = box.firstChild;
-    for (const card of cards) {
-      const kept = existing.get(card.dataset.key);
-      if (kept) {
-        if (kept.update) kept.update(card); // new progress, say, shown in place
-        anchor = kept.nextSibling;
-      } else box.insertBefore(card, anchor);
-    }
+    const where = (heading) => ({ turnId: turn.id, heading, after: () => turn.refresh() });
+    const cards = [
+      ...v.pending.permissions.map((p) => approvalCard(p, where(["Approve ", p.label || p.toolName, "? ", h("code", {}, p.toolCallId)]))),
+      ...v.pending.asyncTools.map((p) => completeCard(p, where([p.question ? "Question from " + p.toolName + " " : "Result needed for " + p.toolName + " ", h("code", {}, p.toolCallId)]))),
+    ];
+    reconcile(document.getElementById("pending"), cards, turn.focusOutcome);
     document.getElementById("pending-section").hidden = cards.length === 0;
-    if (lost) {
-      const to = next || box.firstElementChild;
-      if (to) to.focus(); else turn.focusOutcome();
-    }
-  },
-
-  approvalCard(p) {
-    const id = "call-" + p.toolCallId;
-    const reason = h("input", { id: id + "-reason", name: "reason", autocomplete: "off" });
-    const status = h("p", { class: "muted", "aria-live": "polite" });
-    const deny = (e) => {
-      e.preventDefault(); // Deny submits the form, and so does Enter in the reason field
-      turn.decide(card, status, p.toolCallId, "deny", reason.value.trim() ? { reason: reason.value.trim() } : {});
-    };
-    const card = h("article", { class: "card pending", tabindex: "-1", "data-key": "permission:" + p.toolCallId, "aria-labelledby": id + "-h" },
-      h("h3", { id: id + "-h" }, "Approve ", p.label || p.toolName, "? ", h("code", {}, p.toolCallId)),
-      p.reason ? h("p", {}, "Why it asks: ", p.reason) : null,
-      h("p", {}, "Input"), h("pre", { class: "input" }, json(p.input)),
-      h("form", { class: "row", onsubmit: deny },
-        h("button", { type: "button", class: "primary", onclick: () => turn.decide(card, status, p.toolCallId, "approve", {}) }, "Approve"),
-        h("label", { for: id + "-reason" }, "Reason for denying"), reason,
-        h("button", { type: "submit", class: "danger" }, "Deny")),
-      status);
-    return card;
-  },
-
-  completeCard(p) {
-    const id = "call-" + p.toolCallId;
-    const answer = h("textarea", { id: id + "-answer", rows: 3 });
-    const asJson = h("input", { id: id + "-json", type: "checkbox" });
-    const status = h("p", { class: "muted", "aria-live": "polite" });
-    const progress = h("ul", { class: "progress" }, (p.progress || []).map((x) => h("li", {}, json(x))));
-    const card = h("article", { class: "card pending", tabindex: "-1", "data-key": "async:" + p.toolCallId, "aria-labelledby": id + "-h" },
-      h("h3", { id: id + "-h" }, p.question ? "Question from " + p.toolName + " " : "Result needed for " + p.toolName + " ", h("code", {}, p.toolCallId)),
-      p.question ? h("p", { class: "question" }, p.question) : h("pre", { class: "input" }, json(p.input)),
-      progress,
-      h("div", { class: "stack" },
-        h("label", { for: id + "-answer" }, "Your answer"), answer,
-        h("label", { class: "inline" }, asJson, " Send as JSON"),
-        h("div", { class: "row" },
-          h("button", { type: "button", class: "primary", onclick: () => {
-            let body;
-            if (asJson.checked) {
-              try { body = { output: JSON.parse(answer.value) }; } catch (err) { status.textContent = "That is not JSON: " + err.message; return; }
-            } else body = { text: answer.value };
-            turn.decide(card, status, p.toolCallId, "complete", body);
-          } }, "Complete"))),
-      status);
-    card.progress = progress;
-    card.update = (fresh) => progress.replaceChildren(...fresh.progress.children);
-    return card;
-  },
-
-  async decide(card, status, callId, action, body) {
-    if (card.decided) return; // one decision at a time per card (Enter pressed twice)
-    card.decided = true;
-    alertBox("");
-    const from = document.activeElement;
-    for (const b of card.querySelectorAll("button")) b.disabled = true;
-    status.textContent = "Sending…";
-    const r = await api("/api/turns/" + encodeURIComponent(turn.id) + "/calls/" + encodeURIComponent(callId) + "/" + action, body);
-    if (r.ok) status.textContent = r.status === 202 ? "Accepted; the turn is working on it." : "Done.";
-    else {
-      status.textContent = "";
-      failed(r, r.status === 409 ? "Rejected: " : "Failed: ");
-      card.decided = false;
-      for (const b of card.querySelectorAll("button")) b.disabled = false;
-      // Still pending (it failed): give back the focus disabling the button took.
-      if (card.isConnected && (document.activeElement === document.body || !document.activeElement)) from.focus();
-    }
-    turn.refresh();
   },
 
   async cancel() {
@@ -411,7 +569,9 @@ const turn = {
     turn.cancelling = false;
   },
 
-  renderTimeline(state) {
+  renderTimeline(state, pending) {
+    // A call waiting for a person shows its input once: in its card above.
+    const above = new Set([...pending.permissions, ...pending.asyncTools].map((p) => p.toolCallId));
     const items = [h("li", { class: "msg user" }, h("span", { class: "who" }, "user"), h("div", { class: "text" }, messageText(state.definition.input.content)))];
     const calls = new Map((state.toolCalls || []).map((t) => [t.toolCallId, t]));
     for (const mc of state.modelCalls || []) {
@@ -420,7 +580,7 @@ const turn = {
         for (const part of parts) {
           if (part.type === "text" && part.text) items.push(h("li", { class: "msg assistant" }, h("span", { class: "who" }, "assistant"), h("div", { class: "text" }, part.text)));
           else if (part.type === "reasoning") items.push(h("li", { class: "msg reasoning" }, h("details", {}, h("summary", {}, "reasoning"), h("div", { class: "text" }, part.text))));
-          else if (part.type === "tool-call") items.push(turn.toolCard(calls.get(part.toolCallId) || { toolName: part.toolName, toolCallId: part.toolCallId, input: part.input, progress: [] }));
+          else if (part.type === "tool-call") items.push(turn.toolCard(calls.get(part.toolCallId) || { toolName: part.toolName, toolCallId: part.toolCallId, input: part.input, progress: [] }, above.has(part.toolCallId)));
           else if (MEDIA.has(part.type)) items.push(h("li", { class: "msg assistant" }, h("span", { class: "who" }, "assistant"), h("div", { class: "text" }, describeMedia(part))));
           else if (part.type !== "text") items.push(h("li", { class: "msg" }, "[" + part.type + "]"));
         }
@@ -436,8 +596,10 @@ const turn = {
     document.getElementById("timeline").replaceChildren(...items);
   },
 
-  toolCard(t) {
-    const rows = [h("h3", {}, "Tool ", t.toolName, " ", h("code", {}, t.toolCallId)), h("p", {}, "Input"), h("pre", { class: "input" }, json(t.input))];
+  toolCard(t, waiting) {
+    const rows = [h("h3", {}, "Tool ", t.toolName, " ", h("code", {}, t.toolCallId))];
+    if (waiting) rows.push(h("p", { class: "muted" }, h("a", { href: "#pending-heading" }, "Waiting for you"), ": its input is in the card above."));
+    else rows.push(h("p", { class: "label" }, "Input"), h("pre", { class: "input" }, json(t.input)));
     const p = t.permission;
     if (p) {
       const record = ["Permission required" + (p.required.checkerError ? " (checker: " + p.required.checkerError + ")" : "")];
@@ -445,12 +607,14 @@ const turn = {
       if (p.classificationFailed) record.push("classifier failed: " + p.classificationFailed.error);
       if (p.resolved) record.push((p.resolved.decision === "allow" ? "allowed" : "denied") + " by " + p.resolved.source + (p.resolved.reason ? ": " + p.resolved.reason : ""));
       else record.push("awaiting a decision");
-      rows.push(h("p", { class: "permission" }, record.join(" · ")));
+      const who = p.resolved ? decider(p.resolved.metadata) : null;
+      rows.push(h("p", { class: "permission" }, record.join(" · "), who ? [" · ", who] : null));
     }
     if ((t.progress || []).length) rows.push(h("p", {}, "Progress"), h("ul", { class: "progress" }, t.progress.map((x) => h("li", {}, json(x.progress)))));
     if (t.result) {
       const r = t.result.result;
-      rows.push(h("p", {}, r.isError ? "Result (error)" : "Result"), h("pre", { class: "result" + (r.isError ? " error" : "") }, json(r.output)));
+      const who = t.result.source === "async" ? decider(r.metadata) : null;
+      rows.push(h("p", { class: "label" }, r.isError ? "Result (error)" : "Result", who ? [" · answered by ", who] : null), h("pre", { class: "result" + (r.isError ? " error" : "") }, json(r.output)));
     } else if (t.invocation) rows.push(h("p", { class: "muted" }, t.invocation.execution === "async" ? "waiting for its result" : "running…"));
     return h("li", { class: "tool card" }, rows);
   },
