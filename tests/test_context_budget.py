@@ -255,3 +255,23 @@ def test_turns_run_continue_drops_earlier_turns_and_inspect_shows_it(tmp_path: P
         assert "budget of 90 tokens" in failed["error"]
     finally:
         kill_stragglers(home)
+
+
+def test_the_default_budget_is_the_models_known_window(tmp_path: Path) -> None:
+    from turnclient.runtime.connection import context_budgets
+    from turncore.events import ModelDescriptor
+
+    (tmp_path / "turns.toml").write_text(
+        '[providers.openai]\nkind = "openai-responses"\napi_key_env = "OPENAI_API_KEY"\n\n'
+        '[agents.wide]\nsystem_prompt = "s"\nmodel = "openai/gpt-4.1"\n\n'
+        '[agents.narrow]\nsystem_prompt = "s"\nmodel = "openai/gpt-4.1"\n'
+        "context_tokens = 5000\n"
+    )
+    budget = context_budgets(load_config(tmp_path, {}))
+    gpt = ModelDescriptor(provider="openai", model="gpt-4.1")
+    window = budget("wide", gpt)
+    assert window is not None and window >= 128_000  # the price table's context window
+    assert budget("narrow", gpt) == 5000  # the agent's own budget wins
+    # A model the table does not know (a scripted one, a private one): no budget.
+    assert budget("wide", ModelDescriptor(provider="scripted", model="x.json")) is None
+    assert budget("wide", ModelDescriptor(provider="openai", model="no-such-model")) is None
