@@ -266,3 +266,20 @@ def test_the_checks_see_a_cycle_and_a_private_import() -> None:
     """The cycle check can fail: it finds a loop of two and passes a chain."""
     assert _cycles({"a": {"b"}, "b": {"a"}, "c": {"a"}}) == [["a", "b"]]
     assert _cycles({"a": {"b"}, "b": set()}) == []
+
+
+def test_every_package_is_declared_for_the_wheel() -> None:
+    """pyproject lists packages by hand: a folder left out ships without its modules."""
+    import tomllib
+
+    declared = set(
+        tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]
+    )
+    found = {
+        p.relative_to(ROOT).as_posix().replace("/", ".")
+        for top in ("turncore", "turnclient")
+        for p in (ROOT / top).rglob("*")
+        if p.is_dir() and p.name != "__pycache__" and any(p.glob("*.py"))
+    }
+    missing = sorted(found - declared)
+    assert not missing, f"add to [tool.setuptools] packages in pyproject.toml: {missing}"

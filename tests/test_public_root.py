@@ -46,10 +46,10 @@ def test_readme_and_examples_import_the_project_from_turnclient_only() -> None:
     assert not wrong, f"import these from turnclient instead: {wrong}"
 
 
-def test_importing_turnclient_loads_neither_temporal_nor_the_library() -> None:
+def test_importing_turnclient_loads_neither_temporal_nor_the_turn_client() -> None:
     code = (
         "import sys, turnclient, turnclient.cli\n"
-        "heavy = ('temporalio', 'httpx', 'turnclient.turns', 'turnclient.lib', 'turncore_temporal')\n"
+        "heavy = ('temporalio', 'httpx', 'turnclient.turns', 'turnclient.lib.api', 'turncore_temporal')\n"
         "print(sorted(m for m in sys.modules if m.startswith(heavy)))\n"
     )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)

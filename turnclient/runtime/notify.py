@@ -45,10 +45,9 @@ import time
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 from urllib.parse import quote, urlsplit
 
-import httpx
 import orjson
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -62,6 +61,9 @@ from turncore.events import (
     TurnSuspended,
 )
 from turncore.storage.repository import TurnRepository
+
+if TYPE_CHECKING:
+    import httpx  # loaded where webhooks are sent: reading a config never needs it
 
 log = logging.getLogger(__name__)
 
@@ -282,6 +284,8 @@ class Notifier:
 
     async def run(self) -> None:
         """Send outbox entries until cancelled; entries left by an earlier process too."""
+        import httpx  # only a worker that sends webhooks needs the HTTP client
+
         owned = self.client is None
         client = self.client or httpx.AsyncClient(
             timeout=self.webhook.table.timeout_seconds, follow_redirects=False
@@ -365,6 +369,8 @@ class Notifier:
     async def _send(
         self, client: httpx.AsyncClient, entry: dict[str, Any], body: bytes
     ) -> Literal["sent", "retry", "refused"]:
+        import httpx
+
         headers = {
             "content-type": "application/json",
             "user-agent": "turncore-webhook/1",
