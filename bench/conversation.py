@@ -28,6 +28,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import os
+import signal
 import sys
 import tempfile
 import time
@@ -39,6 +41,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 import orjson  # noqa: E402
 
 from turnclient import Agent, Turns  # noqa: E402
+from turnclient.runtime.embedded import servers_on  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402
 
 
@@ -91,6 +94,10 @@ async def conversation(count: int, budget: int | None = None) -> dict[str, Any]:
                 if result.status != "completed":
                     raise SystemExit(f"turn {i} ended {result.status}")
                 last = result.turn_id
+        # The work dir's embedded server outlives the block (its idle grace); the
+        # directory goes now, so the server goes too.
+        for pid in servers_on(str(Path(tmp) / "temporal" / "dev.db")):
+            os.kill(pid, signal.SIGKILL)
     ms = _by_decile(wall)
     cpu_ms = _by_decile(cpu)
     picks = sorted({0, 9, 99, count - 1} & set(range(count)))
