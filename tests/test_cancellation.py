@@ -12,6 +12,7 @@ from temporalio.client import WorkflowUpdateFailedError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import MODEL, Harness, async_tool, sync_tool
+from turncore.context import ContextResolver
 from turncore.errors import DependencyError, RejectedInputError
 from turncore.events import ContextRef
 from turncore.model import ModelCallRequest
@@ -162,7 +163,7 @@ async def test_cancel_succeeds_when_dependencies_are_gone(
         # The provider disappears from configuration while the turn waits.
         del h.models.models[MODEL.label()]
         before = h.repo.path_for(turn_id).read_bytes()
-        with pytest.raises(RejectedInputError, match="no model is configured"):
+        with pytest.raises(DependencyError, match="no model is configured"):
             await h.send(
                 turn_id,
                 {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"},
@@ -211,14 +212,19 @@ async def test_cancel_succeeds_when_the_environment_broke(
         assert (await h.turns.recover(earlier)).status == "completed"
         turn_id = await h.create("go", context=ContextRef(previous_turn_id=earlier))
         assert (await h.turns.recover(turn_id)).status == "suspended"
+        refusal: type[Exception]
         if breakage == "tool renamed":
             h.registry._sync.pop("builtin:ask")
-            expected = "no sync implementation"
+            refusal, expected = DependencyError, "no sync implementation"
         else:
             h.repo.path_for(earlier).unlink()
-            expected = "cannot be read"
+            # An ended turn never changes, so a worker keeps what it composed
+            # from it; a worker that has not read it yet (here: a restarted
+            # one) finds the file gone.
+            h.deps.contexts = ContextResolver(lambda t: h.repo.reduced(t).state)
+            refusal, expected = RejectedInputError, "cannot be read"
         before = h.repo.path_for(turn_id).read_bytes()
-        with pytest.raises(RejectedInputError, match=expected):
+        with pytest.raises(refusal, match=expected):
             await h.send(
                 turn_id,
                 {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"},

@@ -454,7 +454,9 @@ async def test_the_web_ui_marks_a_stuck_turn_and_refuses_its_decisions(
             assert ui.file(turn_id) == before
             # In a real browser: the list's badge, and the cause and fix on the turn's page.
             page = await open_page(browser, ui.url + "/")
-            listed = page.get_by_role("row").filter(has_text=turn_id)
+            # The list shows a short id; the link's accessible name is the whole one.
+            link = page.get_by_role("link", name=turn_id, exact=True)
+            listed = page.get_by_role("row").filter(has=link)
             await expect(listed.get_by_text("stuck", exact=True)).to_be_visible(timeout=WAIT)
             await listed.get_by_role("link", name=turn_id).click()
             banner = page.locator("#stuck")

@@ -106,7 +106,7 @@ def test_install_hints_name_installable_requirements(tmp_path: Path) -> None:
     (line,) = out.stderr.strip().splitlines()
     assert "turncore[" not in line
     requirements = extra_requirements("ui")
-    assert {r.split(">=")[0] for r in requirements} == {"starlette", "uvicorn"}
+    assert {r.split(">=")[0] for r in requirements} == {"starlette", "uvicorn", "ag-ui-protocol"}
     assert line.endswith(
         "pip install " + " ".join(f"'{r}'" for r in requirements) + " (turncore's ui extra)"
     )
