@@ -49,6 +49,7 @@ from turncore.compose import (
 from turncore.context import ContextResolver
 from turncore.elision import elide_event
 from turncore.errors import (
+    ContextResolutionError,
     CorruptTurnError,
     DependencyError,
     InfrastructureError,
@@ -550,6 +551,9 @@ class TurnActivities(TurnActivityContract):
         """§15.3: the live model and tools must match the snapshot before advancing."""
         try:
             self._check_dependencies(await self._state(input.turn_id))
+        except ContextResolutionError as exc:
+            # An earlier turn's file, not this worker's code: no app brings it back.
+            raise to_application_error(exc) from exc
         except DependencyError as exc:
             # What is missing is this worker's to have: say how it gets it.
             missing = DependencyError(

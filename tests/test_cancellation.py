@@ -222,13 +222,15 @@ async def test_cancel_succeeds_when_the_environment_broke(
             # from it; a worker that has not read it yet (here: a restarted
             # one) finds the file gone.
             h.deps.contexts = ContextResolver(lambda t: h.repo.reduced(t).state)
-            refusal, expected = RejectedInputError, "cannot be read"
+            refusal, expected = DependencyError, "cannot be read"
         before = h.repo.path_for(turn_id).read_bytes()
-        with pytest.raises(refusal, match=expected):
+        with pytest.raises(refusal, match=expected) as caught:
             await h.send(
                 turn_id,
                 {"type": "permission_decision", "toolCallId": "call_0_0", "decision": "allow"},
             )
+        # Only code a worker lacks is fixed by serving the app; a lost file is not.
+        assert ("TURNS_APP" in str(caught.value)) == (breakage == "tool renamed")
         assert h.repo.path_for(turn_id).read_bytes() == before
         done = await h.send(turn_id, {"type": "cancel", "reason": "environment gone"})
         assert done.status == "cancelled"
