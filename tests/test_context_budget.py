@@ -233,11 +233,12 @@ def test_turns_run_continue_drops_earlier_turns_and_inspect_shows_it(tmp_path: P
     home.mkdir()
     (home / "turns.toml").write_text(BUDGET_AGENT)
     (home / "chat.json").write_text('{"responses": [{"text": "noted, thank you"}]}')
+    idle = {"TURNS_SERVER_IDLE": "60"}  # the commands share one embedded server
     try:
-        first = cli(home, "run", "--json", "message number zero")
+        first = cli(home, "run", "--json", "message number zero", **idle)
         assert first.returncode == 0, first.stderr
         for i in range(1, 6):
-            r = cli(home, "run", "--json", "--continue", "last", f"message number {i}")
+            r = cli(home, "run", "--json", "--continue", "last", f"message number {i}", **idle)
             assert r.returncode == 0, r.stderr
         shown = cli(home, "inspect", "last", "--json")
         assert shown.returncode == 0, shown.stderr
@@ -248,7 +249,7 @@ def test_turns_run_continue_drops_earlier_turns_and_inspect_shows_it(tmp_path: P
         assert request["messages"][-1] == {"role": "user", "content": "message number 5"}
         text = cli(home, "inspect", "last")
         assert "budget     90 tokens: dropped the" in text.stdout
-        over = cli(home, "run", "--json", "--continue", "last", "word " * 300)
+        over = cli(home, "run", "--json", "--continue", "last", "word " * 300, **idle)
         assert over.returncode != 0
         failed = json.loads(over.stdout)
         assert failed["status"] == "failed"
