@@ -20,6 +20,7 @@ from pathlib import Path
 
 import orjson
 import pytest
+from playwright.async_api import BrowserContext, expect
 from temporalio.testing import WorkflowEnvironment
 
 from tests.model.conftest import FakeProvider, Reply, sse
@@ -35,6 +36,8 @@ from tests.model.wire import (
     _completed,
     _ev,
 )
+from tests.test_web_browser import WAIT, browser, open_page  # noqa: F401 - a fixture
+from tests.webui import running_ui
 from turncore.output import FEEDBACK_LEAD, OUTPUT_INVALID_CODE
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -265,3 +268,32 @@ async def test_an_answer_invalid_twice_fails_with_output_invalid(
     code, out, err = await _turns(home, temporal_env, "show", "last")
     assert "structured output (Weather, invalid, 2 answers):" in out
     assert "  - at celsius: 'warm' is not of type 'number'" in out
+
+
+async def test_the_web_ui_api_and_turn_page_show_the_structured_answer(
+    temporal_env: WorkflowEnvironment,
+    provider: FakeProvider,
+    tmp_path: Path,
+    browser: BrowserContext,  # noqa: F811 - the fixture imported above
+) -> None:
+    toml = (_home(tmp_path, "openai-chat", provider) / "turns.toml").read_text()
+    provider.queue(Reply(chunks=chat_answer(INVALID)), Reply(chunks=chat_answer(VALID)))
+    async with running_ui(
+        temporal_env, tmp_path, toml=toml, environ={"ACME_API_KEY": "sk-test"}
+    ) as ui:
+        turn_id = await ui.create("Paris?", agent="weather")
+        view = await ui.until(turn_id, lambda v: v["status"] == "completed")
+        assert view["output"] == {
+            "schema": "Weather",
+            "retries": 1,
+            "answers": 2,
+            "valid": True,
+            "value": VALID,
+            "errors": [],
+        }
+        page = await open_page(browser, f"{ui.url}/turns/{turn_id}")
+        shown = page.locator("#structured-output")
+        await expect(shown).to_contain_text("Structured output (Weather)", timeout=WAIT)
+        await expect(shown).to_contain_text("valid after 2 answers")
+        await expect(shown.locator("pre")).to_contain_text('"celsius": 21.5')
+        assert page.problems == []  # type: ignore[attr-defined]
