@@ -74,6 +74,19 @@ Effort = Literal["low", "medium", "high"]
 
 
 @dataclass(frozen=True)
+class SummariseDropped:
+    """``[agents.NAME] summarise_dropped = {model = ..., prompt = ...}``."""
+
+    model: str | None = None
+    """``provider/model`` of the summariser; None: the agent's own model."""
+    prompt: str | None = None
+    """The summariser's system prompt; None: ``turncore.budget.SUMMARY_PROMPT``."""
+    max_tokens: int | None = None
+    """Tokens kept free for the summary (and its call's output limit); None: a quarter
+    of the budget."""
+
+
+@dataclass(frozen=True)
 class Agent:
     """An agent: the same whether it comes from ``[agents.NAME]`` or from Python.
 
@@ -95,6 +108,19 @@ class Agent:
     mcp: tuple[str | McpServer, ...] = ()
     """MCP servers whose tools the agent gets, listed when a turn is created: names of
     ``[mcp.NAME]`` tables, or ``McpServer`` objects, which a runtime adds under their names."""
+    summarise_dropped: bool | SummariseDropped = False
+    """Summarise what the context budget drops, by a recorded model call of its own
+    (``turncore.budget``): True (the agent's model, the default prompt), or a
+    ``SummariseDropped`` naming the summariser's model and prompt."""
+
+    @property
+    def summariser(self) -> SummariseDropped | None:
+        """The summariser of dropped messages, or None when the agent drops them plainly."""
+        if self.summarise_dropped is True:
+            return SummariseDropped()
+        if isinstance(self.summarise_dropped, SummariseDropped):
+            return self.summarise_dropped
+        return None
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -294,6 +320,14 @@ class ToolTable(_Table):
     """Seconds a fast tool may run (default 10, at most 30)."""
 
 
+class SummariseTable(_Table):
+    """``[agents.NAME.summarise_dropped]``."""
+
+    model: str | None = None
+    prompt: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
 class AgentTable(_Table):
     """``[agents.NAME]``."""
 
@@ -305,6 +339,7 @@ class AgentTable(_Table):
     description: str | None = None
     context_tokens: int | None = Field(default=None, ge=1)
     mcp: list[str] | None = None
+    summarise_dropped: bool | SummariseTable | None = None
 
     @field_validator("model")
     @classmethod
@@ -557,6 +592,8 @@ class TurnsFile(_Table):
                 prompt = BUILTIN_AGENTS[name].system_prompt
             if a.context_tokens is not None and prompt is not None:
                 check(check_budget, where, a.context_tokens, prompt)
+            if isinstance(a.summarise_dropped, SummariseTable):
+                check(_check_summariser, where, a.summarise_dropped, self._providers)
             check(_check_mcp_names, f"{where}.mcp", a.mcp or [], set(self.mcp))
         for name in self.mcp:
             if not MCP_NAME.fullmatch(name):
@@ -695,6 +732,21 @@ def _check_mcp_names(where: str, names: Sequence[str], known: set[str]) -> None:
             raise ValueError(f"{where}: unknown MCP server {n!r} (configured: {listed})")
     if len(set(names)) != len(names):
         raise ValueError(f"{where} lists a server twice")
+
+
+def _check_summariser(
+    where: str,
+    summariser: SummariseTable | SummariseDropped,
+    providers: Mapping[str, ProviderConfig],
+) -> None:
+    """A summariser names a configured model, and a prompt that says something."""
+    if summariser.model is not None:
+        _check_model_ref(f"{where}.summarise_dropped.model", summariser.model, providers)
+    if summariser.prompt is not None and not summariser.prompt.strip():
+        raise ValueError(
+            f"{where}.summarise_dropped.prompt is empty: write the summariser's instructions, "
+            "or leave the key out for the default prompt"
+        )
 
 
 def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
@@ -958,6 +1010,15 @@ def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
         description=t.description or start.description,
         context_tokens=t.context_tokens or start.context_tokens,
         mcp=tuple(t.mcp) if t.mcp is not None else start.mcp,
+        summarise_dropped=start.summarise_dropped
+        if t.summarise_dropped is None
+        else t.summarise_dropped
+        if isinstance(t.summarise_dropped, bool)
+        else SummariseDropped(
+            model=t.summarise_dropped.model,
+            prompt=t.summarise_dropped.prompt,
+            max_tokens=t.summarise_dropped.max_tokens,
+        ),
     )
 
 
@@ -1109,6 +1170,8 @@ __all__ = [
     "StorageConfig",
     "StorageTable",
     "SubagentsTable",
+    "SummariseDropped",
+    "SummariseTable",
     "TemporalTable",
     "ToolTable",
     "WorkerVersioning",
@@ -1195,6 +1258,8 @@ def with_python(
             _check_agent_fields(a)
             if a.context_tokens is not None:
                 check_budget(f"agents.{a.name}", a.context_tokens, a.system_prompt)
+            if isinstance(a.summarise_dropped, SummariseDropped):
+                _check_summariser(f"agents.{a.name}", a.summarise_dropped, config.providers)
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
             _check_models(f"agents.{a.name}.model", a.model, config.providers)
             _check_mcp_names(f"agents.{a.name}.mcp", a.mcp_names, set(servers))
@@ -1244,6 +1309,13 @@ def _check_agent_fields(agent: Agent) -> None:
         "description": agent.description,
         "context_tokens": agent.context_tokens,
         "mcp": list(agent.mcp_names),
+        "summarise_dropped": agent.summarise_dropped
+        if not isinstance(agent.summarise_dropped, SummariseDropped)
+        else {
+            "model": agent.summarise_dropped.model,
+            "prompt": agent.summarise_dropped.prompt,
+            "max_tokens": agent.summarise_dropped.max_tokens,
+        },
     }
     try:
         AgentTable.model_validate(table, strict=True)
