@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -54,7 +54,6 @@ from turnclient.runtime.notify import NotifyTable
 from turncore.budget import check_budget
 from turncore.context import ElisionPolicy
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
-from turncore.model.scripted import ScriptFunction
 from turncore.tools import (
     TOOL_NAME,
     Tool,
@@ -63,6 +62,9 @@ from turncore.tools import (
     schema_disagreement,
     tool,
 )
+
+if TYPE_CHECKING:  # a type only: reading a config loads no model adapter
+    from turncore.model.scripted import ScriptFunction
 
 CONFIG_FILE = "turns.toml"
 DEFAULT_WORK_DIR = ".turns"
