@@ -29,6 +29,7 @@ from turncore.advance import (
     failure_event,
     fast_attempt,
     fast_overrun_result,
+    final_answer_events,
     input_events,
     outcome_of,
 )
@@ -787,6 +788,7 @@ class TurnActivities(TurnActivityContract):
                         messages=composed.messages,
                         parameters=parameters,
                         binding=binding,
+                        output_schema=composed.output_schema,
                     )
                     # Shielded: a Temporal cancellation sets the token instead of tearing
                     # the attempt down, so the failure it ends with keeps its evidence.
@@ -900,7 +902,9 @@ class TurnActivities(TurnActivityContract):
                 return ModelCallResult(events=_elided(written), offset=reducer.event_count)
             events = [completed]
             if not outcome.tool_calls():
-                events.append(completion_event(probe.state, d.clock()))
+                # Complete, fail an answer that is still invalid, or (nothing)
+                # let the workflow send an invalid answer back (turncore.output).
+                events.extend(final_answer_events(probe.state, d.clock()))
             await commit(*events)
             # The checker's answers travel with the response: the workflow needs
             # no round trip to ask for them (it asks itself if they do not fit).

@@ -39,6 +39,8 @@ from pydantic import (
     ConfigDict,
     Field,
     PrivateAttr,
+    PydanticUserError,
+    TypeAdapter,
     ValidationError,
     ValidationInfo,
     field_validator,
@@ -54,6 +56,13 @@ from turnclient.runtime.notify import NotifyTable
 from turncore.budget import check_budget
 from turncore.context import ElisionPolicy
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
+from turncore.output import (
+    DEFAULT_OUTPUT_RETRIES,
+    OutputSchemaError,
+    OutputSpec,
+    check_retries,
+    check_schema,
+)
 from turncore.tools import (
     TOOL_NAME,
     Tool,
@@ -73,6 +82,35 @@ SPAWN_AGENT = "spawn_agent"
 """The workflow-native sub-agent tool any agent may list."""
 EFFORTS = ("low", "medium", "high")
 Effort = Literal["low", "medium", "high"]
+
+
+def output_type_schema(output_type: Any, where: str) -> dict[str, Any]:
+    """The JSON Schema of ``output_type`` (pydantic's), or a ``ConfigError`` naming ``where``."""
+    try:
+        schema = TypeAdapter(output_type).json_schema()
+    except PydanticUserError as exc:
+        raise ConfigError(
+            f"{where}: {output_type!r} cannot produce a JSON Schema ({exc.message}); give a "
+            "pydantic model, a dataclass or a TypedDict whose fields pydantic can describe"
+        ) from None
+    except (TypeError, ValueError) as exc:
+        raise ConfigError(
+            f"{where}: {output_type!r} cannot produce a JSON Schema ({exc}); give a "
+            "pydantic model, a dataclass or a TypedDict"
+        ) from None
+    return schema
+
+
+def object_schema(schema: object, where: str) -> dict[str, Any]:
+    """``schema`` if it is a JSON Schema that describes a JSON object (every provider's
+    structured output takes one); else ``OutputSchemaError`` naming ``where``."""
+    checked = check_schema(dict(schema) if isinstance(schema, Mapping) else schema, where)
+    if checked.get("type") != "object":
+        raise OutputSchemaError(
+            f'{where} must describe a JSON object (type = "object" at the top), as a '
+            "pydantic model, a dataclass or a TypedDict does"
+        )
+    return checked
 
 
 @dataclass(frozen=True)
@@ -97,6 +135,44 @@ class Agent:
     mcp: tuple[str | McpServer, ...] = ()
     """MCP servers whose tools the agent gets, listed when a turn is created: names of
     ``[mcp.NAME]`` tables, or ``McpServer`` objects, which a runtime adds under their names."""
+    output_type: Any = None
+    """Structured output (``turncore.output``): a pydantic model, a dataclass or a
+    TypedDict the final answer must be; its JSON Schema becomes ``output_schema``, and
+    ``TurnResult.output`` is an instance of it."""
+    output_schema: Mapping[str, Any] | None = None
+    """Structured output as a JSON Schema object (``output_schema`` in ``[agents.NAME]``);
+    derived from ``output_type`` when that is given."""
+    output_retries: int = DEFAULT_OUTPUT_RETRIES
+    """How often an invalid final answer is sent back with its validation errors before
+    the turn fails with ``output-invalid``."""
+
+    def __post_init__(self) -> None:
+        where = f"agents.{self.name}"
+        if self.output_type is not None:
+            schema = output_type_schema(self.output_type, f"{where}.output_type")
+            if self.output_schema is not None and dict(self.output_schema) != schema:
+                raise ConfigError(
+                    f"{where}: give output_type or output_schema, not both "
+                    "(output_type's JSON Schema is the output schema)"
+                )
+            object.__setattr__(self, "output_schema", schema)
+        try:
+            if self.output_schema is not None:
+                object.__setattr__(
+                    self,
+                    "output_schema",
+                    object_schema(self.output_schema, f"{where}.output_schema"),
+                )
+            check_retries(self.output_retries, f"{where}.output_retries")
+        except OutputSchemaError as exc:
+            raise ConfigError(str(exc)) from None
+
+    @property
+    def output(self) -> OutputSpec | None:
+        """What the agent's final answer must be; None: free text."""
+        if self.output_schema is None:
+            return None
+        return OutputSpec(schema=dict(self.output_schema), retries=self.output_retries)
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -307,6 +383,9 @@ class AgentTable(_Table):
     description: str | None = None
     context_tokens: int | None = Field(default=None, ge=1)
     mcp: list[str] | None = None
+    output_schema: dict[str, Any] | None = None
+    """Structured output: the JSON Schema object the final answer must match."""
+    output_retries: int | None = Field(default=None, ge=0)
 
     @field_validator("model")
     @classmethod
@@ -960,6 +1039,9 @@ def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
         description=t.description or start.description,
         context_tokens=t.context_tokens or start.context_tokens,
         mcp=tuple(t.mcp) if t.mcp is not None else start.mcp,
+        output_schema=t.output_schema if t.output_schema is not None else start.output_schema,
+        output_type=None if t.output_schema is not None else start.output_type,
+        output_retries=t.output_retries if t.output_retries is not None else start.output_retries,
     )
 
 
@@ -1246,6 +1328,7 @@ def _check_agent_fields(agent: Agent) -> None:
         "description": agent.description,
         "context_tokens": agent.context_tokens,
         "mcp": list(agent.mcp_names),
+        "output_retries": agent.output_retries,
     }
     try:
         AgentTable.model_validate(table, strict=True)

@@ -202,6 +202,7 @@ class Runtime:
                     tools=a.tool_names,
                     model=parse_model_ref(a.models[0]) if a.models else None,
                     fallbacks=tuple(parse_model_ref(m) for m in a.models[1:]),
+                    output=a.output,
                 )
                 for name, a in config.agents.items()
             },
