@@ -79,7 +79,7 @@ from turncore.events import RequestedAgent as _RequestedAgent
 from turncore.ids import validate_turn_id
 from turncore.messages import UserMessage
 from turncore.model.scripted import ScriptFunction
-from turncore.output import answer_value
+from turncore.output import answer_text, answer_value
 from turncore.reducer import TurnReducer, TurnState
 from turncore.tools import Tool
 from turncore_temporal.worker import serving
@@ -123,8 +123,8 @@ class TurnResult:
             return None
         if self.agent.output_schema is None:
             return None
-        text = self.outcome.output.text()
         if self.agent.output_type is not None:
+            text = answer_text(self.outcome.output)
             return _adapter(self.agent.output_type).validate_json(text)
         return answer_value(self.outcome.output)
 

@@ -9,8 +9,8 @@ schema travels in the turn's own file, in ``turn_created.agent.requested
 spec's opaque composition hints, persisted verbatim (§6.1), so every worker
 and every replay sees the same shape and the file stays wire-exact.
 
-The answer is always the text of the final assistant message (a response
-without tool calls): one JSON document. Providers with native structured
+The answer is always the last text part of the final assistant message (a
+response without tool calls): one JSON document. Providers with native structured
 output are asked for it (``response_format`` / ``text.format``); Anthropic
 gets a final-result tool whose input its adapter turns back into that text,
 so the log, the loop and every surface see one shape of answer.
@@ -40,7 +40,7 @@ import orjson
 
 from .events import AgentOverrides, RequestedAgent
 from .jsonvalue import JsonValue, loads_exact
-from .messages import AssistantMessage, UserMessage
+from .messages import AssistantMessage, TextPart, UserMessage
 
 OUTPUT_SCHEMA = "outputSchema"
 """The key of ``requested.overrides.composition`` that carries the answer's JSON Schema."""
@@ -166,9 +166,18 @@ def _validator(schema_json: bytes) -> Any:
     return validator_for(schema)(schema)
 
 
+def answer_text(message: AssistantMessage) -> str:
+    """The answer in a final response: its last text part (a model may say something
+    before it, as Anthropic does before calling the final-result tool)."""
+    if isinstance(message.content, str):
+        return message.content
+    texts = [p.text for p in message.content if isinstance(p, TextPart)]
+    return texts[-1] if texts else ""
+
+
 def answer_errors(spec: OutputSpec, message: AssistantMessage) -> list[str]:
     """Why ``message`` is not a valid answer (empty: it is one), sorted and bounded."""
-    text = message.text().strip()
+    text = answer_text(message).strip()
     try:
         value = loads_exact(text)
     except ValueError as exc:
@@ -185,7 +194,7 @@ def answer_errors(spec: OutputSpec, message: AssistantMessage) -> list[str]:
 
 def answer_value(message: AssistantMessage) -> JsonValue:
     """The JSON value of a (valid) answer."""
-    return loads_exact(message.text().strip())
+    return loads_exact(answer_text(message).strip())
 
 
 FEEDBACK_LEAD = "Your final answer does not match the required output schema:\n"

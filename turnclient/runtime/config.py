@@ -139,7 +139,7 @@ class Agent:
     """Structured output (``turncore.output``): a pydantic model, a dataclass or a
     TypedDict the final answer must be; its JSON Schema becomes ``output_schema``, and
     ``TurnResult.output`` is an instance of it."""
-    output_schema: Mapping[str, Any] | None = None
+    output_schema: Mapping[str, Any] | None = field(default=None, hash=False)
     """Structured output as a JSON Schema object (``output_schema`` in ``[agents.NAME]``);
     derived from ``output_type`` when that is given."""
     output_retries: int = DEFAULT_OUTPUT_RETRIES
