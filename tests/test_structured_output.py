@@ -172,6 +172,12 @@ class NotDescribable:
     """A plain class: pydantic cannot make a JSON Schema of it."""
 
 
+def test_an_agent_with_an_output_schema_is_still_hashable() -> None:
+    agent = Agent(name="w", system_prompt="s", output_type=Weather)
+    assert hash(agent) == hash(Agent(name="w", system_prompt="s", output_type=Weather))
+    assert agent.output_schema == Weather.model_json_schema()
+
+
 def test_an_output_type_without_a_json_schema_is_refused_at_definition() -> None:
     with pytest.raises(
         ConfigError, match=r"agents.bad.output_type: .*cannot produce a JSON Schema"

@@ -32,7 +32,7 @@ import tomllib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Annotated, Any, Literal, get_args, get_origin
+from typing import TYPE_CHECKING, Annotated, Any, Literal, get_args, get_origin
 
 from pydantic import (
     BaseModel,
@@ -56,7 +56,6 @@ from turnclient.runtime.notify import NotifyTable
 from turncore.budget import check_budget
 from turncore.context import ElisionPolicy
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
-from turncore.model.scripted import ScriptFunction
 from turncore.output import (
     DEFAULT_OUTPUT_RETRIES,
     OutputSchemaError,
@@ -72,6 +71,9 @@ from turncore.tools import (
     schema_disagreement,
     tool,
 )
+
+if TYPE_CHECKING:  # a type only: reading a config loads no model adapter
+    from turncore.model.scripted import ScriptFunction
 
 CONFIG_FILE = "turns.toml"
 DEFAULT_WORK_DIR = ".turns"
@@ -150,7 +152,7 @@ class Agent:
     """Structured output (``turncore.output``): a pydantic model, a dataclass or a
     TypedDict the final answer must be; its JSON Schema becomes ``output_schema``, and
     ``TurnResult.output`` is an instance of it."""
-    output_schema: Mapping[str, Any] | None = None
+    output_schema: Mapping[str, Any] | None = field(default=None, hash=False)
     """Structured output as a JSON Schema object (``output_schema`` in ``[agents.NAME]``);
     derived from ``output_type`` when that is given."""
     output_retries: int = DEFAULT_OUTPUT_RETRIES
