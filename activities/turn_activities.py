@@ -29,6 +29,7 @@ from turncore.advance import (
     failure_event,
     fast_attempt,
     fast_overrun_result,
+    final_answer_events,
     input_events,
     outcome_of,
 )
@@ -36,9 +37,14 @@ from turncore.agents import AgentResolver, ListedTools, fallback_models, resolve
 from turncore.budget import (
     BUDGET_KEY,
     ContextBudgetExceeded,
+    RecordedSummary,
+    Summariser,
     TokenEstimates,
     fixed_tokens,
     plan_drop,
+    recorded_summary,
+    summary_message,
+    summary_reserve,
 )
 from turncore.compose import (
     ComposedPrefix,
@@ -59,6 +65,7 @@ from turncore.errors import (
 from turncore.events import (
     SCHEMA_VERSION,
     AgentSnapshot,
+    ContextRef,
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallRequested,
@@ -147,6 +154,7 @@ from .payloads import (
     ToolCallResult,
     ValidateDependenciesInput,
 )
+from .summaries import SummaryTurns, summarise
 
 HEARTBEAT_EVERY = 1.0
 CHILD_POLL_SECONDS = 0.25
@@ -198,6 +206,8 @@ class TurnDependencies:
     lines as on file) — webhook notifications; it must not raise or block for long."""
     context_budget: Callable[[str, ModelDescriptor], int | None] | None = None
     """The context budget in tokens of an agent (by id) on a model; None: no budget."""
+    summariser: Callable[[str], Summariser | None] | None = None
+    """How an agent (by id) summarises what its budget drops; None: it does not."""
     listed: ListedTools | None = None
     """Tools sub-agents get from elsewhere (MCP servers), listed as a child is created."""
 
@@ -221,8 +231,12 @@ class TurnActivities(TurnActivityContract):
         reducer: TurnReducer,
         requested: ModelCallRequested,
         budget: int,
-    ) -> dict[str, JsonValue]:
-        """Measure the request ``requested`` would send; drop what the budget rule says.
+        reserve: int | None = None,
+    ) -> tuple[int, int, bool]:
+        """Measure the request ``requested`` would send; drop what the budget rule says:
+        the messages dropped, the tokens the budget has left after the cut, and whether
+        the cut leaves ``reserve`` tokens for a summary of what it drops (the cut is
+        then made that much deeper; without room for one, it is the plain cut).
 
         Composed as it would be without dropping (from the turn's last composed
         request, so the work does not grow with the turn), then measured with the
@@ -242,7 +256,79 @@ class TurnActivities(TurnActivityContract):
         current = sum(sizes.of(m) for m in full.messages[len(context) :])
         fixed = fixed_tokens(agent.system_prompt, agent.tools)
         dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
-        return {"tokens": budget, "dropped": dropped}
+        room = False
+        if dropped and reserve is not None:
+            try:
+                dropped = plan_drop(budget, fixed + reserve, context, prefix_tokens, current)
+                room = True
+            except ContextBudgetExceeded:
+                pass  # no room for a summary beside the current turn: the plain cut
+        return dropped, budget - fixed - current - sum(prefix_tokens[dropped:]), room
+
+    async def _summary(
+        self,
+        state: TurnState,
+        agent: ResolvedAgent,
+        context: list[ConversationMessage],
+        dropped: int,
+        spare: int,
+        summariser: Summariser,
+        reserve: int,
+    ) -> dict[str, JsonValue]:
+        """The ``summary`` record of a call that drops ``dropped`` messages: the summary
+        an earlier call (of this turn, else of the turn it continues) made of the same
+        cut, or a new summary turn (``activities.summaries``) of what is newly dropped."""
+        earlier = await self._earlier_summary(state)
+        if earlier is not None and earlier.dropped == dropped:
+            # The same span: reused as recorded, never summarised again (nor paid again).
+            record: dict[str, JsonValue] = {"turnId": earlier.turn_id}
+            if earlier.text is None:
+                record["error"] = "the summary call for this span failed; dropped plainly"
+                return record
+            record["text"] = earlier.text
+        else:
+            base = earlier if earlier is not None and earlier.dropped < dropped else None
+            if base is not None and base.text is None:
+                base = None
+            d = self._d
+            if d.ids is None:
+                raise InfrastructureError("this runtime mints no turn ids: it cannot summarise")
+            ids = d.ids
+
+            async def new_id() -> str:
+                return await self._free_id(ids)
+
+            turns = SummaryTurns(
+                repository=d.repository,
+                model=d.models.resolve,
+                clock=d.clock,
+                new_id=new_id,
+                append=self._append,
+            )
+            span = context[base.dropped if base is not None else 0 : dropped]
+            record = await summarise(turns, agent, summariser, span, base, reserve)
+        text = record.get("text")
+        if isinstance(text, str):
+            # Sent only if it fits what the cut leaves; otherwise the cut alone, as before.
+            record["sent"] = self._tokens.of(summary_message(dropped, text)) <= spare
+        return record
+
+    async def _earlier_summary(self, state: TurnState) -> RecordedSummary | None:
+        """The last summary recorded by this turn's calls, else by the turn it continues
+        (its prefix is the start of this turn's, so its cut means the same messages)."""
+        for call in reversed(state.model_calls):
+            found = recorded_summary(call.request.parameters)
+            if found is not None:
+                return found
+        context = state.definition.context
+        if not isinstance(context, ContextRef):
+            return None
+        previous = await self._state(context.previous_turn_id)
+        for call in reversed(previous.model_calls):
+            found = recorded_summary(call.request.parameters)
+            if found is not None:
+                return found
+        return None
 
     @staticmethod
     def _keep(cache: dict[str, Any], turn_id: str, value: Any) -> None:
@@ -697,10 +783,30 @@ class TurnActivities(TurnActivityContract):
         over_budget: ContextBudgetExceeded | None = None
         budget = d.context_budget(agent.agent_id, agent.model) if d.context_budget else None
         if budget is not None:
+            decision: dict[str, JsonValue]
+            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
+            reserve = summary_reserve(summariser, budget) if summariser is not None else None
+            dropped, room = 0, False
             try:
-                decision = self._budget(turn_id, agent, context, reducer, requested, budget)
+                dropped, spare, room = self._budget(
+                    turn_id, agent, context, reducer, requested, budget, reserve
+                )
+                decision = {"tokens": budget, "dropped": dropped}
             except ContextBudgetExceeded as exc:
                 over_budget, decision = exc, {"tokens": budget, "dropped": len(context)}
+            if room and summariser is not None and reserve is not None:
+                # A summary call streams nothing the worker sees: beat for it meanwhile.
+                beat = asyncio.create_task(_heartbeat_forever())
+                try:
+                    decision["summary"] = await self._summary(
+                        state, agent, context, dropped, spare, summariser, reserve
+                    )
+                except (InfrastructureError, CorruptTurnError, DependencyError) as exc:
+                    raise to_application_error(exc) from exc
+                finally:
+                    beat.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await beat
             params = {**requested.request.parameters, BUDGET_KEY: decision}
             recorded = requested.request.model_copy(update={"parameters": params})
             requested = requested.model_copy(update={"request": recorded})
@@ -790,6 +896,7 @@ class TurnActivities(TurnActivityContract):
                         messages=composed.messages,
                         parameters=parameters,
                         binding=binding,
+                        output_schema=composed.output_schema,
                     )
                     # Shielded: a Temporal cancellation sets the token instead of tearing
                     # the attempt down, so the failure it ends with keeps its evidence.
@@ -907,7 +1014,9 @@ class TurnActivities(TurnActivityContract):
                 )
             events = [completed]
             if not outcome.tool_calls():
-                events.append(completion_event(probe.state, d.clock()))
+                # Complete, fail an answer that is still invalid, or (nothing)
+                # let the workflow send an invalid answer back (turncore.output).
+                events.extend(final_answer_events(probe.state, d.clock()))
             await commit(*events)
             # The checker's answers travel with the response: the workflow needs
             # no round trip to ask for them (it asks itself if they do not fit).

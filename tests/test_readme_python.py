@@ -36,8 +36,9 @@ def examples() -> list[tuple[str, str]]:
 
 def test_the_section_has_both_examples() -> None:
     codes = [code for code, _ in examples()]
-    assert len(codes) == 2
+    assert len(codes) == 3
     assert "turns.approve(" in codes[1]
+    assert "output_type=Weather" in codes[2]
 
 
 def served_app() -> tuple[str, list[str], list[str]]:
@@ -51,7 +52,7 @@ def served_app() -> tuple[str, list[str], list[str]]:
 
 
 @pytest.mark.temporal  # the example starts the embedded dev server
-@pytest.mark.parametrize("index", [0, 1])
+@pytest.mark.parametrize("index", [0, 1, 2])
 def test_a_readme_example_runs_as_written(tmp_path: Path, index: int) -> None:
     code, expected = examples()[index]
     script = tmp_path / "example.py"

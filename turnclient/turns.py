@@ -37,6 +37,7 @@ from __future__ import annotations
 import asyncio
 import builtins
 import contextlib
+import functools
 import os
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
@@ -44,7 +45,7 @@ from pathlib import Path
 from types import TracebackType
 from typing import Any, Literal, TypeVar, get_args
 
-from pydantic import ValidationError
+from pydantic import TypeAdapter, ValidationError
 from temporalio.client import Client
 
 from turnclient.lib.api import CreateTurnInput, TurnClient, decided
@@ -78,11 +79,19 @@ from turncore.events import RequestedAgent as _RequestedAgent
 from turncore.ids import validate_turn_id
 from turncore.messages import UserMessage
 from turncore.model.scripted import ScriptFunction
+from turncore.output import answer_text, answer_value
 from turncore.reducer import TurnReducer, TurnState
 from turncore.tools import Tool
 from turncore_temporal.worker import serving
 
 Status = Literal["running", "suspended", "completed", "failed", "cancelled"]
+
+
+@functools.lru_cache(maxsize=32)
+def _adapter(output_type: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(output_type)
+
+
 _I = TypeVar("_I")
 _TERMINAL = ("turn_completed", "turn_failed", "turn_cancelled")
 
@@ -93,6 +102,8 @@ class TurnResult:
 
     turn_id: str
     outcome: TurnOutcome
+    agent: Agent | None = None
+    """The agent that ran the turn, when it declares structured output."""
 
     @property
     def status(self) -> str:
@@ -102,6 +113,20 @@ class TurnResult:
     def text(self) -> str:
         """The final assistant text of a completed turn ("" otherwise)."""
         return self.outcome.output.text() if self.outcome.status == "completed" else ""
+
+    @property
+    def output(self) -> Any:
+        """The structured answer of a completed turn whose agent declares one: an
+        instance of its ``output_type`` (validated here), or the JSON value of its
+        ``output_schema``; None for any other turn."""
+        if self.outcome.status != "completed" or self.agent is None:
+            return None
+        if self.agent.output_schema is None:
+            return None
+        if self.agent.output_type is not None:
+            text = answer_text(self.outcome.output)
+            return _adapter(self.agent.output_type).validate_json(text)
+        return answer_value(self.outcome.output)
 
 
 class Turns:
@@ -251,9 +276,17 @@ class Turns:
         return await self.client.create_turn(request)
 
     async def run(self, prompt: str, **options: Any) -> TurnResult:
-        """Start a turn (same options as ``start``) and advance it until it settles."""
+        """Start a turn (same options as ``start``) and advance it until it settles.
+
+        For an agent with structured output, ``TurnResult.output`` is the answer."""
         turn_id = await self.start(prompt, **options)
-        return TurnResult(turn_id, await self.advance(turn_id))
+        outcome = await self.advance(turn_id)
+        agents = self.runtime.config.agents
+        agent: Agent | None = None
+        if outcome.status == "completed" and any(a.output_schema for a in agents.values()):
+            ran = (await self._state(turn_id)).definition.agent.requested.agent_id
+            agent = agents.get(ran)
+        return TurnResult(turn_id, outcome, agent)
 
     async def _request(
         self,

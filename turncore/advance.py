@@ -55,6 +55,7 @@ from .events import (
     TurnSuspended,
 )
 from .jsonvalue import JsonTooDeepError, JsonValue, json_problem, loads_exact
+from .output import OUTPUT_INVALID_CODE, answer_errors, output_spec
 from .permissions import PermissionCheck, PermissionClassification
 from .reducer import ToolCallState, TurnState
 from .subagents import SPAWN_AGENT_TOOL_ID, linked_child
@@ -579,7 +580,8 @@ class Complete:
 
 @dataclass(frozen=True)
 class FailLimit:
-    """Append ``turn_failed``: the model-call limit is reached."""
+    """Append ``turn_failed``: the model-call limit is reached, or the final
+    answer is still invalid after its retries (``output-invalid``)."""
 
     event: TurnFailed
 
@@ -656,7 +658,12 @@ def next_action(
         return Wait()
     last = state.model_calls[-1] if state.model_calls else None
     if last is not None and last.response is not None and not last.response.tool_calls():
-        return Complete()
+        verdict = answer_verdict(state, ts)
+        if verdict is None:
+            return Complete()
+        if verdict:
+            return FailLimit(verdict[0])
+        # An invalid answer with retries left: the model answers again.
     if len(state.model_calls) >= state.definition.config.max_model_calls:
         return FailLimit(limit_failure_event(state, ts))
     return CallModel(len(state.model_calls))
@@ -687,6 +694,49 @@ def completion_event(state: TurnState, ts: str) -> TurnCompleted:
         finish_reason=last.finish_reason,
         usage=state.usage,
     )
+
+
+def answer_verdict(state: TurnState, ts: str) -> list[TurnFailed] | None:
+    """What the final answer (the last response, without tool calls) decides.
+
+    None: the turn completes (no output schema, or a valid answer). ``[failed]``:
+    the answer is invalid and ``outputRetries`` answers were already sent back
+    (``output-invalid``). ``[]``: invalid, and the model answers again; the
+    composer sends the answer back with its errors (``turncore.output``).
+    """
+    spec = output_spec(state.definition.agent.requested)
+    last = state.model_calls[-1].response if state.model_calls else None
+    if spec is None or last is None:
+        return None
+    errors = answer_errors(spec, last)
+    if not errors:
+        return None
+    answers = sum(
+        1 for c in state.model_calls if c.response is not None and not c.response.tool_calls()
+    )
+    if answers <= spec.retries:
+        return []
+    listed = "; ".join(errors)
+    tries = "answer" if answers == 1 else f"{answers} answers"
+    return [
+        failure_event(
+            state,
+            f"The model's final {tries} did not match the agent's output schema: {listed}. "
+            "Make the schema easier to meet, give the agent clearer instructions, or raise "
+            "output_retries.",
+            ts,
+            OUTPUT_INVALID_CODE,
+        )
+    ]
+
+
+def final_answer_events(state: TurnState, ts: str) -> list[TurnEvent]:
+    """The terminal event a response without tool calls settles, if any (see
+    ``answer_verdict``): ``turn_completed``, ``turn_failed`` or nothing (answer again)."""
+    verdict = answer_verdict(state, ts)
+    if verdict is None:
+        return [completion_event(state, ts)]
+    return list(verdict)
 
 
 def limit_failure_event(state: TurnState, ts: str) -> TurnFailed:

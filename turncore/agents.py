@@ -14,6 +14,7 @@ from .events import (
     ResolvedAgent,
     ToolDescriptor,
 )
+from .output import OutputSpec
 
 
 class AgentResolver(Protocol):
@@ -29,6 +30,8 @@ class AgentDefinition:
     model: ModelDescriptor | None = None
     fallbacks: Sequence[ModelDescriptor] = ()
     """Models tried in order after ``model`` fails with a transient or unavailable error."""
+    output: OutputSpec | None = None
+    """What the final answer must be (``turncore.output``); None: free text."""
 
 
 FALLBACK_MODELS = "fallbackModels"
@@ -93,6 +96,11 @@ class StaticAgentResolver:
         if definition is None or (agent.overrides is not None and agent.overrides.model):
             return ()
         return definition.fallbacks
+
+    def output_for(self, agent: RequestedAgent) -> OutputSpec | None:
+        """The structured output the agent asks for (persisted with ``with_output``)."""
+        definition = self.agents.get(agent.agent_id)
+        return definition.output if definition is not None else None
 
     def model_for(
         self, agent_id: str, override: ModelDescriptor | None = None

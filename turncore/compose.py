@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._wire import Opt, WireModel
-from .budget import BUDGET_KEY, recorded_drop
+from .budget import BUDGET_KEY, recorded_drop, recorded_summary, summary_message
 from .errors import CorruptTurnError
 from .events import (
     ContextRef,
@@ -31,6 +31,7 @@ from .messages import (
     ToolResultOutput,
     ToolResultPart,
 )
+from .output import OutputSpec, answer_errors, feedback_message, output_spec
 from .reducer import ModelCallState, ToolCallState, TurnState
 
 
@@ -60,6 +61,8 @@ class ComposedRequest(WireModel):
     parameters: JsonObject
     model_call_index: int
     reasoning_effort: Opt[str] = None
+    output_schema: Opt[JsonObject] = None
+    """The JSON Schema the final answer must match (``turncore.output``)."""
 
 
 def next_model_request(
@@ -171,10 +174,15 @@ def compose_incrementally(
     target = calls[model_call_index]
     params = dict(target.request.parameters)
     dropped = recorded_drop(params, len(context))
+    summary = recorded_summary(params) if dropped else None
     params.pop(BUDGET_KEY, None)  # the composer's, never a provider's
     if dropped:
         messages = messages[dropped:]  # the prefix comes first (§6.6): its oldest
+    if summary is not None and summary.sent and summary.text is not None:
+        # What was dropped, summarised by its own recorded call: first, after the system prompt.
+        messages.insert(0, summary_message(dropped, summary.text))
     effort = definition.config.reasoning_effort
+    spec = output_spec(definition.agent.requested)
     # Constructed, not validated: every value is a validated model already, and
     # validating a long turn's messages again would cost O(turn) per call.
     composed = ComposedRequest.model_construct(
@@ -185,6 +193,7 @@ def compose_incrementally(
         parameters=params,
         model_call_index=model_call_index,
         reasoning_effort=effort,
+        output_schema=spec.schema if spec is not None else None,
     )
     return composed, kept
 
@@ -216,7 +225,9 @@ def _add_refs(
         elif ref == "input":
             messages.append(state.definition.input)
         elif ref.startswith("assistant:"):
-            messages.append(_assistant(state.model_calls, ref))
+            answer = _assistant(state.model_calls, ref)
+            messages.append(answer)
+            messages.extend(_answered_back(output_spec(state.definition.agent.requested), answer))
         else:
             raise CorruptTurnError(f"unknown request ref {ref!r} in model call {call.index}")
     if pending_results:
@@ -233,6 +244,16 @@ def _assistant(calls: Sequence[ModelCallState], ref: str) -> AssistantMessage:
     if response is None:
         raise CorruptTurnError(f"request ref {ref!r} names a model call without a response")
     return response
+
+
+def _answered_back(spec: OutputSpec | None, answer: AssistantMessage) -> list[ConversationMessage]:
+    """After an invalid final answer that a later call follows, the message that
+    sends it back with its validation errors (``turncore.output``): derived from
+    the file and the schema, never written, so the file stays the spec's."""
+    if spec is None or answer.tool_calls():
+        return []
+    errors = answer_errors(spec, answer)
+    return [feedback_message(spec, errors)] if errors else []
 
 
 def _tool_result_part(call: ToolCallState | None, ref: str) -> ToolResultPart:
@@ -259,6 +280,8 @@ def closed_transcript(state: TurnState) -> list[ConversationMessage]:
         if call.response is None:
             continue
         out.append(call.response)
+        if call.index + 1 < len(state.model_calls):
+            out.extend(_answered_back(output_spec(state.definition.agent.requested), call.response))
         batch = sorted(
             (t for t in state.tool_calls if t.model_call_index == call.index), key=lambda t: t.order
         )

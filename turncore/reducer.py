@@ -96,6 +96,7 @@ from .events import (
 )
 from .jsonvalue import JsonValue
 from .messages import AssistantMessage, ToolCallPart
+from .output import output_spec
 
 # ---------------------------------------------------------------- phases and their tables
 
@@ -522,6 +523,11 @@ def _plus(a: int | None, b: int | None) -> int | None:
     return a if b is None else a + b
 
 
+def _structured(created: TurnCreated | None) -> bool:
+    """Whether the turn's final answer must match an output schema (``turncore.output``)."""
+    return created is not None and output_spec(created.agent.requested) is not None
+
+
 def _corrupt(rule: str) -> CorruptTurnError:
     return CorruptTurnError(rule)
 
@@ -892,6 +898,7 @@ class TurnReducer:
             and last.phase == "completed"
             and last.response is not None
             and not _tool_calls(last.response)
+            and not (event.type == "turn_failed" and _structured(self._created))
         ):
             # §18 10.l: the loop completes as soon as such a response is recorded;
             # no failure or cancellation can come between (§22 cancels open work only).
@@ -953,6 +960,11 @@ class TurnReducer:
         )
 
     def _check_request_refs(self, created: TurnCreated, index: int, request: ModelRequest) -> None:
+        # A structured turn (turncore.output) sends an invalid final answer back:
+        # there a response without tool calls may be followed by another call
+        # (``["assistant:N-1"]``) or fail the turn (``output-invalid``). Whether
+        # the answer was invalid is the loop's judgement, not re-checked here, so
+        # a file stays readable whatever validator version wrote it.
         if index == 0:
             context = created.context
             if isinstance(context, ContextRef):
@@ -972,7 +984,7 @@ class TurnReducer:
             response = previous["response"]
             if previous["phase"] == "completed" and response is not None:
                 calls = _tool_calls(response)
-                if not calls:
+                if not calls and not _structured(created):
                     raise _corrupt(
                         f"model call {index} follows a response without tool calls, "
                         "which completes the turn"

@@ -203,11 +203,11 @@ def state(args: argparse.Namespace) -> int:
     JSON,
 )
 def show(args: argparse.Namespace) -> int:
-    from turnclient.cli.render import status_of, transcript
+    from turnclient.cli.render import output_lines, status_of, transcript
     from turncore.reducer import reduce_turn
 
     def body() -> int:
-        from turnclient.lib.turnview import answering_lines, answering_models
+        from turnclient.lib.turnview import answering_lines, answering_models, structured_output
 
         _, events = load_turn(args.turn)
         reduced = reduce_turn(events)
@@ -221,11 +221,14 @@ def show(args: argparse.Namespace) -> int:
                     "state": reduced.to_wire(),
                     "cost": cost_json(reduced, session=True),
                     "models": answering_models(events),
+                    "output": structured_output(reduced),
                 }
             )
         else:
             print(transcript(reduced))
             for line in answering_lines(events):
+                print(line)
+            for line in output_lines(structured_output(reduced)):
                 print(line)
             print("\n".join(cost_text(reduced)))
             if stuck is not None:
@@ -418,6 +421,18 @@ def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
             f"budget     {budget.get('tokens')} tokens: dropped the {budget.get('dropped')} "
             "oldest messages of earlier turns (as recorded in the file)"
         )
+        summary = budget.get("summary")
+        if isinstance(summary, dict):
+            if summary.get("error") is not None:
+                how = f"failed, dropped plainly: {summary.get('error')}"
+            elif summary.get("sent"):
+                how = "sent as the first message"
+            else:
+                how = "not sent: it does not fit the budget"
+            paid = (
+                f" · usage {orjson.dumps(summary['usage']).decode()}" if "usage" in summary else ""
+            )
+            print(f"summary    turn {summary.get('turnId')}: {how}{paid}")
     print("\nsystem")
     print("\n".join("  " + line for line in wire["system"].splitlines()))
     print(f"\ntools ({len(wire['tools'])})")

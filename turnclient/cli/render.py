@@ -346,6 +346,23 @@ def running_tools_note(state: TurnState, heartbeat_seconds: float = 30.0) -> str
 # ---------------------------------------------------------------- outcomes
 
 
+def output_lines(output: dict[str, Any] | None) -> list[str]:
+    """``turns show``'s lines for a structured answer (``turnview.structured_output``)."""
+    if output is None:
+        return []
+    head = f"structured output ({output['schema']}"
+    if output["valid"] is None:
+        return [f"{head}): no answer yet"]
+    tries = f", {output['answers']} answers" if output["answers"] > 1 else ""
+    if output["valid"]:
+        value = orjson.dumps(output["value"], option=orjson.OPT_INDENT_2).decode()
+        return [f"{head}, valid{tries}):", *[f"  {line}" for line in visible(value).splitlines()]]
+    return [
+        f"{head}, invalid{tries}):",
+        *[f"  - {visible(e)}" for e in output["errors"]],
+    ]
+
+
 def outcome_json(turn_id: str, outcome: TurnOutcome) -> dict[str, Any]:
     return {"turnId": turn_id, **outcome.to_wire()}
 

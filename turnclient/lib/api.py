@@ -91,6 +91,7 @@ from turncore.jsonvalue import JsonValue
 from turncore.live import LiveHub, TurnProcessingEnd, TurnProcessingStart
 from turncore.messages import UserMessage
 from turncore.model.port import unsendable_media
+from turncore.output import OutputSchemaError, with_output
 from turncore.reducer import TurnReducer, TurnState
 from turncore.storage.repository import TurnRepository
 from turncore.timestamps import format_ts
@@ -372,6 +373,12 @@ class TurnClient:
             # The agent's fallback models travel in the file (requested composition).
             fallbacks = self._resolver.fallbacks_for(request.agent)
             request = replace(request, agent=fallback_composition(request.agent, fallbacks))
+            # So does its output schema: every worker and replay checks the same shape.
+            try:
+                agent = with_output(request.agent, self._resolver.output_for(request.agent))
+            except OutputSchemaError as exc:
+                raise InvalidInputError(f"the turn cannot be created: {exc}") from None
+            request = replace(request, agent=agent)
         context = request.context if request.context is not None else []
         refused = unsendable_media([request.input, *(context if isinstance(context, list) else [])])
         if refused is not None:

@@ -8,6 +8,7 @@ from typing import Any
 
 from turncore.events import ModelCallCompleted, TurnEvent
 from turncore.jsonvalue import JsonValue
+from turncore.output import answer_errors, answer_value, output_spec
 from turncore.reducer import ToolCallState, TurnState
 
 
@@ -154,8 +155,43 @@ def turn_view(state: TurnState, offset: int, cost: dict[str, Any] | None = None)
         **timing(state),
         "cost": cost,
         "pending": pending_inputs(state),
+        "output": structured_output(state),
         "state": state.to_wire(),
     }
+
+
+def structured_output(state: TurnState) -> dict[str, Any] | None:
+    """The structured answer of a turn whose agent declares an output schema
+    (``turncore.output``); None for a free-text turn.
+
+    ``{"schema": title, "retries": n, "answers": k, "valid": bool | None,
+    "value": JSON | None, "errors": [str…]}``: ``answers`` counts the final
+    answers given so far (a retry follows each invalid one); ``valid`` is None
+    while no answer has come; ``value`` is the answer once it is valid.
+    """
+    spec = output_spec(state.definition.agent.requested)
+    if spec is None:
+        return None
+    finals = [
+        c.response
+        for c in state.model_calls
+        if c.response is not None and not c.response.tool_calls()
+    ]
+    out: dict[str, Any] = {
+        "schema": spec.name,
+        "retries": spec.retries,
+        "answers": len(finals),
+        "valid": None,
+        "value": None,
+        "errors": [],
+    }
+    if finals:
+        errors = answer_errors(spec, finals[-1])
+        out["valid"] = not errors
+        out["errors"] = errors
+        if not errors:
+            out["value"] = answer_value(finals[-1])
+    return out
 
 
 __all__ = [
@@ -163,6 +199,7 @@ __all__ = [
     "decision_of",
     "pending_inputs",
     "status_of",
+    "structured_output",
     "timing",
     "turn_view",
     "waiting_labels",

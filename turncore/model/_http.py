@@ -143,7 +143,7 @@ class HttpModel(Model):
         """Protocol headers, including the credential when there is one."""
 
     @abstractmethod
-    def decoder(self, attempt: Attempt) -> StreamDecoder: ...
+    def decoder(self, attempt: Attempt, request: ModelCallRequest) -> StreamDecoder: ...
 
     def wire_request(self, request: ModelCallRequest) -> dict[str, Any]:
         """What ``turn`` would send for ``request``, with every credential redacted:
@@ -186,7 +186,7 @@ class HttpModel(Model):
                 if credential
                 else "a request header cannot be sent",
             )
-        decoder = self.decoder(attempt)
+        decoder = self.decoder(attempt, request)
 
         async def work() -> ModelOutcome:
             return await _stream(self._client, url, headers, body, attempt, decoder)

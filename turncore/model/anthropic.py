@@ -32,6 +32,7 @@ import orjson
 from turncore.events import TurnUsage
 from turncore.messages import AssistantMessage, ReasoningPart, TextPart, ToolCallPart, ToolMessage
 from turncore.model import adapter
+from turncore.output import FINAL_RESULT_TOOL
 
 ANTHROPIC_VERSION = "2023-06-01"
 DEFAULT_MAX_TOKENS = 4096
@@ -86,11 +87,38 @@ class AnthropicModel(adapter.HttpModel):
             body["system"] = request.system
         body["messages"] = self._messages(request, opaque)
         body["stream"] = True
-        if request.tools:
-            body["tools"] = [
-                {"name": t.name, "description": t.description, "input_schema": t.input_schema}
-                for t in request.tools
-            ]
+        tools = [
+            {"name": t.name, "description": t.description, "input_schema": t.input_schema}
+            for t in request.tools
+        ]
+        if request.output is not None:
+            # No native structured output here: a final-result tool whose input is
+            # the answer. tool_choice stays as asked, so the other tools stay usable.
+            if not isinstance(request.output.schema, dict) or request.output.schema.get(
+                "type"
+            ) not in ("object", None):
+                raise adapter.unsupported(
+                    "Anthropic takes structured output through a tool, whose input must be "
+                    "a JSON object: give the agent an object schema (a model, a dataclass "
+                    "or a TypedDict)"
+                )
+            if any(t.name == FINAL_RESULT_TOOL for t in request.tools):
+                raise adapter.invalid(
+                    f"a tool named {FINAL_RESULT_TOOL!r} clashes with the final-result tool "
+                    "of structured output; rename the tool"
+                )
+            tools.append(
+                {
+                    "name": FINAL_RESULT_TOOL,
+                    "description": (
+                        "Give your final answer by calling this tool once, with the answer "
+                        "as its input."
+                    ),
+                    "input_schema": request.output.schema,
+                }
+            )
+        if tools:
+            body["tools"] = tools
         choice = request.tool_choice
         if isinstance(choice, adapter.NamedToolChoice):
             body["tool_choice"] = {"type": "tool", "name": choice.name}
@@ -185,12 +213,18 @@ class AnthropicModel(adapter.HttpModel):
                     )
         return blocks
 
-    def decoder(self, attempt: adapter.Attempt) -> adapter.StreamDecoder:
-        return _AnthropicDecoder(self, attempt)
+    def decoder(
+        self, attempt: adapter.Attempt, request: adapter.ModelCallRequest
+    ) -> adapter.StreamDecoder:
+        return _AnthropicDecoder(self, attempt, final_result=request.output is not None)
 
 
 class _AnthropicDecoder(adapter.StreamDecoder):
-    def __init__(self, model: AnthropicModel, attempt: adapter.Attempt) -> None:
+    def __init__(
+        self, model: AnthropicModel, attempt: adapter.Attempt, *, final_result: bool = False
+    ) -> None:
+        self._final_result = final_result
+        """The request offered the final-result tool: its call is the answer's text."""
         self._model = model
         self._attempt = attempt
         self._parts = adapter.Assembler(attempt)
@@ -272,6 +306,15 @@ class _AnthropicDecoder(adapter.StreamDecoder):
             self._parts.reasoning_state(
                 index, {"type": "redacted_thinking", "data": _str(block.get("data"))}
             )
+        elif kind == "tool_use" and self._final_result and block.get("name") == FINAL_RESULT_TOOL:
+            # The structured answer (turncore.output): its input is the answer,
+            # kept as the message's text so every wire's answer looks the same.
+            self._kinds[index] = "final_result"
+            initial = block.get("input")
+            if isinstance(initial, dict) and initial:
+                await self._parts.text(index, orjson.dumps(initial).decode())
+            else:
+                await self._parts.text(index, "")
         elif kind == "tool_use":
             await self._parts.tool_start(index, block.get("id"), block.get("name"))
             initial = block.get("input")
@@ -293,6 +336,8 @@ class _AnthropicDecoder(adapter.StreamDecoder):
             await self._parts.reasoning(index, _str(delta.get("thinking")))
         elif kind == "signature_delta":
             self._signatures.setdefault(index, []).append(_str(delta.get("signature")))
+        elif kind == "input_json_delta" and self._kinds[index] == "final_result":
+            await self._parts.text(index, _str(delta.get("partial_json")))
         elif kind == "input_json_delta":
             await self._parts.tool_args(index, _str(delta.get("partial_json")))
 
@@ -321,11 +366,16 @@ class _AnthropicDecoder(adapter.StreamDecoder):
             binding=self._model.binding,
             usage=self._usage(),
             final_usage=self._usage_final,
-            finish_reason=_FINISH.get(self._stop or "", "other"),
+            finish_reason=self._finish(),
             raw_stop_reason=self._stop,
             upstream_model=self._upstream_model,
             response_id=self._response_id,
         )
+
+    def _finish(self) -> adapter.FinishReason:
+        if self._stop == "tool_use" and "tool_use" not in self._kinds.values():
+            return "stop"  # only the final-result tool was called: the answer is given
+        return _FINISH.get(self._stop or "", "other")
 
 
 def _str(value: object) -> str:

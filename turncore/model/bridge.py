@@ -40,6 +40,7 @@ from turncore.model.port import (
     FinishReason,
     ModelCallRequest,
     ModelOutcome,
+    OutputFormat,
     PortMessage,
     ReasoningDeltaEvent,
     StreamEvent,
@@ -47,6 +48,7 @@ from turncore.model.port import (
     ToolChoice,
     ToolDefinition,
 )
+from turncore.output import OutputSpec, strict_compatible
 
 FINISH_REASONS: tuple[str, ...] = get_args(FinishReason)
 PARAMETER_NAMES = ("temperature", "topP", "maxOutputTokens", "reasoningEffort", "providerOptions")
@@ -68,6 +70,7 @@ def build_request(
     tool_choice: ToolChoice | None = None,
     deadline_seconds: float | None = None,
     binding: Binding | None = None,
+    output_schema: Mapping[str, JsonValue] | None = None,
 ) -> ModelCallRequest:
     """A port request from the turn's values (``model`` is the descriptor or its model id).
 
@@ -103,7 +106,14 @@ def build_request(
         top_p=None if top_p is None else _number(top_p, "topP"),
         max_output_tokens=max_out,
         reasoning_effort=effort,
+        output=None if output_schema is None else _output_format(dict(output_schema)),
         deadline_seconds=deadline_seconds,
+    )
+
+
+def _output_format(schema: dict[str, Any]) -> OutputFormat:
+    return OutputFormat(
+        name=OutputSpec(schema).name, schema=schema, strict=strict_compatible(schema)
     )
 
 

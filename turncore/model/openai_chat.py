@@ -83,6 +83,16 @@ class OpenAIChatModel(adapter.HttpModel):
             body[str(field)] = request.max_output_tokens
         if request.reasoning_effort is not None:
             body["reasoning_effort"] = request.reasoning_effort
+        if request.output is not None:
+            # Native structured output: the final answer is JSON of this schema.
+            body["response_format"] = {
+                "type": "json_schema",
+                "json_schema": {
+                    "name": request.output.name,
+                    "schema": request.output.schema,
+                    "strict": request.output.strict,
+                },
+            }
         return body
 
     def _message(self, message: Any) -> list[dict[str, Any]]:
@@ -121,7 +131,9 @@ class OpenAIChatModel(adapter.HttpModel):
             return [{"role": "user", "content": texts[0]}]
         return [{"role": "user", "content": [{"type": "text", "text": t} for t in texts]}]
 
-    def decoder(self, attempt: adapter.Attempt) -> adapter.StreamDecoder:
+    def decoder(
+        self, attempt: adapter.Attempt, request: adapter.ModelCallRequest
+    ) -> adapter.StreamDecoder:
         return _ChatDecoder(self, attempt)
 
 

@@ -78,6 +78,16 @@ class OpenAIResponsesModel(adapter.HttpModel):
         if request.reasoning_effort is not None:
             body["reasoning"] = {"effort": request.reasoning_effort, "summary": "auto"}
             body["include"] = ["reasoning.encrypted_content"]
+        if request.output is not None:
+            # Native structured output: the final answer is JSON of this schema.
+            body["text"] = {
+                "format": {
+                    "type": "json_schema",
+                    "name": request.output.name,
+                    "schema": request.output.schema,
+                    "strict": request.output.strict,
+                }
+            }
         return body
 
     def _items(self, message: Any, opaque: adapter.OpaqueView) -> list[dict[str, Any]]:
@@ -135,7 +145,9 @@ class OpenAIResponsesModel(adapter.HttpModel):
         )
         return [{"role": "user", "content": [{"type": "input_text", "text": t} for t in texts_in]}]
 
-    def decoder(self, attempt: adapter.Attempt) -> adapter.StreamDecoder:
+    def decoder(
+        self, attempt: adapter.Attempt, request: adapter.ModelCallRequest
+    ) -> adapter.StreamDecoder:
         return _ResponsesDecoder(self, attempt)
 
 

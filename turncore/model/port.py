@@ -71,6 +71,18 @@ ToolChoice: TypeAlias = Literal["auto", "none", "required"] | NamedToolChoice
 
 
 @dataclass(frozen=True)
+class OutputFormat:
+    """Ask for a final answer that is one JSON document matching ``schema``
+    (``turncore.output``): natively where the wire has structured output, else
+    through a final-result tool the adapter turns back into answer text."""
+
+    name: str
+    schema: JsonValue
+    strict: bool = False
+    """The provider may enforce the schema while decoding (OpenAI's strict mode)."""
+
+
+@dataclass(frozen=True)
 class ModelCallRequest:
     """One provider-neutral request. Absent optional fields stay absent on the wire."""
 
@@ -84,6 +96,8 @@ class ModelCallRequest:
     top_p: float | None = None
     max_output_tokens: int | None = None
     reasoning_effort: ReasoningEffort | None = None
+    output: OutputFormat | None = None
+    """The shape of the final answer; None: free text."""
     deadline_seconds: float | None = None
     """Local time budget for the whole attempt; exceeding it fails with kind deadline."""
 
@@ -341,6 +355,10 @@ def validate_request(
         raise unsupported("this binding does not declare tool support")
     if len(request.tools) > limits.max_tools:
         raise too_large(f"more than {limits.max_tools} tools")
+    if request.output is not None:
+        _json_field(request.output.schema, "the output schema", limits)
+        if not isinstance(request.output.schema, dict):
+            raise invalid("the output schema must be a JSON object")
     names: set[str] = set()
     name_re = re.compile(limits.tool_name_pattern)
     for tool in request.tools:

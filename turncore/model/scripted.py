@@ -5,6 +5,7 @@ A script is (a) a list of responses, (b) a function ``request -> response``
 
     {"delay": 0.5?, "responses": [
         {"text": "…"},
+        {"output": {…}},      (a structured answer: the JSON value, as the text)
         {"toolCalls": [{"toolName": "…", "input": {…}, "toolCallId": "…"?}], "text": "…"?},
         {"reasoning": "…", "text": "…"},
         {"error": "…", "errorKind": "rate-limit"?}
@@ -66,6 +67,7 @@ from turncore.model.port import (
     ToolCallStartEvent,
     validate_request,
 )
+from turncore.output import is_feedback
 
 
 @dataclass(frozen=True)
@@ -92,13 +94,30 @@ class ScriptedResponse:
             return cls(text=obj)
         if not isinstance(obj, dict):
             raise ValueError("a scripted response must be an object")
-        known = {"text", "reasoning", "toolCalls", "error", "errorKind", "finishReason", "usage"}
+        known = {
+            "text",
+            "output",
+            "reasoning",
+            "toolCalls",
+            "error",
+            "errorKind",
+            "finishReason",
+            "usage",
+        }
         extra = set(obj) - known
         if extra:
             raise ValueError(f"unknown scripted response keys: {sorted(extra)}")
         for key in ("text", "reasoning", "error"):
             if key in obj and not isinstance(obj[key], str):
                 raise ValueError(f"{key!r} must be a string")
+        text = obj.get("text")
+        if "output" in obj:
+            # A structured answer (turncore.output): the JSON value as the text.
+            if "text" in obj:
+                raise ValueError("give 'output' or 'text', not both")
+            if json_problem(obj["output"]) is not None:
+                raise ValueError("'output' must be JSON")
+            text = orjson.dumps(obj["output"]).decode()
         calls: list[ScriptedToolCall] = []
         for raw in obj.get("toolCalls") or []:
             if not isinstance(raw, dict) or not isinstance(raw.get("toolName"), str):
@@ -121,7 +140,7 @@ class ScriptedResponse:
         if problem is not None:
             raise ValueError(f"the scripted usage is contradictory: {problem}")
         return cls(
-            text=obj.get("text"),
+            text=text,
             reasoning=obj.get("reasoning"),
             tool_calls=tuple(calls),
             error=obj.get("error"),
@@ -172,10 +191,11 @@ def _parse_script(path: str | Path) -> tuple[list[ScriptedResponse], float]:
 
 
 def call_index(messages: Sequence[UserMessage | AssistantMessage | ToolMessage]) -> int:
-    """How many assistant messages follow the last user message."""
+    """How many assistant messages follow the last user message (a message that
+    sends an invalid structured answer back is the runtime's, not the user's)."""
     count = 0
     for message in reversed(messages):
-        if isinstance(message, UserMessage):
+        if isinstance(message, UserMessage) and not is_feedback(message):
             break
         if isinstance(message, AssistantMessage):
             count += 1

@@ -517,7 +517,7 @@ const turn = {
       : "";
     turn.renderPending(v);
     turn.renderTimeline(v.state, v.pending);
-    turn.renderOutcome(v.state);
+    turn.renderOutcome(v.state, v.output);
     turn.renderUsage(v);
     const cancel = document.getElementById("cancel");
     const ended = Boolean(v.state.terminal);
@@ -619,7 +619,7 @@ const turn = {
     return h("li", { class: "tool card" }, rows);
   },
 
-  renderOutcome(state) {
+  renderOutcome(state, output) {
     const box = document.getElementById("outcome");
     const t = state.terminal;
     if (t && t.type === "turn_completed") box.replaceChildren(h("p", {}, badge("completed")), h("div", { class: "text" }, messageText(t.output.content)));
@@ -627,6 +627,17 @@ const turn = {
     else if (t && t.type === "turn_cancelled") box.replaceChildren(h("p", {}, badge("cancelled"), " ", t.reason || ""));
     else if (state.suspension) box.replaceChildren(h("p", {}, badge("suspended"), " waiting for you (see above)"));
     else box.replaceChildren(h("p", { class: "muted" }, "Not settled yet: the turn is working."));
+    if (output) box.append(turn.structuredOutput(output));
+  },
+
+  // The answer of an agent with an output schema (GET /api/turns/{id} "output").
+  structuredOutput(o) {
+    const tries = o.answers > 1 ? " after " + o.answers + " answers" : "";
+    const head = h("p", { class: "label" }, "Structured output (" + o.schema + ")");
+    if (o.valid === null) return h("div", { id: "structured-output" }, head, h("p", { class: "muted" }, "no answer yet"));
+    if (o.valid) return h("div", { id: "structured-output" }, head, h("p", {}, "valid" + tries), h("pre", { class: "result" }, json(o.value)));
+    return h("div", { id: "structured-output" }, head, h("p", {}, "invalid" + tries),
+      h("ul", { class: "progress" }, o.errors.map((e) => h("li", {}, e))));
   },
 };
 
