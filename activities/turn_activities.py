@@ -54,7 +54,7 @@ from turncore.compose import (
     next_model_request,
 )
 from turncore.context import ContextResolver
-from turncore.elision import elide_event
+from turncore.elision import elide_event, for_workflow
 from turncore.errors import (
     ContextResolutionError,
     CorruptTurnError,
@@ -169,9 +169,12 @@ class ModelResolver(Protocol):
 Clock = Callable[[], str]
 
 
-def _elided(events: Sequence[TurnEvent]) -> list[TurnEvent]:
-    """Events as the workflow sees them: large values stay in the file (DESIGN §5)."""
-    return [elide_event(e) for e in events]
+def _elided(events: Sequence[TurnEvent], compact: bool = True) -> list[TurnEvent]:
+    """Events as the workflow sees them: large values stay in the file (DESIGN §5),
+    and with ``compact`` (``for_workflow``) neither the turn id nor a response's
+    provider metadata rides along. A regular activity compacts only when its
+    workflow asked: it may run on a worker of another version than the workflow's."""
+    return [for_workflow(e) if compact else elide_event(e) for e in events]
 
 
 LOAD_PAGE_BYTES = 128 * 1024
@@ -455,7 +458,7 @@ class TurnActivities(TurnActivityContract):
         size = 0
         fast = self._fast_tools(events) if input.start == 0 else {}
         for i in range(input.start, len(events)):
-            elided = elide_event(events[i])
+            elided = for_workflow(events[i])
             size += len(orjson.dumps(elided.to_wire()))
             if page and size > LOAD_PAGE_BYTES:
                 self._loading[input.turn_id] = events
@@ -599,7 +602,7 @@ class TurnActivities(TurnActivityContract):
                 if state.terminal is not None:
                     # Elided, like every value that crosses into the workflow: the
                     # parent's result is built from the child's file (``subagent``).
-                    outcome = outcome_of(TurnReducer.of(_elided(events)).state)
+                    outcome = outcome_of(TurnReducer.of([elide_event(e) for e in events]).state)
                     assert outcome is not None
                     return AwaitChildResult(outcome=outcome)
                 if not started:
@@ -973,7 +976,9 @@ class TurnActivities(TurnActivityContract):
                 await commit(*events)
                 if cancelled:
                     raise asyncio.CancelledError()
-                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+                return ModelCallResult(
+                    events=_elided(written, input.compact), offset=reducer.event_count
+                )
             await steps(recorder.finish(outcome))
             fields = completion_fields(outcome)
             if fell_back:
@@ -1006,7 +1011,9 @@ class TurnActivities(TurnActivityContract):
                 # response, §24) is this call's failure, not an interruption:
                 # re-issuing it would pay again for the same refusal.
                 await commit(*_refused_response(reducer, completed, refused.rule, d.clock))
-                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+                return ModelCallResult(
+                    events=_elided(written, input.compact), offset=reducer.event_count
+                )
             events = [completed]
             if not outcome.tool_calls():
                 # Complete, fail an answer that is still invalid, or (nothing)
@@ -1021,8 +1028,22 @@ class TurnActivities(TurnActivityContract):
                 if proposed
                 else None
             )
+            allowed = None
+            if input.compact and checks:
+                allowed = {
+                    c.tool_call_id: c.tool_id
+                    for c in checks
+                    if not c.required
+                    and c.request is None
+                    and c.checker_error is None
+                    and c.tool_id is not None
+                }
+                checks = [c for c in checks if c.tool_call_id not in allowed] or None
             return ModelCallResult(
-                events=_elided(written), offset=reducer.event_count, checks=checks
+                events=_elided(written, input.compact),
+                offset=reducer.event_count,
+                checks=checks,
+                allowed=allowed or None,
             )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
@@ -1060,7 +1081,7 @@ class TurnActivities(TurnActivityContract):
         written: list[TurnEvent] = []
         try:
             await self._execute(input, tool, written)
-            return ToolCallResult(events=_elided(written))
+            return ToolCallResult(events=_elided(written, input.compact))
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
 
