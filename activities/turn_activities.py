@@ -43,9 +43,14 @@ from turncore.agents import (
 from turncore.budget import (
     BUDGET_KEY,
     ContextBudgetExceeded,
+    RecordedSummary,
+    Summariser,
     TokenEstimates,
     fixed_tokens,
     plan_drop,
+    recorded_summary,
+    summary_message,
+    summary_reserve,
 )
 from turncore.compose import (
     ComposedPrefix,
@@ -54,7 +59,7 @@ from turncore.compose import (
     next_model_request,
 )
 from turncore.context import ContextResolver
-from turncore.elision import elide_event
+from turncore.elision import elide_event, for_workflow
 from turncore.errors import (
     ContextResolutionError,
     CorruptTurnError,
@@ -66,6 +71,7 @@ from turncore.errors import (
 from turncore.events import (
     SCHEMA_VERSION,
     AgentSnapshot,
+    ContextRef,
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallRequested,
@@ -155,6 +161,7 @@ from .payloads import (
     ToolCallResult,
     ValidateDependenciesInput,
 )
+from .summaries import SummaryTurns, summarise
 
 HEARTBEAT_EVERY = 1.0
 CHILD_POLL_SECONDS = 0.25
@@ -168,9 +175,12 @@ class ModelResolver(Protocol):
 Clock = Callable[[], str]
 
 
-def _elided(events: Sequence[TurnEvent]) -> list[TurnEvent]:
-    """Events as the workflow sees them: large values stay in the file (DESIGN §5)."""
-    return [elide_event(e) for e in events]
+def _elided(events: Sequence[TurnEvent], compact: bool = True) -> list[TurnEvent]:
+    """Events as the workflow sees them: large values stay in the file (DESIGN §5),
+    and with ``compact`` (``for_workflow``) neither the turn id nor a response's
+    provider metadata rides along. A regular activity compacts only when its
+    workflow asked: it may run on a worker of another version than the workflow's."""
+    return [for_workflow(e) if compact else elide_event(e) for e in events]
 
 
 LOAD_PAGE_BYTES = 128 * 1024
@@ -203,6 +213,8 @@ class TurnDependencies:
     lines as on file) — webhook notifications; it must not raise or block for long."""
     context_budget: Callable[[str, ModelDescriptor], int | None] | None = None
     """The context budget in tokens of an agent (by id) on a model; None: no budget."""
+    summariser: Callable[[str], Summariser | None] | None = None
+    """How an agent (by id) summarises what its budget drops; None: it does not."""
     listed: ListedTools | None = None
     """Tools sub-agents get from elsewhere (MCP servers), listed as a child is created."""
 
@@ -226,8 +238,12 @@ class TurnActivities(TurnActivityContract):
         reducer: TurnReducer,
         requested: ModelCallRequested,
         budget: int,
-    ) -> dict[str, JsonValue]:
-        """Measure the request ``requested`` would send; drop what the budget rule says.
+        reserve: int | None = None,
+    ) -> tuple[int, int, bool]:
+        """Measure the request ``requested`` would send; drop what the budget rule says:
+        the messages dropped, the tokens the budget has left after the cut, and whether
+        the cut leaves ``reserve`` tokens for a summary of what it drops (the cut is
+        then made that much deeper; without room for one, it is the plain cut).
 
         Composed as it would be without dropping (from the turn's last composed
         request, so the work does not grow with the turn), then measured with the
@@ -247,7 +263,79 @@ class TurnActivities(TurnActivityContract):
         current = sum(sizes.of(m) for m in full.messages[len(context) :])
         fixed = fixed_tokens(agent.system_prompt, agent.tools)
         dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
-        return {"tokens": budget, "dropped": dropped}
+        room = False
+        if dropped and reserve is not None:
+            try:
+                dropped = plan_drop(budget, fixed + reserve, context, prefix_tokens, current)
+                room = True
+            except ContextBudgetExceeded:
+                pass  # no room for a summary beside the current turn: the plain cut
+        return dropped, budget - fixed - current - sum(prefix_tokens[dropped:]), room
+
+    async def _summary(
+        self,
+        state: TurnState,
+        agent: ResolvedAgent,
+        context: list[ConversationMessage],
+        dropped: int,
+        spare: int,
+        summariser: Summariser,
+        reserve: int,
+    ) -> dict[str, JsonValue]:
+        """The ``summary`` record of a call that drops ``dropped`` messages: the summary
+        an earlier call (of this turn, else of the turn it continues) made of the same
+        cut, or a new summary turn (``activities.summaries``) of what is newly dropped."""
+        earlier = await self._earlier_summary(state)
+        if earlier is not None and earlier.dropped == dropped:
+            # The same span: reused as recorded, never summarised again (nor paid again).
+            record: dict[str, JsonValue] = {"turnId": earlier.turn_id}
+            if earlier.text is None:
+                record["error"] = "the summary call for this span failed; dropped plainly"
+                return record
+            record["text"] = earlier.text
+        else:
+            base = earlier if earlier is not None and earlier.dropped < dropped else None
+            if base is not None and base.text is None:
+                base = None
+            d = self._d
+            if d.ids is None:
+                raise InfrastructureError("this runtime mints no turn ids: it cannot summarise")
+            ids = d.ids
+
+            async def new_id() -> str:
+                return await self._free_id(ids)
+
+            turns = SummaryTurns(
+                repository=d.repository,
+                model=d.models.resolve,
+                clock=d.clock,
+                new_id=new_id,
+                append=self._append,
+            )
+            span = context[base.dropped if base is not None else 0 : dropped]
+            record = await summarise(turns, agent, summariser, span, base, reserve)
+        text = record.get("text")
+        if isinstance(text, str):
+            # Sent only if it fits what the cut leaves; otherwise the cut alone, as before.
+            record["sent"] = self._tokens.of(summary_message(dropped, text)) <= spare
+        return record
+
+    async def _earlier_summary(self, state: TurnState) -> RecordedSummary | None:
+        """The last summary recorded by this turn's calls, else by the turn it continues
+        (its prefix is the start of this turn's, so its cut means the same messages)."""
+        for call in reversed(state.model_calls):
+            found = recorded_summary(call.request.parameters)
+            if found is not None:
+                return found
+        context = state.definition.context
+        if not isinstance(context, ContextRef):
+            return None
+        previous = await self._state(context.previous_turn_id)
+        for call in reversed(previous.model_calls):
+            found = recorded_summary(call.request.parameters)
+            if found is not None:
+                return found
+        return None
 
     @staticmethod
     def _keep(cache: dict[str, Any], turn_id: str, value: Any) -> None:
@@ -388,7 +476,7 @@ class TurnActivities(TurnActivityContract):
         size = 0
         fast = self._fast_tools(events) if input.start == 0 else {}
         for i in range(input.start, len(events)):
-            elided = elide_event(events[i])
+            elided = for_workflow(events[i])
             size += len(orjson.dumps(elided.to_wire()))
             if page and size > LOAD_PAGE_BYTES:
                 self._loading[input.turn_id] = events
@@ -537,7 +625,7 @@ class TurnActivities(TurnActivityContract):
                 if state.terminal is not None:
                     # Elided, like every value that crosses into the workflow: the
                     # parent's result is built from the child's file (``subagent``).
-                    outcome = outcome_of(TurnReducer.of(_elided(events)).state)
+                    outcome = outcome_of(TurnReducer.of([elide_event(e) for e in events]).state)
                     assert outcome is not None
                     return AwaitChildResult(outcome=outcome)
                 if not started:
@@ -707,10 +795,30 @@ class TurnActivities(TurnActivityContract):
         over_budget: ContextBudgetExceeded | None = None
         budget = d.context_budget(agent.agent_id, agent.model) if d.context_budget else None
         if budget is not None:
+            decision: dict[str, JsonValue]
+            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
+            reserve = summary_reserve(summariser, budget) if summariser is not None else None
+            dropped, room = 0, False
             try:
-                decision = self._budget(turn_id, agent, context, reducer, requested, budget)
+                dropped, spare, room = self._budget(
+                    turn_id, agent, context, reducer, requested, budget, reserve
+                )
+                decision = {"tokens": budget, "dropped": dropped}
             except ContextBudgetExceeded as exc:
                 over_budget, decision = exc, {"tokens": budget, "dropped": len(context)}
+            if room and summariser is not None and reserve is not None:
+                # A summary call streams nothing the worker sees: beat for it meanwhile.
+                beat = asyncio.create_task(_heartbeat_forever())
+                try:
+                    decision["summary"] = await self._summary(
+                        state, agent, context, dropped, spare, summariser, reserve
+                    )
+                except (InfrastructureError, CorruptTurnError, DependencyError) as exc:
+                    raise to_application_error(exc) from exc
+                finally:
+                    beat.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await beat
             params = {**requested.request.parameters, BUDGET_KEY: decision}
             recorded = requested.request.model_copy(update={"parameters": params})
             requested = requested.model_copy(update={"request": recorded})
@@ -878,7 +986,9 @@ class TurnActivities(TurnActivityContract):
                 await commit(*events)
                 if cancelled:
                     raise asyncio.CancelledError()
-                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+                return ModelCallResult(
+                    events=_elided(written, input.compact), offset=reducer.event_count
+                )
             await steps(recorder.finish(outcome))
             fields = completion_fields(outcome)
             if fell_back:
@@ -911,7 +1021,9 @@ class TurnActivities(TurnActivityContract):
                 # response, §24) is this call's failure, not an interruption:
                 # re-issuing it would pay again for the same refusal.
                 await commit(*_refused_response(reducer, completed, refused.rule, d.clock))
-                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+                return ModelCallResult(
+                    events=_elided(written, input.compact), offset=reducer.event_count
+                )
             events = [completed]
             if not outcome.tool_calls():
                 # Complete, fail an answer that is still invalid, or (nothing)
@@ -926,8 +1038,22 @@ class TurnActivities(TurnActivityContract):
                 if proposed
                 else None
             )
+            allowed = None
+            if input.compact and checks:
+                allowed = {
+                    c.tool_call_id: c.tool_id
+                    for c in checks
+                    if not c.required
+                    and c.request is None
+                    and c.checker_error is None
+                    and c.tool_id is not None
+                }
+                checks = [c for c in checks if c.tool_call_id not in allowed] or None
             return ModelCallResult(
-                events=_elided(written), offset=reducer.event_count, checks=checks
+                events=_elided(written, input.compact),
+                offset=reducer.event_count,
+                checks=checks,
+                allowed=allowed or None,
             )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
@@ -965,7 +1091,7 @@ class TurnActivities(TurnActivityContract):
         written: list[TurnEvent] = []
         try:
             await self._execute(input, tool, written)
-            return ToolCallResult(events=_elided(written))
+            return ToolCallResult(events=_elided(written, input.compact))
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
 

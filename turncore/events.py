@@ -6,8 +6,9 @@ are the spec's camelCase. Events are facts: they are minted (with ``ts``) by
 whoever performs the fact, never by the reducer.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would then evaluate
+# every field annotation from its string when each model class is built,
+# which every strict read pays at start-up (docs/operations.md, "Start-up").
 import contextlib
 import functools
 import math
@@ -143,7 +144,7 @@ class TurnUsage(WireModel):
     reasoning_tokens: Opt[int] = None
     cached_input_tokens: Opt[int] = None
 
-    def __add__(self, other: TurnUsage) -> TurnUsage:
+    def __add__(self, other: "TurnUsage") -> "TurnUsage":
         def add(a: int | None, b: int | None) -> int | None:
             if a is None:
                 return b

@@ -10,8 +10,9 @@ ContentPart). ``describe_part`` is the projection for humans: it never shows
 bytes, URLs or ids.
 """
 
-from __future__ import annotations
-
+# No `from __future__ import annotations` here: pydantic would then evaluate
+# every field annotation from its string when each model class is built,
+# which every strict read pays at start-up (docs/operations.md, "Start-up").
 import base64
 import binascii
 from typing import Annotated, Any, Literal, TypeAlias

@@ -30,11 +30,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from turnclient.runtime.errors import ConfigError
-from turncore.model.scripted import ScriptFunction
 from turncore.tools import Tool
 
 if TYPE_CHECKING:
     from turnclient.runtime.config import Agent
+    from turncore.model.scripted import ScriptFunction
 
 APP_ENV = "TURNS_APP"
 _DOTTED = r"[A-Za-z_][A-Za-z0-9_]*(?:\.[A-Za-z_][A-Za-z0-9_]*)*"

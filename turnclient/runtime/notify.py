@@ -34,7 +34,6 @@ enter the turn's log or Temporal history.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import fcntl
 import hashlib
@@ -63,7 +62,11 @@ from turncore.events import (
 from turncore.storage.repository import TurnRepository
 
 if TYPE_CHECKING:
-    import httpx  # loaded where webhooks are sent: reading a config never needs it
+    # Loaded where webhooks are sent: reading a config (every `turns show`)
+    # needs neither the HTTP client nor the event loop.
+    import asyncio
+
+    import httpx
 
 log = logging.getLogger(__name__)
 
@@ -231,6 +234,12 @@ def bodies(
 # ---------------------------------------------------------------- the outbox
 
 
+def _wake_event() -> asyncio.Event:
+    import asyncio
+
+    return asyncio.Event()
+
+
 @dataclass
 class Notifier:
     """Writes deliveries to the outbox when the worker lands events; sends them."""
@@ -238,7 +247,7 @@ class Notifier:
     webhook: Webhook
     root: Path
     repository: TurnRepository
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    wake: asyncio.Event = field(default_factory=_wake_event)
     client: httpx.AsyncClient | None = None
 
     @property
@@ -251,6 +260,8 @@ class Notifier:
 
     async def observe(self, turn_id: str, end: int, events: Sequence[TurnEvent]) -> None:
         """``TurnDependencies.on_appended``: queue what the batch notifies. Never raises."""
+        import asyncio
+
         try:
             if not any(isinstance(e, _NOTIFYING) for e in events):
                 return
@@ -284,6 +295,8 @@ class Notifier:
 
     async def run(self) -> None:
         """Send outbox entries until cancelled; entries left by an earlier process too."""
+        import asyncio
+
         import httpx  # only a worker that sends webhooks needs the HTTP client
 
         owned = self.client is None
@@ -303,6 +316,8 @@ class Notifier:
 
     async def _round(self, client: httpx.AsyncClient) -> float:
         """Send every entry that is due; seconds until the next one is (at most 60)."""
+        import asyncio
+
         now = time.time()
         wait = 60.0
         entries = sorted(self.outbox.glob("*.json")) if self.outbox.is_dir() else []
@@ -397,6 +412,8 @@ class Notifier:
 
     @contextlib.asynccontextmanager
     async def running(self) -> AsyncIterator[Notifier]:
+        import asyncio
+
         task = asyncio.create_task(self.run(), name="turncore-webhooks")
         try:
             yield self

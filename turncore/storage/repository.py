@@ -68,6 +68,7 @@ from __future__ import annotations
 import errno
 import fcntl
 import gc
+import io
 import itertools
 import os
 import re
@@ -84,7 +85,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol, get_args
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from turncore.errors import (
     AppendConflictError,
@@ -130,7 +131,7 @@ __all__ = [
     "validate_log",
 ]
 
-_EVENT_CLASSES: tuple[type, ...] = get_args(get_args(TurnEvent)[0])
+_EVENT_CLASSES: tuple[type[BaseModel], ...] = get_args(get_args(TurnEvent)[0])
 
 TAIL_CACHE_SIZE = 64
 """How many turns' reducers a repository keeps warm for appends."""
@@ -413,14 +414,34 @@ def _fold(reducer: TurnReducer, event: TurnEvent, where: str, line: int) -> None
 
 @contextmanager
 def _collector_paused() -> Iterator[None]:
-    """Pause the cyclic garbage collector for a bulk decode.
+    """Pause the cyclic garbage collector for a bulk decode, then file what it
+    made among the old objects.
 
     Decoding a long log creates hundreds of thousands of long-lived objects
-    that form no cycles, and the collector would walk all of them again at
-    every full collection. That made reading 100k events markedly
-    superlinear. Reference counting still frees everything meanwhile. Only
-    the thread that found the collector running switches it back on, so it
-    is never left off. Another thread may just see it resume early.
+    that form no cycles (events, their parts, the reducer's records).
+    Reference counting frees them; the collector would only walk them, over
+    and over. Two walks are avoided:
+
+    - during the decode, every young collection (each few hundred
+      allocations) and the full ones it would trigger: the collector is
+      off, as ``gc.disable`` documents for code that makes no cycles;
+    - at the end, the first young collection after ``gc.enable``, which
+      would walk everything the decode made (at 100k events, a third of the
+      read's time, and more per event the more there is: it is the step that
+      made reading superlinear). ``gc.freeze`` then ``gc.unfreeze`` moves the
+      tracked objects into the oldest generation instead: two list splices,
+      no walk. Full collections still examine them as they do every
+      long-lived object, so a cycle among them (none are made here) would
+      still be found.
+
+    Why a library may do this. Nothing is left off: only the thread that found
+    the collector running pauses it and it switches it back on in
+    ``finally``; a thread that finds it paused decodes without touching it.
+    The splice also ages the caller's own young objects: garbage cycles among
+    them wait for the next full collection instead of the next young one
+    (later, never lost). It is skipped when the application has frozen
+    objects itself (``gc.get_freeze_count()``, e.g. a server that freezes
+    before forking), since unfreezing would undo that.
     """
     if not gc.isenabled():
         yield
@@ -429,6 +450,9 @@ def _collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
+        if not gc.get_freeze_count():
+            gc.freeze()
+            gc.unfreeze()
         gc.enable()
 
 
@@ -444,6 +468,17 @@ class _BoundValidators(dict[str, Callable[[Any], Any]]):
 
 
 _VALIDATE = _BoundValidators()
+
+_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"]
+_ALL_FIELDS: dict[type[BaseModel], set[str]] = {c: set(c.model_fields) for c in _EVENT_CLASSES}
+_FIELD_COUNTS: dict[type[BaseModel], int] = {c: len(f) for c, f in _ALL_FIELDS.items()}
+"""Every event a read keeps shares one ``__pydantic_fields_set__`` per class
+when all its fields were on the line (most events): pydantic makes a set per
+instance, and at five or more names that set is 728 bytes, a third of what a
+read event keeps in memory. A subset of the fields with as many names is all
+of them, so comparing sizes suffices. Shared as the reducer shares its
+records' (``turncore.reducer._record``): events are frozen, so pydantic never
+changes the set, and ``model_copy`` copies it before adding to it."""
 
 
 def decode_log(
@@ -461,16 +496,19 @@ def decode_log(
     reducer of the lines before and the turn id. Returns the events, the
     reducer after them and the turn id.
     """
-    lines = data.split(b"\n")
-    torn = lines.pop()  # b"" when data ends with a newline, as every complete log does
+    # Lines are taken one at a time, each with its newline, from a stream over
+    # ``data`` (no copy): a list of them all would double the read's transient
+    # memory, which a long log pays in page faults and cache misses.
+    end = data.rfind(b"\n") + 1  # what follows the last newline is a torn write
+    lines = io.BytesIO(data if end == len(data) else data[:end])
     events: list[TurnEvent] = []
     if first_line == 1:
         if not data:
             raise CorruptTurnError(
                 "the file is empty; its first line must be turn_created", path=where, line=1
             )
-        if lines:
-            first = _decode_line(lines[0], where, 1)
+        if end:
+            first = _decode_line(lines.readline()[:-1], where, 1)
             if not isinstance(first, TurnCreated):
                 raise CorruptTurnError(
                     f"the first line must be turn_created, not {first.type}", path=where, line=1
@@ -502,32 +540,40 @@ def decode_log(
     # without its checks of ``obj``: anything unusual (not JSON, not an object,
     # no or an unknown type, invalid) takes ``_decode_line``, which raises the
     # precise error (or, should the fast path ever be unavailable, decodes).
+    # Each ``raw`` ends in its newline: orjson reads it as trailing whitespace,
+    # and ``dumps`` appends one to compare; the slow paths get the line without it.
     apply, add = reducer.apply, events.append
     loads, dumps, validate = orjson.loads, orjson.dumps, _VALIDATE
+    newline = orjson.OPT_APPEND_NEWLINE
+    fields_set, share_fields_set = _FIELDS_SET.__get__, _FIELDS_SET.__set__
+    all_fields, field_counts = _ALL_FIELDS, _FIELD_COUNTS
     depth_floor = 2 * MAX_LINE_DEPTH  # a shorter line cannot nest too deep
     with _collector_paused():
-        for line, raw in enumerate(lines[len(events) :], start=first_line + len(events)):
+        for line, raw in enumerate(lines, start=first_line + len(events)):
             try:
                 obj = loads(raw)
                 event: TurnEvent = validate[obj["type"]](obj)
                 if len(raw) > depth_floor:
                     _check_depth(obj, raw, where, line)
-                if dumps(obj) != raw:  # not as this project writes it: one meaning?
-                    _check_one_meaning(obj, raw, where, line)
+                if dumps(obj, option=newline) != raw:  # not as this project writes it
+                    _check_one_meaning(obj, raw[:-1], where, line)
             except (orjson.JSONDecodeError, KeyError, TypeError, ValidationError):
-                event = _decode_line(raw, where, line)
+                event = _decode_line(raw[:-1], where, line)
             # ``apply`` checks the line's turnId against line 1's (already
             # checked against this file's turn), so the loop does not repeat it.
             try:
                 apply(event)
             except CorruptTurnError as exc:
                 raise CorruptTurnError(exc.rule, path=where, line=line) from None
+            kind = type(event)
+            if len(fields_set(event)) == field_counts[kind]:  # every field: share the set
+                share_fields_set(event, all_fields[kind])
             add(event)
-    if torn:
+    if end < len(data):
         raise CorruptTurnError(
             "the final line has no trailing newline (a torn write; `turns repair` moves it aside)",
             path=where,
-            line=first_line + len(lines),
+            line=first_line + len(events),
         )
     return events, reducer, turn_id
 
