@@ -33,7 +33,13 @@ from turncore.advance import (
     input_events,
     outcome_of,
 )
-from turncore.agents import AgentResolver, ListedTools, fallback_models, resolve_listed
+from turncore.agents import (
+    AgentResolver,
+    ListedTools,
+    StaticAgentResolver,
+    fallback_models,
+    resolve_listed,
+)
 from turncore.budget import (
     BUDGET_KEY,
     ContextBudgetExceeded,
@@ -108,6 +114,7 @@ from turncore.model import (
     failure_message,
 )
 from turncore.model.routing import falls_back
+from turncore.output import with_output
 from turncore.permissions import (
     PermissionChecker,
     PermissionCheckInput,
@@ -514,10 +521,15 @@ class TurnActivities(TurnActivityContract):
         if d.agents is None or d.ids is None:
             return CreateChildResult(error="sub-agents are not configured in this runtime")
         agent_id, prompt = request
+        requested = RequestedAgent(agent_id=agent_id)
         try:
-            resolved = await resolve_listed(d.agents, d.listed, RequestedAgent(agent_id=agent_id))
+            resolved = await resolve_listed(d.agents, d.listed, requested)
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
+        if isinstance(d.agents, StaticAgentResolver):
+            # A child answers in its agent's shape too (turncore.output): the
+            # parent gets the JSON answer as the child's text.
+            requested = with_output(requested, d.agents.output_for(requested))
         parent = state.definition
         try:
             child_id = linked if linked is not None else await self._free_id(d.ids)
@@ -529,7 +541,7 @@ class TurnActivities(TurnActivityContract):
             schema_version=SCHEMA_VERSION,
             session_id=parent.session_id,
             agent=AgentSnapshot(
-                requested=RequestedAgent(agent_id=agent_id),
+                requested=requested,
                 # Depth is capped at one: a child never spawns agents itself.
                 resolved=resolved.model_copy(
                     update={"tools": [t for t in resolved.tools if not is_workflow_tool(t)]}
