@@ -33,7 +33,13 @@ from turncore.advance import (
     input_events,
     outcome_of,
 )
-from turncore.agents import AgentResolver, ListedTools, fallback_models, resolve_listed
+from turncore.agents import (
+    AgentResolver,
+    ListedTools,
+    StaticAgentResolver,
+    fallback_models,
+    resolve_listed,
+)
 from turncore.budget import (
     BUDGET_KEY,
     ContextBudgetExceeded,
@@ -42,6 +48,7 @@ from turncore.budget import (
     TokenEstimates,
     fixed_tokens,
     plan_drop,
+    plan_summarised_drop,
     recorded_summary,
     summary_message,
     summary_reserve,
@@ -107,6 +114,7 @@ from turncore.model import (
     failure_message,
 )
 from turncore.model.routing import falls_back
+from turncore.output import with_output
 from turncore.permissions import (
     PermissionChecker,
     PermissionCheckInput,
@@ -230,13 +238,9 @@ class TurnActivities(TurnActivityContract):
         context: list[ConversationMessage],
         reducer: TurnReducer,
         requested: ModelCallRequested,
-        budget: int,
-        reserve: int | None = None,
-    ) -> tuple[int, int, bool]:
-        """Measure the request ``requested`` would send; drop what the budget rule says:
-        the messages dropped, the tokens the budget has left after the cut, and whether
-        the cut leaves ``reserve`` tokens for a summary of what it drops (the cut is
-        then made that much deeper; without room for one, it is the plain cut).
+    ) -> tuple[int, list[int], int]:
+        """Measure the request ``requested`` would send: what every request of the agent
+        carries (system prompt, tools), each prefix message, and the current turn.
 
         Composed as it would be without dropping (from the turn's last composed
         request, so the work does not grow with the turn), then measured with the
@@ -255,30 +259,22 @@ class TurnActivities(TurnActivityContract):
         prefix_tokens = [sizes.of(m) for m in context]
         current = sum(sizes.of(m) for m in full.messages[len(context) :])
         fixed = fixed_tokens(agent.system_prompt, agent.tools)
-        dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
-        room = False
-        if dropped and reserve is not None:
-            try:
-                dropped = plan_drop(budget, fixed + reserve, context, prefix_tokens, current)
-                room = True
-            except ContextBudgetExceeded:
-                pass  # no room for a summary beside the current turn: the plain cut
-        return dropped, budget - fixed - current - sum(prefix_tokens[dropped:]), room
+        return fixed, prefix_tokens, current
 
     async def _summary(
         self,
-        state: TurnState,
         agent: ResolvedAgent,
         context: list[ConversationMessage],
         dropped: int,
         spare: int,
         summariser: Summariser,
         reserve: int,
+        earlier: RecordedSummary | None,
     ) -> dict[str, JsonValue]:
-        """The ``summary`` record of a call that drops ``dropped`` messages: the summary
-        an earlier call (of this turn, else of the turn it continues) made of the same
-        cut, or a new summary turn (``activities.summaries``) of what is newly dropped."""
-        earlier = await self._earlier_summary(state)
+        """The ``summary`` record of a call that drops ``dropped`` messages: the
+        ``earlier`` summary (of this turn, else of the turn it continues) if it is of
+        the same cut, or a new summary turn (``activities.summaries``) of what is
+        newly dropped, given the earlier summary."""
         if earlier is not None and earlier.dropped == dropped:
             # The same span: reused as recorded, never summarised again (nor paid again).
             record: dict[str, JsonValue] = {"turnId": earlier.turn_id}
@@ -525,10 +521,15 @@ class TurnActivities(TurnActivityContract):
         if d.agents is None or d.ids is None:
             return CreateChildResult(error="sub-agents are not configured in this runtime")
         agent_id, prompt = request
+        requested = RequestedAgent(agent_id=agent_id)
         try:
-            resolved = await resolve_listed(d.agents, d.listed, RequestedAgent(agent_id=agent_id))
+            resolved = await resolve_listed(d.agents, d.listed, requested)
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
+        if isinstance(d.agents, StaticAgentResolver):
+            # A child answers in its agent's shape too (turncore.output): the
+            # parent gets the JSON answer as the child's text.
+            requested = with_output(requested, d.agents.output_for(requested))
         parent = state.definition
         try:
             child_id = linked if linked is not None else await self._free_id(d.ids)
@@ -540,7 +541,7 @@ class TurnActivities(TurnActivityContract):
             schema_version=SCHEMA_VERSION,
             session_id=parent.session_id,
             agent=AgentSnapshot(
-                requested=RequestedAgent(agent_id=agent_id),
+                requested=requested,
                 # Depth is capped at one: a child never spawns agents itself.
                 resolved=resolved.model_copy(
                     update={"tools": [t for t in resolved.tools if not is_workflow_tool(t)]}
@@ -784,23 +785,36 @@ class TurnActivities(TurnActivityContract):
         budget = d.context_budget(agent.agent_id, agent.model) if d.context_budget else None
         if budget is not None:
             decision: dict[str, JsonValue]
-            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
-            reserve = summary_reserve(summariser, budget) if summariser is not None else None
-            dropped, room = 0, False
+            fixed, prefix_tokens, current = self._budget(
+                turn_id, agent, context, reducer, requested
+            )
             try:
-                dropped, spare, room = self._budget(
-                    turn_id, agent, context, reducer, requested, budget, reserve
-                )
+                dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
                 decision = {"tokens": budget, "dropped": dropped}
             except ContextBudgetExceeded as exc:
                 over_budget, decision = exc, {"tokens": budget, "dropped": len(context)}
-            if room and summariser is not None and reserve is not None:
+            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
+            if over_budget is None and dropped and summariser is not None:
                 # A summary call streams nothing the worker sees: beat for it meanwhile.
                 beat = asyncio.create_task(_heartbeat_forever())
                 try:
-                    decision["summary"] = await self._summary(
-                        state, agent, context, dropped, spare, summariser, reserve
+                    reserve = summary_reserve(summariser, budget)
+                    before = await self._earlier_summary(state)
+                    cut = plan_summarised_drop(
+                        budget,
+                        reserve,
+                        fixed,
+                        context,
+                        prefix_tokens,
+                        current,
+                        before.dropped if before is not None else None,
                     )
+                    if cut is not None:  # else no summary fits beside this turn: plain
+                        spare = budget - fixed - current - sum(prefix_tokens[cut:])
+                        decision["dropped"] = cut
+                        decision["summary"] = await self._summary(
+                            agent, context, cut, spare, summariser, reserve, before
+                        )
                 except (InfrastructureError, CorruptTurnError, DependencyError) as exc:
                     raise to_application_error(exc) from exc
                 finally:
