@@ -33,7 +33,13 @@ from turncore.advance import (
     input_events,
     outcome_of,
 )
-from turncore.agents import AgentResolver, ListedTools, fallback_models, resolve_listed
+from turncore.agents import (
+    AgentResolver,
+    ListedTools,
+    StaticAgentResolver,
+    fallback_models,
+    resolve_listed,
+)
 from turncore.budget import (
     BUDGET_KEY,
     ContextBudgetExceeded,
@@ -42,6 +48,7 @@ from turncore.budget import (
     TokenEstimates,
     fixed_tokens,
     plan_drop,
+    plan_summarised_drop,
     recorded_summary,
     summary_message,
     summary_reserve,
@@ -53,7 +60,7 @@ from turncore.compose import (
     next_model_request,
 )
 from turncore.context import ContextResolver
-from turncore.elision import elide_event
+from turncore.elision import elide_event, for_workflow
 from turncore.errors import (
     ContextResolutionError,
     CorruptTurnError,
@@ -107,6 +114,7 @@ from turncore.model import (
     failure_message,
 )
 from turncore.model.routing import falls_back
+from turncore.output import with_output
 from turncore.permissions import (
     PermissionChecker,
     PermissionCheckInput,
@@ -168,9 +176,12 @@ class ModelResolver(Protocol):
 Clock = Callable[[], str]
 
 
-def _elided(events: Sequence[TurnEvent]) -> list[TurnEvent]:
-    """Events as the workflow sees them: large values stay in the file (DESIGN §5)."""
-    return [elide_event(e) for e in events]
+def _elided(events: Sequence[TurnEvent], compact: bool = True) -> list[TurnEvent]:
+    """Events as the workflow sees them: large values stay in the file (DESIGN §5),
+    and with ``compact`` (``for_workflow``) neither the turn id nor a response's
+    provider metadata rides along. A regular activity compacts only when its
+    workflow asked: it may run on a worker of another version than the workflow's."""
+    return [for_workflow(e) if compact else elide_event(e) for e in events]
 
 
 LOAD_PAGE_BYTES = 128 * 1024
@@ -227,13 +238,9 @@ class TurnActivities(TurnActivityContract):
         context: list[ConversationMessage],
         reducer: TurnReducer,
         requested: ModelCallRequested,
-        budget: int,
-        reserve: int | None = None,
-    ) -> tuple[int, int, bool]:
-        """Measure the request ``requested`` would send; drop what the budget rule says:
-        the messages dropped, the tokens the budget has left after the cut, and whether
-        the cut leaves ``reserve`` tokens for a summary of what it drops (the cut is
-        then made that much deeper; without room for one, it is the plain cut).
+    ) -> tuple[int, list[int], int]:
+        """Measure the request ``requested`` would send: what every request of the agent
+        carries (system prompt, tools), each prefix message, and the current turn.
 
         Composed as it would be without dropping (from the turn's last composed
         request, so the work does not grow with the turn), then measured with the
@@ -252,30 +259,22 @@ class TurnActivities(TurnActivityContract):
         prefix_tokens = [sizes.of(m) for m in context]
         current = sum(sizes.of(m) for m in full.messages[len(context) :])
         fixed = fixed_tokens(agent.system_prompt, agent.tools)
-        dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
-        room = False
-        if dropped and reserve is not None:
-            try:
-                dropped = plan_drop(budget, fixed + reserve, context, prefix_tokens, current)
-                room = True
-            except ContextBudgetExceeded:
-                pass  # no room for a summary beside the current turn: the plain cut
-        return dropped, budget - fixed - current - sum(prefix_tokens[dropped:]), room
+        return fixed, prefix_tokens, current
 
     async def _summary(
         self,
-        state: TurnState,
         agent: ResolvedAgent,
         context: list[ConversationMessage],
         dropped: int,
         spare: int,
         summariser: Summariser,
         reserve: int,
+        earlier: RecordedSummary | None,
     ) -> dict[str, JsonValue]:
-        """The ``summary`` record of a call that drops ``dropped`` messages: the summary
-        an earlier call (of this turn, else of the turn it continues) made of the same
-        cut, or a new summary turn (``activities.summaries``) of what is newly dropped."""
-        earlier = await self._earlier_summary(state)
+        """The ``summary`` record of a call that drops ``dropped`` messages: the
+        ``earlier`` summary (of this turn, else of the turn it continues) if it is of
+        the same cut, or a new summary turn (``activities.summaries``) of what is
+        newly dropped, given the earlier summary."""
         if earlier is not None and earlier.dropped == dropped:
             # The same span: reused as recorded, never summarised again (nor paid again).
             record: dict[str, JsonValue] = {"turnId": earlier.turn_id}
@@ -466,7 +465,7 @@ class TurnActivities(TurnActivityContract):
         size = 0
         fast = self._fast_tools(events) if input.start == 0 else {}
         for i in range(input.start, len(events)):
-            elided = elide_event(events[i])
+            elided = for_workflow(events[i])
             size += len(orjson.dumps(elided.to_wire()))
             if page and size > LOAD_PAGE_BYTES:
                 self._loading[input.turn_id] = events
@@ -522,10 +521,15 @@ class TurnActivities(TurnActivityContract):
         if d.agents is None or d.ids is None:
             return CreateChildResult(error="sub-agents are not configured in this runtime")
         agent_id, prompt = request
+        requested = RequestedAgent(agent_id=agent_id)
         try:
-            resolved = await resolve_listed(d.agents, d.listed, RequestedAgent(agent_id=agent_id))
+            resolved = await resolve_listed(d.agents, d.listed, requested)
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
+        if isinstance(d.agents, StaticAgentResolver):
+            # A child answers in its agent's shape too (turncore.output): the
+            # parent gets the JSON answer as the child's text.
+            requested = with_output(requested, d.agents.output_for(requested))
         parent = state.definition
         try:
             child_id = linked if linked is not None else await self._free_id(d.ids)
@@ -537,7 +541,7 @@ class TurnActivities(TurnActivityContract):
             schema_version=SCHEMA_VERSION,
             session_id=parent.session_id,
             agent=AgentSnapshot(
-                requested=RequestedAgent(agent_id=agent_id),
+                requested=requested,
                 # Depth is capped at one: a child never spawns agents itself.
                 resolved=resolved.model_copy(
                     update={"tools": [t for t in resolved.tools if not is_workflow_tool(t)]}
@@ -610,7 +614,7 @@ class TurnActivities(TurnActivityContract):
                 if state.terminal is not None:
                     # Elided, like every value that crosses into the workflow: the
                     # parent's result is built from the child's file (``subagent``).
-                    outcome = outcome_of(TurnReducer.of(_elided(events)).state)
+                    outcome = outcome_of(TurnReducer.of([elide_event(e) for e in events]).state)
                     assert outcome is not None
                     return AwaitChildResult(outcome=outcome)
                 if not started:
@@ -781,23 +785,36 @@ class TurnActivities(TurnActivityContract):
         budget = d.context_budget(agent.agent_id, agent.model) if d.context_budget else None
         if budget is not None:
             decision: dict[str, JsonValue]
-            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
-            reserve = summary_reserve(summariser, budget) if summariser is not None else None
-            dropped, room = 0, False
+            fixed, prefix_tokens, current = self._budget(
+                turn_id, agent, context, reducer, requested
+            )
             try:
-                dropped, spare, room = self._budget(
-                    turn_id, agent, context, reducer, requested, budget, reserve
-                )
+                dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
                 decision = {"tokens": budget, "dropped": dropped}
             except ContextBudgetExceeded as exc:
                 over_budget, decision = exc, {"tokens": budget, "dropped": len(context)}
-            if room and summariser is not None and reserve is not None:
+            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
+            if over_budget is None and dropped and summariser is not None:
                 # A summary call streams nothing the worker sees: beat for it meanwhile.
                 beat = asyncio.create_task(_heartbeat_forever())
                 try:
-                    decision["summary"] = await self._summary(
-                        state, agent, context, dropped, spare, summariser, reserve
+                    reserve = summary_reserve(summariser, budget)
+                    before = await self._earlier_summary(state)
+                    cut = plan_summarised_drop(
+                        budget,
+                        reserve,
+                        fixed,
+                        context,
+                        prefix_tokens,
+                        current,
+                        before.dropped if before is not None else None,
                     )
+                    if cut is not None:  # else no summary fits beside this turn: plain
+                        spare = budget - fixed - current - sum(prefix_tokens[cut:])
+                        decision["dropped"] = cut
+                        decision["summary"] = await self._summary(
+                            agent, context, cut, spare, summariser, reserve, before
+                        )
                 except (InfrastructureError, CorruptTurnError, DependencyError) as exc:
                     raise to_application_error(exc) from exc
                 finally:
@@ -829,7 +846,11 @@ class TurnActivities(TurnActivityContract):
 
         async def sink(event: StreamEvent) -> None:
             streamed[0] += 1
-            activity.heartbeat()
+            if time.monotonic() - started >= HEARTBEAT_EVERY:
+                # Temporal sends a call's first beat at once (then one a second):
+                # a call over within a second needs none (each is a write on the
+                # server), and a cancel still reaches a longer one within a second.
+                activity.heartbeat()
             # Durable step events land before the next stream event is read (§13).
             try:
                 await steps(recorder.on_event(event))
@@ -971,7 +992,9 @@ class TurnActivities(TurnActivityContract):
                 await commit(*events)
                 if cancelled:
                     raise asyncio.CancelledError()
-                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+                return ModelCallResult(
+                    events=_elided(written, input.compact), offset=reducer.event_count
+                )
             await steps(recorder.finish(outcome))
             fields = completion_fields(outcome)
             if fell_back:
@@ -1004,7 +1027,9 @@ class TurnActivities(TurnActivityContract):
                 # response, §24) is this call's failure, not an interruption:
                 # re-issuing it would pay again for the same refusal.
                 await commit(*_refused_response(reducer, completed, refused.rule, d.clock))
-                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+                return ModelCallResult(
+                    events=_elided(written, input.compact), offset=reducer.event_count
+                )
             events = [completed]
             if not outcome.tool_calls():
                 # Complete, fail an answer that is still invalid, or (nothing)
@@ -1019,8 +1044,22 @@ class TurnActivities(TurnActivityContract):
                 if proposed
                 else None
             )
+            allowed = None
+            if input.compact and checks:
+                allowed = {
+                    c.tool_call_id: c.tool_id
+                    for c in checks
+                    if not c.required
+                    and c.request is None
+                    and c.checker_error is None
+                    and c.tool_id is not None
+                }
+                checks = [c for c in checks if c.tool_call_id not in allowed] or None
             return ModelCallResult(
-                events=_elided(written), offset=reducer.event_count, checks=checks
+                events=_elided(written, input.compact),
+                offset=reducer.event_count,
+                checks=checks,
+                allowed=allowed or None,
             )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
@@ -1058,7 +1097,7 @@ class TurnActivities(TurnActivityContract):
         written: list[TurnEvent] = []
         try:
             await self._execute(input, tool, written)
-            return ToolCallResult(events=_elided(written))
+            return ToolCallResult(events=_elided(written, input.compact))
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
 
