@@ -9,11 +9,20 @@ registers its bound methods, whose activity names are the method names.
 
 from __future__ import annotations
 
+import functools
 from abc import ABC, abstractmethod
+from typing import Any
 
+from pydantic import TypeAdapter
 from temporalio import activity
-from temporalio.contrib.pydantic import pydantic_data_converter
-from temporalio.converter import DataConverter
+from temporalio.api.common.v1 import Payload
+from temporalio.contrib.pydantic import PydanticJSONPlainPayloadConverter
+from temporalio.converter import (
+    CompositePayloadConverter,
+    DataConverter,
+    DefaultPayloadConverter,
+    JSONPlainPayloadConverter,
+)
 
 from .payloads import (
     AppendInput,
@@ -108,7 +117,43 @@ ACTIVITY_NAMES: tuple[str, ...] = tuple(
 """Every activity the workflow may invoke, in declaration order."""
 
 
-DATA_CONVERTER: DataConverter = pydantic_data_converter
+@functools.lru_cache(maxsize=1024)
+def payload_adapter(hint: Any) -> TypeAdapter[Any]:
+    return TypeAdapter(hint)
+
+
+class _SharedAdaptersJSON(PydanticJSONPlainPayloadConverter):
+    """Pydantic's JSON converter, with one cache of type adapters for the process.
+
+    The sandbox makes a payload converter for every workflow run, and pydantic's
+    converter caches adapters per instance: each run built the adapter (the
+    schema) of every payload type it met afresh, about a sixth of a busy
+    worker's CPU. Payload types are module-level classes, so one cache keyed by
+    type serves every run; an unhashable hint gets an adapter of its own.
+    """
+
+    def from_payload(self, payload: Payload, type_hint: type | None = None) -> Any:
+        hint = type_hint if type_hint is not None else Any
+        try:
+            adapter = payload_adapter(hint)
+        except TypeError:
+            adapter = TypeAdapter(hint)  # unhashable: not cached
+        return adapter.validate_json(payload.data)
+
+
+class TurnPayloadConverter(CompositePayloadConverter):
+    """The default converters, with JSON through ``_SharedAdaptersJSON``."""
+
+    def __init__(self) -> None:
+        super().__init__(
+            *(
+                _SharedAdaptersJSON() if isinstance(c, JSONPlainPayloadConverter) else c
+                for c in DefaultPayloadConverter.default_encoding_payload_converters
+            )
+        )
+
+
+DATA_CONVERTER: DataConverter = DataConverter(payload_converter_class=TurnPayloadConverter)
 """The worker's converter: payloads are typed (pydantic), so events cross as
 ``TurnEvent`` and are validated once, where they arrive. It reads what the
 default JSON converter wrote (committed histories replay under it)."""

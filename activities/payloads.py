@@ -6,7 +6,9 @@ I/O (httpx, model adapters, the file repository). The worker's data
 converter (``turncore_temporal.activities.DATA_CONVERTER``, pydantic) turns
 the fields into JSON and back, so events cross as ``TurnEvent`` and are
 validated once, at the boundary. Events the workflow receives are elided
-(DESIGN §5): the model activity composes its own request from the file.
+(DESIGN §5): the model activity composes its own request from the file. They
+also come compact (``turncore.elision.for_workflow``): no turn id, no provider
+metadata; the workflow puts its turn id back (``owned``) before folding.
 """
 
 from __future__ import annotations
@@ -189,6 +191,9 @@ class ClassifyResult:
 class ModelCallInput:
     turn_id: str
     model_call_index: int
+    compact: bool = False
+    """The workflow takes its events compact (``turncore.elision.for_workflow``).
+    Workflows from before sent no such field and read the turn id from every event."""
 
 
 @dataclass(frozen=True)
@@ -199,6 +204,18 @@ class ModelCallResult:
     """The permission checker's answers for the response's tool calls, asked by
     the model activity right after it recorded the response: the workflow then
     needs no ``check_permissions`` round trip (and no marker in history)."""
+    allowed: dict[str, str] | None = None
+    """Compact answers (with ``ModelCallInput.compact``): the calls the checker lets
+    run with nothing to ask, as call id → the tool id it was asked about. Each
+    stands for the ``CheckOutcome`` that requires nothing, so only the calls that
+    need a decision or met a checker error are spelled out in ``checks``."""
+
+    def prechecked(self) -> dict[str, CheckOutcome]:
+        """Every answer this result brings, by call id."""
+        out = {c.tool_call_id: c for c in self.checks or ()}
+        for call_id, tool_id in (self.allowed or {}).items():
+            out[call_id] = CheckOutcome(tool_call_id=call_id, required=False, tool_id=tool_id)
+        return out
 
 
 @dataclass(frozen=True)
@@ -208,6 +225,8 @@ class ToolCallInput:
     tool_id: str
     tool_name: str
     input: JsonValue
+    compact: bool = False
+    """As ``ModelCallInput.compact``."""
 
 
 @dataclass(frozen=True)

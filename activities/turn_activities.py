@@ -33,13 +33,25 @@ from turncore.advance import (
     input_events,
     outcome_of,
 )
-from turncore.agents import AgentResolver, ListedTools, fallback_models, resolve_listed
+from turncore.agents import (
+    AgentResolver,
+    ListedTools,
+    StaticAgentResolver,
+    fallback_models,
+    resolve_listed,
+)
 from turncore.budget import (
     BUDGET_KEY,
     ContextBudgetExceeded,
+    RecordedSummary,
+    Summariser,
     TokenEstimates,
     fixed_tokens,
     plan_drop,
+    plan_summarised_drop,
+    recorded_summary,
+    summary_message,
+    summary_reserve,
 )
 from turncore.compose import (
     ComposedPrefix,
@@ -48,7 +60,7 @@ from turncore.compose import (
     next_model_request,
 )
 from turncore.context import ContextResolver
-from turncore.elision import elide_event
+from turncore.elision import elide_event, for_workflow
 from turncore.errors import (
     ContextResolutionError,
     CorruptTurnError,
@@ -60,6 +72,7 @@ from turncore.errors import (
 from turncore.events import (
     SCHEMA_VERSION,
     AgentSnapshot,
+    ContextRef,
     ModelCallCompleted,
     ModelCallFailed,
     ModelCallRequested,
@@ -101,6 +114,7 @@ from turncore.model import (
     failure_message,
 )
 from turncore.model.routing import falls_back
+from turncore.output import with_output
 from turncore.permissions import (
     PermissionChecker,
     PermissionCheckInput,
@@ -148,6 +162,7 @@ from .payloads import (
     ToolCallResult,
     ValidateDependenciesInput,
 )
+from .summaries import SummaryTurns, summarise
 
 HEARTBEAT_EVERY = 1.0
 CHILD_POLL_SECONDS = 0.25
@@ -161,9 +176,12 @@ class ModelResolver(Protocol):
 Clock = Callable[[], str]
 
 
-def _elided(events: Sequence[TurnEvent]) -> list[TurnEvent]:
-    """Events as the workflow sees them: large values stay in the file (DESIGN §5)."""
-    return [elide_event(e) for e in events]
+def _elided(events: Sequence[TurnEvent], compact: bool = True) -> list[TurnEvent]:
+    """Events as the workflow sees them: large values stay in the file (DESIGN §5),
+    and with ``compact`` (``for_workflow``) neither the turn id nor a response's
+    provider metadata rides along. A regular activity compacts only when its
+    workflow asked: it may run on a worker of another version than the workflow's."""
+    return [for_workflow(e) if compact else elide_event(e) for e in events]
 
 
 LOAD_PAGE_BYTES = 128 * 1024
@@ -196,6 +214,8 @@ class TurnDependencies:
     lines as on file) — webhook notifications; it must not raise or block for long."""
     context_budget: Callable[[str, ModelDescriptor], int | None] | None = None
     """The context budget in tokens of an agent (by id) on a model; None: no budget."""
+    summariser: Callable[[str], Summariser | None] | None = None
+    """How an agent (by id) summarises what its budget drops; None: it does not."""
     listed: ListedTools | None = None
     """Tools sub-agents get from elsewhere (MCP servers), listed as a child is created."""
 
@@ -218,9 +238,9 @@ class TurnActivities(TurnActivityContract):
         context: list[ConversationMessage],
         reducer: TurnReducer,
         requested: ModelCallRequested,
-        budget: int,
-    ) -> dict[str, JsonValue]:
-        """Measure the request ``requested`` would send; drop what the budget rule says.
+    ) -> tuple[int, list[int], int]:
+        """Measure the request ``requested`` would send: what every request of the agent
+        carries (system prompt, tools), each prefix message, and the current turn.
 
         Composed as it would be without dropping (from the turn's last composed
         request, so the work does not grow with the turn), then measured with the
@@ -239,8 +259,72 @@ class TurnActivities(TurnActivityContract):
         prefix_tokens = [sizes.of(m) for m in context]
         current = sum(sizes.of(m) for m in full.messages[len(context) :])
         fixed = fixed_tokens(agent.system_prompt, agent.tools)
-        dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
-        return {"tokens": budget, "dropped": dropped}
+        return fixed, prefix_tokens, current
+
+    async def _summary(
+        self,
+        agent: ResolvedAgent,
+        context: list[ConversationMessage],
+        dropped: int,
+        spare: int,
+        summariser: Summariser,
+        reserve: int,
+        earlier: RecordedSummary | None,
+    ) -> dict[str, JsonValue]:
+        """The ``summary`` record of a call that drops ``dropped`` messages: the
+        ``earlier`` summary (of this turn, else of the turn it continues) if it is of
+        the same cut, or a new summary turn (``activities.summaries``) of what is
+        newly dropped, given the earlier summary."""
+        if earlier is not None and earlier.dropped == dropped:
+            # The same span: reused as recorded, never summarised again (nor paid again).
+            record: dict[str, JsonValue] = {"turnId": earlier.turn_id}
+            if earlier.text is None:
+                record["error"] = "the summary call for this span failed; dropped plainly"
+                return record
+            record["text"] = earlier.text
+        else:
+            base = earlier if earlier is not None and earlier.dropped < dropped else None
+            if base is not None and base.text is None:
+                base = None
+            d = self._d
+            if d.ids is None:
+                raise InfrastructureError("this runtime mints no turn ids: it cannot summarise")
+            ids = d.ids
+
+            async def new_id() -> str:
+                return await self._free_id(ids)
+
+            turns = SummaryTurns(
+                repository=d.repository,
+                model=d.models.resolve,
+                clock=d.clock,
+                new_id=new_id,
+                append=self._append,
+            )
+            span = context[base.dropped if base is not None else 0 : dropped]
+            record = await summarise(turns, agent, summariser, span, base, reserve)
+        text = record.get("text")
+        if isinstance(text, str):
+            # Sent only if it fits what the cut leaves; otherwise the cut alone, as before.
+            record["sent"] = self._tokens.of(summary_message(dropped, text)) <= spare
+        return record
+
+    async def _earlier_summary(self, state: TurnState) -> RecordedSummary | None:
+        """The last summary recorded by this turn's calls, else by the turn it continues
+        (its prefix is the start of this turn's, so its cut means the same messages)."""
+        for call in reversed(state.model_calls):
+            found = recorded_summary(call.request.parameters)
+            if found is not None:
+                return found
+        context = state.definition.context
+        if not isinstance(context, ContextRef):
+            return None
+        previous = await self._state(context.previous_turn_id)
+        for call in reversed(previous.model_calls):
+            found = recorded_summary(call.request.parameters)
+            if found is not None:
+                return found
+        return None
 
     @staticmethod
     def _keep(cache: dict[str, Any], turn_id: str, value: Any) -> None:
@@ -381,7 +465,7 @@ class TurnActivities(TurnActivityContract):
         size = 0
         fast = self._fast_tools(events) if input.start == 0 else {}
         for i in range(input.start, len(events)):
-            elided = elide_event(events[i])
+            elided = for_workflow(events[i])
             size += len(orjson.dumps(elided.to_wire()))
             if page and size > LOAD_PAGE_BYTES:
                 self._loading[input.turn_id] = events
@@ -437,10 +521,15 @@ class TurnActivities(TurnActivityContract):
         if d.agents is None or d.ids is None:
             return CreateChildResult(error="sub-agents are not configured in this runtime")
         agent_id, prompt = request
+        requested = RequestedAgent(agent_id=agent_id)
         try:
-            resolved = await resolve_listed(d.agents, d.listed, RequestedAgent(agent_id=agent_id))
+            resolved = await resolve_listed(d.agents, d.listed, requested)
         except DependencyError as exc:
             return CreateChildResult(error=f"cannot start sub-agent {agent_id!r}: {exc}")
+        if isinstance(d.agents, StaticAgentResolver):
+            # A child answers in its agent's shape too (turncore.output): the
+            # parent gets the JSON answer as the child's text.
+            requested = with_output(requested, d.agents.output_for(requested))
         parent = state.definition
         try:
             child_id = linked if linked is not None else await self._free_id(d.ids)
@@ -452,7 +541,7 @@ class TurnActivities(TurnActivityContract):
             schema_version=SCHEMA_VERSION,
             session_id=parent.session_id,
             agent=AgentSnapshot(
-                requested=RequestedAgent(agent_id=agent_id),
+                requested=requested,
                 # Depth is capped at one: a child never spawns agents itself.
                 resolved=resolved.model_copy(
                     update={"tools": [t for t in resolved.tools if not is_workflow_tool(t)]}
@@ -525,7 +614,7 @@ class TurnActivities(TurnActivityContract):
                 if state.terminal is not None:
                     # Elided, like every value that crosses into the workflow: the
                     # parent's result is built from the child's file (``subagent``).
-                    outcome = outcome_of(TurnReducer.of(_elided(events)).state)
+                    outcome = outcome_of(TurnReducer.of([elide_event(e) for e in events]).state)
                     assert outcome is not None
                     return AwaitChildResult(outcome=outcome)
                 if not started:
@@ -695,10 +784,43 @@ class TurnActivities(TurnActivityContract):
         over_budget: ContextBudgetExceeded | None = None
         budget = d.context_budget(agent.agent_id, agent.model) if d.context_budget else None
         if budget is not None:
+            decision: dict[str, JsonValue]
+            fixed, prefix_tokens, current = self._budget(
+                turn_id, agent, context, reducer, requested
+            )
             try:
-                decision = self._budget(turn_id, agent, context, reducer, requested, budget)
+                dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
+                decision = {"tokens": budget, "dropped": dropped}
             except ContextBudgetExceeded as exc:
                 over_budget, decision = exc, {"tokens": budget, "dropped": len(context)}
+            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
+            if over_budget is None and dropped and summariser is not None:
+                # A summary call streams nothing the worker sees: beat for it meanwhile.
+                beat = asyncio.create_task(_heartbeat_forever())
+                try:
+                    reserve = summary_reserve(summariser, budget)
+                    before = await self._earlier_summary(state)
+                    cut = plan_summarised_drop(
+                        budget,
+                        reserve,
+                        fixed,
+                        context,
+                        prefix_tokens,
+                        current,
+                        before.dropped if before is not None else None,
+                    )
+                    if cut is not None:  # else no summary fits beside this turn: plain
+                        spare = budget - fixed - current - sum(prefix_tokens[cut:])
+                        decision["dropped"] = cut
+                        decision["summary"] = await self._summary(
+                            agent, context, cut, spare, summariser, reserve, before
+                        )
+                except (InfrastructureError, CorruptTurnError, DependencyError) as exc:
+                    raise to_application_error(exc) from exc
+                finally:
+                    beat.cancel()
+                    with contextlib.suppress(asyncio.CancelledError):
+                        await beat
             params = {**requested.request.parameters, BUDGET_KEY: decision}
             recorded = requested.request.model_copy(update={"parameters": params})
             requested = requested.model_copy(update={"request": recorded})
@@ -866,7 +988,9 @@ class TurnActivities(TurnActivityContract):
                 await commit(*events)
                 if cancelled:
                     raise asyncio.CancelledError()
-                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+                return ModelCallResult(
+                    events=_elided(written, input.compact), offset=reducer.event_count
+                )
             await steps(recorder.finish(outcome))
             fields = completion_fields(outcome)
             if fell_back:
@@ -899,7 +1023,9 @@ class TurnActivities(TurnActivityContract):
                 # response, §24) is this call's failure, not an interruption:
                 # re-issuing it would pay again for the same refusal.
                 await commit(*_refused_response(reducer, completed, refused.rule, d.clock))
-                return ModelCallResult(events=_elided(written), offset=reducer.event_count)
+                return ModelCallResult(
+                    events=_elided(written, input.compact), offset=reducer.event_count
+                )
             events = [completed]
             if not outcome.tool_calls():
                 # Complete, fail an answer that is still invalid, or (nothing)
@@ -914,8 +1040,22 @@ class TurnActivities(TurnActivityContract):
                 if proposed
                 else None
             )
+            allowed = None
+            if input.compact and checks:
+                allowed = {
+                    c.tool_call_id: c.tool_id
+                    for c in checks
+                    if not c.required
+                    and c.request is None
+                    and c.checker_error is None
+                    and c.tool_id is not None
+                }
+                checks = [c for c in checks if c.tool_call_id not in allowed] or None
             return ModelCallResult(
-                events=_elided(written), offset=reducer.event_count, checks=checks
+                events=_elided(written, input.compact),
+                offset=reducer.event_count,
+                checks=checks,
+                allowed=allowed or None,
             )
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
@@ -953,7 +1093,7 @@ class TurnActivities(TurnActivityContract):
         written: list[TurnEvent] = []
         try:
             await self._execute(input, tool, written)
-            return ToolCallResult(events=_elided(written))
+            return ToolCallResult(events=_elided(written, input.compact))
         except (CorruptTurnError, InfrastructureError) as exc:
             raise to_application_error(exc) from exc
 

@@ -253,9 +253,9 @@ async def run(repeat: int, sizes: list[int]) -> dict[str, Any]:
     )
     address = env.client.service_client.config.target_host
     peer_client = await Client.connect(address, plugins=[PydanticAIPlugin()])
-    queues = {
-        name: f"{name}-{uuid.uuid4()}" for name in ("turncore_fast", "turncore_plain", "peer")
-    }
+    # Names of one length: a task queue's name rides in several events per
+    # model call, and the systems' labels differ in length.
+    queues = {name: uuid.uuid4().hex for name in ("turncore_fast", "turncore_plain", "peer")}
     workers: list[asyncio.subprocess.Process] = []
     try:
         with tempfile.TemporaryDirectory() as tmp:

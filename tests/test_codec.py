@@ -48,6 +48,8 @@ from turncore.errors import InfrastructureError
 from turncore.events import external_input_adapter
 from turncore.tools import ToolContext
 from turncore_temporal.activities import DATA_CONVERTER
+from turncore_temporal.activities.contract import payload_adapter
+from turncore_temporal.activities.payloads import ModelCallResult
 from turncore_temporal.worker import typed_client
 
 PROMPT = "Please summarise the zebra-okapi-7731 merger memo"
@@ -495,3 +497,17 @@ def test_slow_senders_are_cut_off_per_request_and_connections_are_capped() -> No
         for s in drips:
             s.close()
         server.stop()
+
+
+def test_payload_converters_share_their_type_adapters() -> None:
+    """The sandbox makes a converter per workflow run: the second decodes a payload
+    type with the adapter the first built, instead of building its schema again."""
+    payload = DATA_CONVERTER.payload_converter.to_payloads([ModelCallResult(events=[], offset=3)])
+    before = payload_adapter.cache_info()
+    for _ in range(3):
+        converter = DATA_CONVERTER.payload_converter_class()
+        [decoded] = converter.from_payloads(payload, [ModelCallResult])
+        assert decoded == ModelCallResult(events=[], offset=3)
+    after = payload_adapter.cache_info()
+    assert after.misses - before.misses <= 1
+    assert after.hits - before.hits >= 2

@@ -171,3 +171,57 @@ async def test_history_per_model_call_is_flat_whatever_the_tools_return(
         per_call[output] = sum(e.ByteSize() for e in history.events) / (iterations + 1)
     assert max(per_call.values()) / min(per_call.values()) <= 1.10, per_call
     assert max(per_call.values()) < 8_000, per_call
+
+
+@pytest.mark.parametrize("fast", [True, False], ids=["fast", "plain"])
+async def test_history_leaves_out_the_turn_id_and_provider_metadata_the_file_holds(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, fast: bool
+) -> None:
+    """Events reach the workflow without their turn id (it knows its own) and without
+    a response's provider metadata (no state comes from it). The file keeps both,
+    the state query still equals the file's reduction, and the run records one
+    patch marker, with one change-version upsert, for every patch it passes."""
+    script = [
+        {"toolCalls": [{"toolName": "echo", "input": {"i": 0}}]},
+        {"toolCalls": [{"toolName": "echo", "input": {"i": 1}}]},
+        {"text": "done"},
+    ]
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("echo")],
+        implementations={"echo": lambda value, ctx: value},
+        fast={"echo": 5.0} if fast else {},
+        permissions={"builtin:echo": "none"},
+    ) as h:
+        turn_id, outcome = await h.run("go")
+        assert outcome.status == "completed"
+        await h.assert_file_matches_query(turn_id)
+        on_file = h.repo.read(turn_id)
+        history = await h.client.get_workflow_handle(turn_id).fetch_history()
+    assert all(e.turn_id == turn_id for e in on_file)
+    assert any(e.type == "model_call_completed" and e.provider_metadata for e in on_file)
+    results = [
+        p.data
+        for e in history.events
+        if e.HasField("activity_task_completed_event_attributes")
+        or e.marker_recorded_event_attributes.marker_name == "core_local_activity"
+        for p in _payloads(e.activity_task_completed_event_attributes)
+        + _payloads(e.marker_recorded_event_attributes.details["result"])
+    ]
+    assert sum(b'"type":"model_call_completed"' in d for d in results) == 3
+    assert sum(b'"type":"tool_result"' in d for d in results) == 2
+    for data in results:
+        assert turn_id.encode() not in data
+        assert b"providerMetadata" not in data
+    patches = [
+        e for e in history.events if e.marker_recorded_event_attributes.marker_name == "core_patch"
+    ]
+    upserts = [
+        e
+        for e in history.events
+        if "TemporalChangeVersion"
+        in e.upsert_workflow_search_attributes_event_attributes.search_attributes.indexed_fields
+    ]
+    assert len(patches) == 1 and len(upserts) == 1

@@ -36,6 +36,8 @@ def test_histories_are_committed() -> None:
         "reload_after_failure",
         # a batch of fast tools as one local activity, then a mixed batch run plainly
         "fast_tools",
+        # the same, recorded with one patch marker and compact activity results
+        "fast_tools_compact",
     } <= stems
 
 

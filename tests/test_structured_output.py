@@ -215,3 +215,34 @@ def test_output_schema_in_turns_toml_is_checked_at_load(tmp_path: Path) -> None:
         load('[agents.rep.output_schema]\ntype = "array"\n')
     with pytest.raises(ConfigError, match="agents.rep.output_retries"):
         load('output_retries = -1\n[agents.rep.output_schema]\ntype = "object"\n')
+
+
+async def test_a_sub_agent_answers_its_parent_in_its_shape(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    def lead(request: ModelCallRequest) -> dict[str, Any]:
+        if call_index(request.messages) == 0:
+            spawn = {"agent": "weather", "prompt": "Weather in Paris?"}
+            return {"toolCalls": [{"toolName": "spawn_agent", "input": spawn}]}
+        result = request.messages[-1].content[-1].output.value  # type: ignore[union-attr]
+        return {"text": f"the child said {result['text']}"}
+
+    agents = [
+        Agent(name="lead", system_prompt="Delegate.", tools=("spawn_agent",), model="scripted/l"),
+        Agent(name="weather", system_prompt="s", model="scripted/w", output_type=Weather),
+    ]
+    models = {"l": lead, "w": answers({"city": "Paris"}, {"city": "Paris", "celsius": 3})}
+    async with runtime(temporal_env, tmp_path, agents=agents, models=models) as turns:
+        result = await turns.run("Ask about Paris", agent="lead")
+        assert result.text == 'the child said {"city":"Paris","celsius":3}'
+        assert result.output is None  # the lead agent declares no output
+        events = await turns.events(result.turn_id)
+        (link,) = [e for e in events if e.type == "tool_progress"]
+        child_id = link.progress["childTurnId"]  # type: ignore[union-attr, index, call-overload]
+        child = await turns.events(child_id)
+        composition = child[0].agent.requested.overrides.composition  # type: ignore[union-attr]
+        assert composition["outputSchema"] == Weather.model_json_schema()  # type: ignore[index, call-overload]
+        assert [e.type for e in child if e.type.startswith("model_call_req")] == [
+            "model_call_requested",
+            "model_call_requested",
+        ]

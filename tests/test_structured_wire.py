@@ -297,3 +297,21 @@ async def test_the_web_ui_api_and_turn_page_show_the_structured_answer(
         await expect(shown).to_contain_text("valid after 2 answers")
         await expect(shown.locator("pre")).to_contain_text('"celsius": 21.5')
         assert page.problems == []  # type: ignore[attr-defined]
+
+
+async def test_turns_config_shows_the_agents_output(
+    temporal_env: WorkflowEnvironment, provider: FakeProvider, tmp_path: Path
+) -> None:
+    home = _home(tmp_path, "openai-chat", provider, retries=2)
+    code, out, err = await _turns(home, temporal_env, "config", "--json")
+    assert code == 0, err
+    agent = json.loads(out)["agents"]["weather"]
+    assert (agent["outputSchema"], agent["outputRetries"]) == (SCHEMA, 2)
+    code, out, err = await _turns(home, temporal_env, "config")
+    assert "output: Weather (retries 2)" in out
+    (home / "turns.toml").write_text(
+        (home / "turns.toml").read_text().replace('type = "object"', 'type = "list"', 1)
+    )
+    code, out, err = await _turns(home, temporal_env, "config")
+    assert code == 1
+    assert "agents.weather.output_schema is not a valid JSON Schema at type" in err

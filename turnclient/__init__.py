@@ -28,7 +28,7 @@ from turncore.lazy import lazy_exports
 if TYPE_CHECKING:
     from turnclient.lib.listing import TurnSummary
     from turnclient.runtime.app import App, AppError
-    from turnclient.runtime.config import Agent, ConfigError, McpServer
+    from turnclient.runtime.config import Agent, ConfigError, McpServer, SummariseDropped
     from turnclient.runtime.connection import Runtime
     from turnclient.turns import TurnResult, Turns
     from turncore.errors import (
@@ -51,6 +51,7 @@ _EXPORTS = {
     "AppError": "turnclient.runtime.app",
     "ConfigError": "turnclient.runtime.config",
     "McpServer": "turnclient.runtime.config",
+    "SummariseDropped": "turnclient.runtime.config",
     "Turns": "turnclient.turns",
     "TurnResult": "turnclient.turns",
     "TurnSummary": "turnclient.lib.listing",
@@ -83,6 +84,7 @@ __all__ = [
     "McpServer",
     "RejectedInputError",
     "StuckTurnError",
+    "SummariseDropped",
     "ModelCallRequest",
     "Runtime",
     "Tool",

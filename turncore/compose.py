@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from ._wire import Opt, WireModel
-from .budget import BUDGET_KEY, recorded_drop
+from .budget import BUDGET_KEY, recorded_drop, recorded_summary, summary_message
 from .errors import CorruptTurnError
 from .events import (
     ContextRef,
@@ -174,9 +174,13 @@ def compose_incrementally(
     target = calls[model_call_index]
     params = dict(target.request.parameters)
     dropped = recorded_drop(params, len(context))
+    summary = recorded_summary(params) if dropped else None
     params.pop(BUDGET_KEY, None)  # the composer's, never a provider's
     if dropped:
         messages = messages[dropped:]  # the prefix comes first (§6.6): its oldest
+    if summary is not None and summary.sent and summary.text is not None:
+        # What was dropped, summarised by its own recorded call: first, after the system prompt.
+        messages.insert(0, summary_message(dropped, summary.text))
     effort = definition.config.reasoning_effort
     spec = output_spec(definition.agent.requested)
     # Constructed, not validated: every value is a validated model already, and

@@ -17,7 +17,7 @@ from typing import Any
 
 import orjson
 
-from .events import TurnEvent, parse_event
+from .events import ModelCallCompleted, TurnEvent, parse_event
 
 DEFAULT_VALUE_BUDGET = 16 * 1024
 """Bytes (of JSON) above which a value stays in the file only."""
@@ -166,6 +166,28 @@ def elide_event(event: TurnEvent, budget: int = DEFAULT_VALUE_BUDGET) -> TurnEve
     wire = event.to_wire()
     out = elide_wire(wire, budget)
     return event if out is wire else parse_event(out, trusted_json=True)
+
+
+def for_workflow(event: TurnEvent) -> TurnEvent:
+    """The copy of an event an activity hands the workflow, which history keeps.
+
+    Elided (``elide_event``), and without two values the file holds that the
+    workflow's reducer never reads: the turn id (``""``: the workflow knows
+    its own, and ``owned`` puts it back before folding) and a completed model
+    call's provider metadata (no state field comes from it). History per model
+    call then carries neither an id repeated in every event nor the provider's
+    binding record.
+    """
+    event = elide_event(event)
+    if isinstance(event, ModelCallCompleted) and event.provider_metadata is not None:
+        return event.model_copy(update={"turn_id": "", "provider_metadata": None})
+    return event.model_copy(update={"turn_id": ""})
+
+
+def owned(event: TurnEvent, turn_id: str) -> TurnEvent:
+    """An event as ``for_workflow`` handed it over, with its turn id back (an event
+    that kept its id, as histories recorded before carry them, is returned as is)."""
+    return event if event.turn_id else event.model_copy(update={"turn_id": turn_id})
 
 
 def is_elided(value: Any) -> bool:

@@ -43,7 +43,7 @@ from temporalio.common import (
 from temporalio.exceptions import ActivityError, ApplicationError, ChildWorkflowError
 
 from turncore import advance
-from turncore.elision import elide_event
+from turncore.elision import elide_event, owned
 from turncore.errors import RejectedInputError
 from turncore.events import (
     CancelInput,
@@ -143,6 +143,36 @@ _CHECKED_WITH_MODEL = "permissions-checked-with-the-model-call"
 """Runs from here on take the checker's answers from the model activity's result."""
 _FAST_TOOLS = "fast-tools-as-local-activities"
 """Runs from here on run a batch of fast sync tools as one local activity."""
+_CLASSIFY_CANCELLABLE = "classify-as-cancellable-activity"
+"""Runs from here on classify in a regular activity a cancel can interrupt."""
+_VALIDATE_ON_SETTLE = "validate-dependencies-on-settle"
+"""Runs from here on validate the live dependencies on a settle with no input."""
+_ONE_MARKER = "one-marker-for-earlier-patches"
+"""Runs from here on record one patch marker for all of ``_FOLDED``, not one each.
+Every marker comes with an upsert of Temporal's ``TemporalChangeVersion`` search
+attribute: the three patches a plain turn with a fast tool passes cost six history
+events and three visibility writes; now two events and one write."""
+_FOLDED = frozenset(
+    {
+        _REATTACH_CHILDREN,
+        _BOUND_PENDING,
+        _CANCEL_CLOSES_INTERRUPTED,
+        _CLASSIFIER_STAMPS,
+        _REJECT_QUEUED,
+        _CREATE_LINKED_CHILD,
+        _SPAWN_FAILURE_RELOADS,
+        _SUBAGENT_RESULT_FROM_FILE,
+        _HAND_OVER_AFTER_PROGRESS,
+        _CHECKED_WITH_MODEL,
+        _FAST_TOOLS,
+        _CLASSIFY_CANCELLABLE,
+        _VALIDATE_ON_SETTLE,
+    }
+)
+"""The patches ``_ONE_MARKER`` stands for: every one that existed when it came.
+A patch added later must call ``workflow.patched`` itself and never join this
+set: histories recorded under ``_ONE_MARKER`` took the old path of a patch that
+did not exist yet."""
 FAST_MARGIN_SECONDS = 30.0
 """A fast batch's local activity may take its longest bound plus this (reading
 the file, appending invocations and results) before Temporal times it out."""
@@ -153,6 +183,18 @@ _R = TypeVar("_R")
 
 def _ts() -> str:
     return format_ts(workflow.now())
+
+
+def _patched(patch_id: str) -> bool:
+    """``workflow.patched`` for a patch of ``_FOLDED``.
+
+    A run that records ``_ONE_MARKER`` (every new run, at its first patch
+    question) takes every folded patch's new path without a marker of its own;
+    a run recorded before has no such marker, is told False, and asks for the
+    patch itself as it did when it was recorded.
+    """
+    assert patch_id in _FOLDED, f"{patch_id} is not folded: call workflow.patched"
+    return workflow.patched(_ONE_MARKER) or workflow.patched(patch_id)
 
 
 @workflow.defn(name="Turn")
@@ -276,7 +318,7 @@ class TurnWorkflow:
             match action:
                 case advance.Append(events):
                     fast = advance.fast_batch(events, self._fast) if self._fast else None
-                    if fast is not None and workflow.patched(_FAST_TOOLS):
+                    if fast is not None and _patched(_FAST_TOOLS):
                         await self._run_fast(fast)
                     else:
                         await self._append(events)
@@ -320,7 +362,7 @@ class TurnWorkflow:
         # A new run reloads the file, and that alone adds history: a run that
         # hands over before adding anything could hand over forever.
         added = self._reducer is not None and self._reducer.event_count > self._loaded_events
-        return added or not workflow.patched(_HAND_OVER_AFTER_PROGRESS)
+        return added or not _patched(_HAND_OVER_AFTER_PROGRESS)
 
     async def _continue_as_new(self) -> None:
         """Hand the turn to a fresh run; it reloads everything from the file.
@@ -376,7 +418,7 @@ class TurnWorkflow:
             result = await self._local(Activities.load_turn, load)
             if load.start == 0:
                 self._fast = dict(result.fast_tools)
-            for e in result.events:
+            for e in self._own(result.events):
                 reducer.apply(e)
             start = result.next_start
             self._saw(result.offset)
@@ -387,7 +429,7 @@ class TurnWorkflow:
         state = reducer.state
         if state.terminal is not None or not recover:
             return
-        if workflow.patched(_REATTACH_CHILDREN):
+        if _patched(_REATTACH_CHILDREN):
             # A child started by a lost run of this turn is still its child:
             # wait for it instead of calling its outcome unknown.
             for call, child_id in advance.orphaned_children(state, self._running):
@@ -396,7 +438,7 @@ class TurnWorkflow:
                 )
         repairs = advance.close_interrupted_model_call(state, _ts())
         repairs += advance.interrupted_sync_results(state, self._running, _ts())
-        if repairs and self._cancel is not None and workflow.patched(_CANCEL_CLOSES_INTERRUPTED):
+        if repairs and self._cancel is not None and _patched(_CANCEL_CLOSES_INTERRUPTED):
             # A cancel is waiting: the cancellation closes these calls next, as
             # cancelled (§22); "interrupted, it will be re-issued" would promise
             # a model call the cancel never lets happen.
@@ -419,7 +461,7 @@ class TurnWorkflow:
         if result.events:
             # An earlier attempt of this batch had landed (this workflow task
             # was replayed after a crash): fold it with the file's timestamps.
-            events = result.events
+            events = self._own(result.events)
         for e in events:
             # Large values stay in the file; the workflow keeps the elided copy a
             # reload would give (DESIGN §5), so state queries and continue-as-new
@@ -466,14 +508,19 @@ class TurnWorkflow:
             reject=staged is not None,
         )
         self._saw(result.offset)
-        for event in result.events:
+        for event in self._own(result.events):
             self._reducer.apply(event)
         return bool(result.events)
+
+    def _own(self, events: list[TurnEvent]) -> list[TurnEvent]:
+        """Events as an activity handed them over (``for_workflow``: no turn id), as
+        the file holds them but for elided values: with this turn's id back."""
+        return [owned(e, self._turn_id) for e in events]
 
     def _absorb(self, events: list[TurnEvent]) -> None:
         """Fold events an activity appended, skipping any a reload already brought in."""
         assert self._reducer is not None
-        for event in events:
+        for event in self._own(events):
             if self._already_have(event):
                 continue
             self._reducer.apply(event)
@@ -513,7 +560,7 @@ class TurnWorkflow:
             and all(
                 c.tool_call_id in pre and pre[c.tool_call_id].tool_id == c.tool_id for c in calls
             )
-            and workflow.patched(_CHECKED_WITH_MODEL)
+            and _patched(_CHECKED_WITH_MODEL)
         ):
             checked = CheckPermissionsResult(outcomes=[pre[c.tool_call_id] for c in calls])
         else:
@@ -538,7 +585,7 @@ class TurnWorkflow:
         Histories recorded before this ran it as a local activity and replay so.
         """
         arg = ClassifyInput.of(self._turn_id, calls)
-        if workflow.patched("classify-as-cancellable-activity"):
+        if _patched(_CLASSIFY_CANCELLABLE):
             handle = workflow.start_activity_method(
                 Activities.classify_permissions,
                 arg,
@@ -563,7 +610,7 @@ class TurnWorkflow:
             _ts(),
             # Who decided, as every surface records it; histories from before
             # replay without it, so their state stays the file's.
-            stamped=workflow.patched(_CLASSIFIER_STAMPS),
+            stamped=_patched(_CLASSIFIER_STAMPS),
         )
         if events:
             await self._append(events)
@@ -582,6 +629,7 @@ class TurnWorkflow:
                     tool_id=call.invocation.tool_id,
                     tool_name=call.tool_name,
                     input=call.input,
+                    compact=True,
                 ),
                 start_to_close_timeout=timedelta(seconds=self._input.tool_timeout_seconds),
                 heartbeat_timeout=timedelta(seconds=self._input.heartbeat_timeout_seconds),
@@ -635,13 +683,14 @@ class TurnWorkflow:
         self._saw(result.offset)
         # A lost attempt's invocations (as on file) first, else the ones given,
         # then results and progress.
-        found = [e for e in result.events if isinstance(e, ToolInvocationRequested)]
+        landed = self._own(result.events)
+        found = [e for e in landed if isinstance(e, ToolInvocationRequested)]
         known = {e.tool_call_id for e in found}
         for event in [*found, *(e for e in invocations if e.tool_call_id not in known)]:
             call = self._state.tool_call(event.tool_call_id)
             if call is None or call.invocation is None:
                 self._reducer.apply(event)
-        for other in result.events:
+        for other in landed:
             if other.type != "tool_invocation_requested" and not self._already_have(other):
                 self._reducer.apply(other)
         self._allowed.difference_update(advance.invoked_ids(invocations))
@@ -675,7 +724,7 @@ class TurnWorkflow:
         if not await self._child_slot(call):
             return
         try:
-            if workflow.patched(_CREATE_LINKED_CHILD):
+            if _patched(_CREATE_LINKED_CHILD):
                 # The link is written before the child's first line: an attempt
                 # that failed between the two left a child to create.
                 created: CreateChildResult = await self._local(
@@ -707,14 +756,14 @@ class TurnWorkflow:
                 summary=f"sub-agent {child_id} of {call.tool_call_id} (re-attached)",
             )
             if self._state.terminal is None and self._cancel is None:
-                if workflow.patched(_SUBAGENT_RESULT_FROM_FILE):
+                if _patched(_SUBAGENT_RESULT_FROM_FILE):
                     await self._append_child_result(call, child_id)
                 else:
                     await self._append(
                         [self._sync_result(call, child_result(child_id, done.outcome))]
                     )
         except (ActivityError, ApplicationError, asyncio.CancelledError) as exc:
-            if isinstance(exc, ApplicationError) and not workflow.patched(_SPAWN_FAILURE_RELOADS):
+            if isinstance(exc, ApplicationError) and not _patched(_SPAWN_FAILURE_RELOADS):
                 raise
             workflow.logger.warning("sub-agent %s was not re-attached: %s", child_id, exc)
             self._flags.reload = True
@@ -769,7 +818,7 @@ class TurnWorkflow:
                         # cancels them (through this call's cancellation).
                         parent_close_policy=(
                             workflow.ParentClosePolicy.ABANDON
-                            if workflow.patched(_REATTACH_CHILDREN)
+                            if _patched(_REATTACH_CHILDREN)
                             else workflow.ParentClosePolicy.REQUEST_CANCEL
                         ),
                         cancellation_type=workflow.ChildWorkflowCancellationType.WAIT_CANCELLATION_COMPLETED,
@@ -777,7 +826,7 @@ class TurnWorkflow:
                     )
                     # The child's answer reached us elided (DESIGN §5): the
                     # append activity builds the result from the child's file.
-                    if not workflow.patched(_SUBAGENT_RESULT_FROM_FILE):
+                    if not _patched(_SUBAGENT_RESULT_FROM_FILE):
                         data = child_result(
                             child_id,
                             outcome_adapter.validate_python(
@@ -800,7 +849,7 @@ class TurnWorkflow:
             # A local activity's failure arrives as ApplicationError. Uncaught, it
             # ended this task silently and the loop started the call again at
             # once, without a reload: a hot loop, and a new child turn each time.
-            if isinstance(exc, ApplicationError) and not workflow.patched(_SPAWN_FAILURE_RELOADS):
+            if isinstance(exc, ApplicationError) and not _patched(_SPAWN_FAILURE_RELOADS):
                 raise
             workflow.logger.warning(
                 "sub-agent of %s ended without a result: %s", call.tool_call_id, exc
@@ -816,7 +865,7 @@ class TurnWorkflow:
         model = self._state.definition.agent.resolved.model.label()
         handle = workflow.start_activity_method(
             Activities.call_model,
-            ModelCallInput(turn_id=self._turn_id, model_call_index=index),
+            ModelCallInput(turn_id=self._turn_id, model_call_index=index, compact=True),
             start_to_close_timeout=timedelta(seconds=self._input.model_call_timeout_seconds),
             heartbeat_timeout=timedelta(seconds=self._input.heartbeat_timeout_seconds),
             retry_policy=_ONE_ATTEMPT,
@@ -848,9 +897,9 @@ class TurnWorkflow:
 
     def _absorb_model(self, result: ModelCallResult) -> None:
         assert self._reducer is not None
-        for event in result.events:
+        for event in self._own(result.events):
             self._reducer.apply(event)
-        self._prechecked = {c.tool_call_id: c for c in result.checks or ()}
+        self._prechecked = result.prechecked()
 
     # ---------------------------------------------------------------- inputs
 
@@ -1005,7 +1054,7 @@ class TurnWorkflow:
             if (
                 self._state.terminal is None
                 and self._cancel is None
-                and workflow.patched("validate-dependencies-on-settle")
+                and _patched(_VALIDATE_ON_SETTLE)
             ):
                 # §15.3 / §18 step 8: every advance validates the live
                 # environment, also one with no input on a suspended turn. A
@@ -1110,7 +1159,7 @@ class TurnWorkflow:
         pending = [f"permission:{p.tool_call_id}" for p in state.pending_permissions()]
         pending += [f"async:{p.tool_call_id}" for p in state.pending_async_tools()]
         listed = ",".join(pending)
-        if keyword_size(listed) > MAX_KEYWORD_BYTES and workflow.patched(_BOUND_PENDING):
+        if keyword_size(listed) > MAX_KEYWORD_BYTES and _patched(_BOUND_PENDING):
             # Temporal fails (and the server then terminates) a run whose keyword
             # value is longer: many parallel calls, or one very long call id.
             listed = _bounded_list(pending, MAX_KEYWORD_BYTES)
@@ -1125,7 +1174,7 @@ class TurnWorkflow:
             pairs.append(TURN_SESSION.value_set(state.definition.session_id))
         workflow.upsert_search_attributes(pairs)
         workflow.set_current_details(_details(state) if state.terminal is None else "")
-        if state.terminal is not None and self._queue and workflow.patched(_REJECT_QUEUED):
+        if state.terminal is not None and self._queue and _patched(_REJECT_QUEUED):
             # Inputs still queued here were overtaken by a cancel (the only way
             # a turn ends with inputs waiting): they are late (§22). Rejecting
             # them answers their updates, so the run can close.

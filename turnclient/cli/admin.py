@@ -265,6 +265,8 @@ def config(args: argparse.Namespace) -> int:
                     "tools": list(a.tool_names),
                     "mcp": list(a.mcp_names),
                     "reasoningEffort": a.reasoning_effort,
+                    "outputSchema": a.output_schema,
+                    "outputRetries": a.output_retries if a.output_schema else None,
                     "origin": origin(f"agents.{n}"),
                 }
                 for n, a in cfg.agents.items()
@@ -312,9 +314,11 @@ def config(args: argparse.Namespace) -> int:
         for n, a in cfg.agents.items():
             models = " → ".join(a.models) or "(default model)"
             servers = f" · mcp: {', '.join(a.mcp_names)}" if a.mcp else ""
+            shaped = a.output
+            output = f" · output: {shaped.name} (retries {shaped.retries})" if shaped else ""
             print(
                 f"  {n:<12} {models} · tools: {', '.join(a.tool_names) or 'none'}"
-                f"{servers} · from {origin(f'agents.{n}') or '?'}"
+                f"{servers}{output} · from {origin(f'agents.{n}') or '?'}"
             )
         print("tools")
         for n, t in cfg.tools.items():

@@ -447,6 +447,27 @@ def stored_turn_ids(work_dir: Path) -> list[str]:
     return sorted(t for t in found if is_turn_id(t))
 
 
+def _is_summary_turn(work: Path, turn_id: str) -> bool:
+    """Whether a stored turn is a summary turn (``turncore.budget``), by its first line."""
+    from turncore.budget import is_summary_turn
+    from turncore.events import TurnCreated
+
+    try:
+        with turn_path(work, turn_id).open("rb") as f:
+            first = f.readline()
+    except OSError:  # stored elsewhere (PostgreSQL): read it through the repository
+        try:
+            with stored_repository() as repo:
+                events = repo.read(turn_id)
+        except TurnError:
+            return False
+        return isinstance(events[0], TurnCreated) and is_summary_turn(events[0])
+    try:
+        return is_summary_turn(TurnCreated.model_validate_json(first))
+    except ValueError:
+        return False
+
+
 def resolve_turn_id(given: str) -> str:
     """A turn id from what the user typed: an id, ``last`` (the newest), or a unique prefix."""
     if is_turn_id(given):
@@ -459,6 +480,11 @@ def resolve_turn_id(given: str) -> str:
         if given == "last":
             if not known:
                 raise Failure(f"no turns in {work} yet", EXIT_USAGE)
+            # The newest turn of a conversation: a summary of what a context budget
+            # dropped is a turn too, written after the turn it serves; skip those.
+            for turn_id in reversed(known):
+                if not _is_summary_turn(work, turn_id):
+                    return turn_id
             return known[-1]
         matches = [t for t in known if t.startswith(given)]
         if len(matches) == 1:

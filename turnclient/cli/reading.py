@@ -423,6 +423,18 @@ def _print_request(wire: dict[str, Any], policy: dict[str, Any]) -> None:
             f"budget     {budget.get('tokens')} tokens: dropped the {budget.get('dropped')} "
             "oldest messages of earlier turns (as recorded in the file)"
         )
+        summary = budget.get("summary")
+        if isinstance(summary, dict):
+            if summary.get("error") is not None:
+                how = f"failed, dropped plainly: {summary.get('error')}"
+            elif summary.get("sent"):
+                how = "sent as the first message"
+            else:
+                how = "not sent: it does not fit the budget"
+            paid = (
+                f" · usage {orjson.dumps(summary['usage']).decode()}" if "usage" in summary else ""
+            )
+            print(f"summary    turn {summary.get('turnId')}: {how}{paid}")
     print("\nsystem")
     print("\n".join("  " + line for line in wire["system"].splitlines()))
     print(f"\ntools ({len(wire['tools'])})")

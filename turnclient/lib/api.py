@@ -173,7 +173,13 @@ event in the turn's file before it gives up; a turn that keeps appending is
 followed across any number of runs, for as long as it takes."""
 
 STUCK_POLL_SECONDS = 1.0
-"""How often a command waiting on a run checks whether its workflow task keeps failing."""
+"""How soon a command waiting on a run first checks whether its workflow task keeps
+failing; the gap doubles after each check, up to ``STUCK_POLL_MAX_SECONDS``."""
+
+STUCK_POLL_MAX_SECONDS = 5.0
+"""The longest gap between two stuck checks of one wait. Each check is a describe
+on the server: once a second, hundreds of turns waiting at once cost the server
+more than running them did."""
 
 DELIVER_WINDOW_SECONDS = 5.0
 """How long a run may take to accept an input update; later it refuses it as expired
@@ -662,8 +668,8 @@ class TurnClient:
     ) -> dict[str, Any]:
         """One update, from its start to its answer, unless the run is stuck.
 
-        While it waits, the run is checked every ``stuck_poll_seconds``
-        (``stuck_run``). A stuck run ends the wait with ``StuckTurnError``,
+        While it waits, the run is checked after ``stuck_poll_seconds``, then
+        at gaps doubling up to ``STUCK_POLL_MAX_SECONDS`` (``stuck_run``). A stuck run ends the wait with ``StuckTurnError``,
         whose message says whether the input was applied. An input the run
         has not accepted is declared not applied only once its deadline
         (``deliver_by``, which the run's validator enforces) has passed, so it
@@ -690,11 +696,13 @@ class TurnClient:
             return raw
 
         task = asyncio.ensure_future(talk())
+        poll = self._stuck_poll
         try:
             while True:
-                await asyncio.wait([task], timeout=self._stuck_poll)
+                await asyncio.wait([task], timeout=poll)
                 if task.done():
                     return task.result()
+                poll = min(poll * 2, max(self._stuck_poll, STUCK_POLL_MAX_SECONDS))
                 stuck = await self._stuck(turn_id)
                 if stuck is None:
                     continue

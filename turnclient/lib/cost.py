@@ -190,13 +190,40 @@ class Pricer:
         return Estimate(total, "+".join(sorted(sources)))
 
     def turn_costs(self, state: TurnState) -> tuple[Estimate | None, list[Estimate | None]]:
-        """The turn's cost and each model call's (calls without usage cost nothing)."""
+        """The turn's cost and each model call's (calls without usage cost nothing).
+
+        A call's cost includes the summary call it ran for the context budget
+        (``contextBudget.summary`` with its ``model`` and ``usage``,
+        ``turncore.budget``): its own recorded call, paid by this turn."""
         model = state.definition.agent.resolved.model
-        calls = [self.call_cost(model, c.usage) for c in state.model_calls]
-        priced = [e for e, c in zip(calls, state.model_calls, strict=True) if c.usage is not None]
+        calls: list[Estimate | None] = []
+        priced: list[Estimate | None] = []
+        for c in state.model_calls:
+            own = self.call_cost(model, c.usage)
+            summary = _summary_usage(c.request.parameters)
+            if summary is not None:
+                paid = [self.call_cost(*summary)]
+                own = self.sum([own, *paid] if c.usage is not None else paid)
+            calls.append(own)
+            if c.usage is not None or summary is not None:
+                priced.append(own)
         if not priced:
             return (Estimate(Decimal(0), "no usage") if not state.model_calls else None), calls
         return self.sum(priced), calls
+
+
+def _summary_usage(parameters: Mapping[str, Any]) -> tuple[ModelDescriptor, TurnUsage] | None:
+    """The model and usage of the summary call a request's record says it ran, if any."""
+    budget = parameters.get("contextBudget")
+    summary = budget.get("summary") if isinstance(budget, dict) else None
+    if not isinstance(summary, dict) or not isinstance(summary.get("usage"), dict):
+        return None
+    provider, _, name = str(summary.get("model", "")).partition("/")
+    if not provider or not name:
+        return None
+    return ModelDescriptor(provider=provider, model=name), TurnUsage.model_validate(
+        summary["usage"]
+    )
 
 
 def known_window(config: ProviderConfig | None, model: ModelDescriptor) -> int | None:

@@ -145,6 +145,20 @@ def _model_call(call: ModelCallState) -> list[str]:
             f"{head} no outcome recorded · {steps} step events",
             f"      refs      {refs}",
         ]
+    budget = call.request.parameters.get("contextBudget")
+    if isinstance(budget, dict):
+        line = f"      budget    {budget.get('tokens')} tokens, dropped {budget.get('dropped')}"
+        summary = budget.get("summary")
+        if isinstance(summary, dict):
+            line += f" · summary turn {summary.get('turnId')}"
+            if summary.get("error") is not None:
+                line += " failed"
+            elif not summary.get("sent"):
+                line += " not sent"
+            paid = summary.get("usage")
+            if isinstance(paid, dict):
+                line += f" · summary usage {usage_text(TurnUsage.model_validate(paid))}"
+        lines.append(line)
     return lines
 
 

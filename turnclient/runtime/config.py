@@ -114,6 +114,19 @@ def object_schema(schema: object, where: str) -> dict[str, Any]:
 
 
 @dataclass(frozen=True)
+class SummariseDropped:
+    """``[agents.NAME] summarise_dropped = {model = ..., prompt = ...}``."""
+
+    model: str | None = None
+    """``provider/model`` of the summariser; None: the agent's own model."""
+    prompt: str | None = None
+    """The summariser's system prompt; None: ``turncore.budget.SUMMARY_PROMPT``."""
+    max_tokens: int | None = None
+    """Tokens kept free for the summary (and its call's output limit); None: a quarter
+    of the budget, at most 2,048."""
+
+
+@dataclass(frozen=True)
 class Agent:
     """An agent: the same whether it comes from ``[agents.NAME]`` or from Python.
 
@@ -145,6 +158,10 @@ class Agent:
     output_retries: int = DEFAULT_OUTPUT_RETRIES
     """How often an invalid final answer is sent back with its validation errors before
     the turn fails with ``output-invalid``."""
+    summarise_dropped: bool | SummariseDropped = False
+    """Summarise what the context budget drops, by a recorded model call of its own
+    (``turncore.budget``): True (the agent's model, the default prompt), or a
+    ``SummariseDropped`` naming the summariser's model and prompt."""
 
     def __post_init__(self) -> None:
         where = f"agents.{self.name}"
@@ -173,6 +190,15 @@ class Agent:
         if self.output_schema is None:
             return None
         return OutputSpec(schema=dict(self.output_schema), retries=self.output_retries)
+
+    @property
+    def summariser(self) -> SummariseDropped | None:
+        """The summariser of dropped messages, or None when the agent drops them plainly."""
+        if self.summarise_dropped is True:
+            return SummariseDropped()
+        if isinstance(self.summarise_dropped, SummariseDropped):
+            return self.summarise_dropped
+        return None
 
     @property
     def tool_names(self) -> tuple[str, ...]:
@@ -372,6 +398,14 @@ class ToolTable(_Table):
     """Seconds a fast tool may run (default 10, at most 30)."""
 
 
+class SummariseTable(_Table):
+    """``[agents.NAME.summarise_dropped]``."""
+
+    model: str | None = None
+    prompt: str | None = None
+    max_tokens: int | None = Field(default=None, ge=1)
+
+
 class AgentTable(_Table):
     """``[agents.NAME]``."""
 
@@ -386,6 +420,7 @@ class AgentTable(_Table):
     output_schema: dict[str, Any] | None = None
     """Structured output: the JSON Schema object the final answer must match."""
     output_retries: int | None = Field(default=None, ge=0)
+    summarise_dropped: bool | SummariseTable | None = None
 
     @field_validator("model")
     @classmethod
@@ -638,6 +673,8 @@ class TurnsFile(_Table):
                 prompt = BUILTIN_AGENTS[name].system_prompt
             if a.context_tokens is not None and prompt is not None:
                 check(check_budget, where, a.context_tokens, prompt)
+            if isinstance(a.summarise_dropped, SummariseTable):
+                check(_check_summariser, where, a.summarise_dropped, self._providers)
             check(_check_mcp_names, f"{where}.mcp", a.mcp or [], set(self.mcp))
         for name in self.mcp:
             if not MCP_NAME.fullmatch(name):
@@ -776,6 +813,21 @@ def _check_mcp_names(where: str, names: Sequence[str], known: set[str]) -> None:
             raise ValueError(f"{where}: unknown MCP server {n!r} (configured: {listed})")
     if len(set(names)) != len(names):
         raise ValueError(f"{where} lists a server twice")
+
+
+def _check_summariser(
+    where: str,
+    summariser: SummariseTable | SummariseDropped,
+    providers: Mapping[str, ProviderConfig],
+) -> None:
+    """A summariser names a configured model, and a prompt that says something."""
+    if summariser.model is not None:
+        _check_model_ref(f"{where}.summarise_dropped.model", summariser.model, providers)
+    if summariser.prompt is not None and not summariser.prompt.strip():
+        raise ValueError(
+            f"{where}.summarise_dropped.prompt is empty: write the summariser's instructions, "
+            "or leave the key out for the default prompt"
+        )
 
 
 def _check_model_ref(where: str, ref: str, providers: Mapping[str, ProviderConfig]) -> None:
@@ -1042,6 +1094,15 @@ def _agent_from_table(name: str, t: AgentTable, base: Agent | None) -> Agent:
         output_schema=t.output_schema if t.output_schema is not None else start.output_schema,
         output_type=None if t.output_schema is not None else start.output_type,
         output_retries=t.output_retries if t.output_retries is not None else start.output_retries,
+        summarise_dropped=start.summarise_dropped
+        if t.summarise_dropped is None
+        else t.summarise_dropped
+        if isinstance(t.summarise_dropped, bool)
+        else SummariseDropped(
+            model=t.summarise_dropped.model,
+            prompt=t.summarise_dropped.prompt,
+            max_tokens=t.summarise_dropped.max_tokens,
+        ),
     )
 
 
@@ -1193,6 +1254,8 @@ __all__ = [
     "StorageConfig",
     "StorageTable",
     "SubagentsTable",
+    "SummariseDropped",
+    "SummariseTable",
     "TemporalTable",
     "ToolTable",
     "WorkerVersioning",
@@ -1279,6 +1342,8 @@ def with_python(
             _check_agent_fields(a)
             if a.context_tokens is not None:
                 check_budget(f"agents.{a.name}", a.context_tokens, a.system_prompt)
+            if isinstance(a.summarise_dropped, SummariseDropped):
+                _check_summariser(f"agents.{a.name}", a.summarise_dropped, config.providers)
             _check_tool_names(f"agents.{a.name}.tools", a.tool_names, set(known))
             _check_models(f"agents.{a.name}.model", a.model, config.providers)
             _check_mcp_names(f"agents.{a.name}.mcp", a.mcp_names, set(servers))
@@ -1329,6 +1394,13 @@ def _check_agent_fields(agent: Agent) -> None:
         "context_tokens": agent.context_tokens,
         "mcp": list(agent.mcp_names),
         "output_retries": agent.output_retries,
+        "summarise_dropped": agent.summarise_dropped
+        if not isinstance(agent.summarise_dropped, SummariseDropped)
+        else {
+            "model": agent.summarise_dropped.model,
+            "prompt": agent.summarise_dropped.prompt,
+            "max_tokens": agent.summarise_dropped.max_tokens,
+        },
     }
     try:
         AgentTable.model_validate(table, strict=True)

@@ -49,6 +49,7 @@ from turnclient.runtime.mcp import (
 )
 from turnclient.runtime.storage import open_repository
 from turncore.agents import AgentDefinition, ListedTools, StaticAgentResolver
+from turncore.budget import SUMMARY_PROMPT, Summariser
 from turncore.context import ContextResolver, ElisionPolicy
 from turncore.errors import DependencyError, InfrastructureError, InvalidInputError
 from turncore.events import ModelDescriptor, ToolDescriptor
@@ -223,6 +224,7 @@ class Runtime:
             classifier=RuleClassifier(config.auto_allow, config.auto_deny),
             context_policy=config.context,
             context_budget=context_budgets(config),
+            summariser=summarisers(config),
             listed=listing,
         )
         return cls(
@@ -364,6 +366,23 @@ def context_budgets(config: Config) -> Callable[[str, ModelDescriptor], int | No
     return budget
 
 
+def summarisers(config: Config) -> Callable[[str], Summariser | None]:
+    """How an agent summarises what its budget drops (``summarise_dropped``), by id."""
+
+    def summariser(agent_id: str) -> Summariser | None:
+        agent = config.agents.get(agent_id)
+        chosen = agent.summariser if agent is not None else None
+        if chosen is None:
+            return None
+        return Summariser(
+            model=parse_model_ref(chosen.model) if chosen.model is not None else None,
+            prompt=chosen.prompt if chosen.prompt is not None else SUMMARY_PROMPT,
+            max_tokens=chosen.max_tokens,
+        )
+
+    return summariser
+
+
 def turn_dependencies(
     repository: TurnRepository,
     models: ModelResolver,
@@ -375,6 +394,7 @@ def turn_dependencies(
     context_policy: ElisionPolicy | None = None,
     hub: LiveHub | None = None,
     context_budget: Callable[[str, ModelDescriptor], int | None] | None = None,
+    summariser: Callable[[str], Summariser | None] | None = None,
     listed: ListedTools | None = None,
 ) -> TurnDependencies:
     """What the activities need, from the resolved parts of a runtime.
@@ -400,6 +420,7 @@ def turn_dependencies(
         agents=agents,
         ids=TurnIdGenerator(),
         context_budget=context_budget,
+        summariser=summariser,
         listed=listed,
     )
 

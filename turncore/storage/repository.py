@@ -85,7 +85,7 @@ from pathlib import Path
 from typing import Any, BinaryIO, Protocol, get_args
 
 import orjson
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from turncore.errors import (
     AppendConflictError,
@@ -131,7 +131,7 @@ __all__ = [
     "validate_log",
 ]
 
-_EVENT_CLASSES: tuple[type, ...] = get_args(get_args(TurnEvent)[0])
+_EVENT_CLASSES: tuple[type[BaseModel], ...] = get_args(get_args(TurnEvent)[0])
 
 TAIL_CACHE_SIZE = 64
 """How many turns' reducers a repository keeps warm for appends."""
@@ -469,6 +469,17 @@ class _BoundValidators(dict[str, Callable[[Any], Any]]):
 
 _VALIDATE = _BoundValidators()
 
+_FIELDS_SET = BaseModel.__dict__["__pydantic_fields_set__"]
+_ALL_FIELDS: dict[type[BaseModel], set[str]] = {c: set(c.model_fields) for c in _EVENT_CLASSES}
+_FIELD_COUNTS: dict[type[BaseModel], int] = {c: len(f) for c, f in _ALL_FIELDS.items()}
+"""Every event a read keeps shares one ``__pydantic_fields_set__`` per class
+when all its fields were on the line (most events): pydantic makes a set per
+instance, and at five or more names that set is 728 bytes, a third of what a
+read event keeps in memory. A subset of the fields with as many names is all
+of them, so comparing sizes suffices. Shared as the reducer shares its
+records' (``turncore.reducer._record``): events are frozen, so pydantic never
+changes the set, and ``model_copy`` copies it before adding to it."""
+
 
 def decode_log(
     data: bytes,
@@ -534,6 +545,8 @@ def decode_log(
     apply, add = reducer.apply, events.append
     loads, dumps, validate = orjson.loads, orjson.dumps, _VALIDATE
     newline = orjson.OPT_APPEND_NEWLINE
+    fields_set, share_fields_set = _FIELDS_SET.__get__, _FIELDS_SET.__set__
+    all_fields, field_counts = _ALL_FIELDS, _FIELD_COUNTS
     depth_floor = 2 * MAX_LINE_DEPTH  # a shorter line cannot nest too deep
     with _collector_paused():
         for line, raw in enumerate(lines, start=first_line + len(events)):
@@ -552,6 +565,9 @@ def decode_log(
                 apply(event)
             except CorruptTurnError as exc:
                 raise CorruptTurnError(exc.rule, path=where, line=line) from None
+            kind = type(event)
+            if len(fields_set(event)) == field_counts[kind]:  # every field: share the set
+                share_fields_set(event, all_fields[kind])
             add(event)
     if end < len(data):
         raise CorruptTurnError(

@@ -1,10 +1,12 @@
-"""A bulk read and the cyclic garbage collector (``_collector_paused`` in the repository).
+"""What a bulk read (``decode_log``) may do to the process for speed and memory.
 
-A read pauses the collector while it decodes and files what it made among the
-old objects, so no young collection walks a long log's events (bench/replay.py
-measures the speed). These tests pin what that may and may not do to the
-process: the collector is left as the caller had it, an application's own
-frozen objects stay frozen, and garbage cycles are still collected.
+A read pauses the cyclic garbage collector while it decodes and files what it
+made among the old objects, so no young collection walks a long log's events;
+and events with every field on their line share one fields set per class
+(bench/replay.py measures both). These tests pin what that may and may not
+do: the collector is left as the caller had it, an application's own frozen
+objects stay frozen, garbage cycles are still collected, and each event still
+says exactly which fields its line set.
 """
 
 from __future__ import annotations
@@ -18,7 +20,7 @@ import orjson
 import pytest
 
 from tests.builders import TURN_ID, TurnBuilder, read_call
-from turncore.events import TurnEvent
+from turncore.events import TurnEvent, parse_event
 from turncore.storage.repository import FileTurnRepository
 
 
@@ -116,3 +118,22 @@ def test_a_failed_read_switches_the_collector_back_on(
     with pytest.raises(Exception, match="not valid JSON"):
         repo.read(TURN_ID)
     assert gc.isenabled()
+
+
+def test_read_events_say_which_fields_their_line_set(repo: FileTurnRepository) -> None:
+    events = repo.read(TURN_ID)
+    for event in events:
+        alone = parse_event(orjson.loads(orjson.dumps(event.to_wire())))
+        assert event.model_fields_set == alone.model_fields_set
+        assert event == alone
+    # Sharing one set between events of a class must not let a copy reach the others.
+    progress = [e for e in events if e.type == "tool_progress"]
+    assert progress[0].model_fields_set is progress[1].model_fields_set  # shared
+    changed = progress[0].model_copy(update={"tool_call_id": "other"})
+    assert changed.tool_call_id == "other"
+    assert progress[1].model_fields_set == alone_fields(progress[1])
+    assert changed.model_fields_set is not progress[0].model_fields_set
+
+
+def alone_fields(event: TurnEvent) -> set[str]:
+    return parse_event(orjson.loads(orjson.dumps(event.to_wire()))).model_fields_set
