@@ -43,7 +43,7 @@ PROBE = """
 import json, os, sys
 real_exit = os._exit
 def report(code):
-    loaded = sorted({name.split(".")[0] for name in sys.modules})
+    loaded = sorted(sys.modules)
     sys.stderr.write("\\nLOADED " + json.dumps(loaded) + "\\n")
     sys.stderr.flush()
     real_exit(code)
@@ -66,7 +66,22 @@ def loaded_by(home: Path, *args: str, **extra: str) -> tuple[int, set[str]]:
         timeout=60,
     )
     line = next(x for x in r.stderr.splitlines() if x.startswith("LOADED "))
-    return r.returncode, set(json.loads(line.removeprefix("LOADED ")))
+    return r.returncode, {m.split(".")[0] for m in json.loads(line.removeprefix("LOADED "))}
+
+
+def modules_loaded_by(home: Path, *args: str) -> tuple[int, set[str], str]:
+    """(exit code, every module loaded, stdout) of a command."""
+    env = {"PATH": "/usr/bin:/bin", "TURNS_HOME": str(home), "NO_COLOR": "1", "HOME": str(home)}
+    r = subprocess.run(
+        [sys.executable, "-c", PROBE, *args],
+        cwd=home,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    line = next(x for x in r.stderr.splitlines() if x.startswith("LOADED "))
+    return r.returncode, set(json.loads(line.removeprefix("LOADED "))), r.stdout
 
 
 def scripted_copy(home: Path) -> Path:
@@ -136,6 +151,23 @@ def test_reading_any_turn_without_its_cost_loads_no_event_loop(
     assert not loaded & set(LIGHT_READ), f"{command} loaded {sorted(loaded & set(LIGHT_READ))}"
 
 
+def test_showing_a_turn_no_configuration_can_price_loads_no_configuration(home: Path) -> None:
+    """No turns.toml, and a model the environment declares no provider for: the cost
+    is unknown whatever a configuration says, so none is loaded (its models, the
+    built-in tools). With a turns.toml that prices the model, it is read."""
+    turn = scripted_copy(home)
+    code, loaded, out = modules_loaded_by(home, "show", str(turn))
+    assert code == 0
+    assert "turnclient.runtime.config" not in loaded
+    assert "cost     unknown (no price known for this model)" in out
+
+    (home / "turns.toml").write_text("[prices.scripted]\ninput_per_mtok = 1\noutput_per_mtok = 2\n")
+    code, loaded, out = modules_loaded_by(home, "show", str(turn))
+    assert code == 0
+    assert "turnclient.runtime.config" in loaded
+    assert "cost     ~$0.0007 (turns.toml)" in out
+
+
 def test_the_light_check_sees_the_price_table_when_a_cost_needs_it(home: Path) -> None:
     """The check can fail: an OpenAI model's cost is looked up in genai-prices."""
     code, loaded = loaded_by(home, "show", str(SETTLED))
@@ -148,3 +180,11 @@ def test_the_probe_sees_the_sdk_when_a_command_needs_it(home: Path) -> None:
     code, loaded = loaded_by(home, "list", "--json", TEMPORAL_ADDRESS="127.0.0.1:9")
     assert code == 7  # unreachable
     assert "temporalio" in loaded
+
+
+def test_the_light_read_knows_the_providers_the_environment_declares() -> None:
+    """``workdir.ENV_PROVIDERS`` is what ``config.env_providers`` always declares."""
+    from turnclient.runtime.config import env_providers
+    from turnclient.runtime.workdir import ENV_PROVIDERS
+
+    assert tuple(env_providers({})) == ENV_PROVIDERS

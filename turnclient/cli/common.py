@@ -408,7 +408,7 @@ def positive(text: str) -> int:
 
 
 def current_work_dir() -> Path:
-    from turnclient.runtime.config import work_dir_from_env
+    from turnclient.runtime.workdir import work_dir_from_env
 
     return work_dir_from_env()
 
@@ -603,10 +603,13 @@ def migrate_requested(args: argparse.Namespace) -> bool:
 # ---------------------------------------------------------------- cost (derived, never stored)
 
 
-def _pricer() -> tuple[Any, Config | None]:
+def _pricer(state: TurnState) -> tuple[Any, Config | None]:
     """Prices for the work dir's providers, and the configuration they come from
-    (None: a broken turns.toml, which leaves every price unknown)."""
+    (None: a broken turns.toml, which leaves every price unknown; or none loaded)."""
     from turnclient.lib.cost import Pricer
+
+    if not _configured_cost(state):
+        return Pricer({}), None
     from turnclient.runtime.config import ConfigError
 
     try:
@@ -615,6 +618,26 @@ def _pricer() -> tuple[Any, Config | None]:
         print(f"{PROG}: cost unknown: {_one_line(str(exc))}", file=sys.stderr)
         return Pricer({}), None
     return Pricer(cfg.providers, cfg.prices), cfg
+
+
+def _configured_cost(state: TurnState) -> bool:
+    """Whether the work dir's configuration can change what the turn costs.
+
+    A price comes from ``[prices.PROVIDER]`` in a ``turns.toml``, or from the
+    price table for a provider the configuration declares; without a
+    configuration file only the environment's providers are declared. So a
+    turn priced only by other providers (``scripted``), in a work dir without
+    a file, costs "unknown" whatever the configuration would say, and a read
+    of it loads none (a session's cost reads the configured storage: loaded).
+    """
+    from turnclient.lib.cost import priced_providers
+    from turnclient.runtime.workdir import ENV_PROVIDERS, has_config_file
+
+    return (
+        state.definition.session_id is not None
+        or not priced_providers(state).isdisjoint(ENV_PROVIDERS)
+        or has_config_file(current_work_dir())
+    )
 
 
 def settled_state(turn_id: str) -> TurnState | None:
@@ -648,7 +671,7 @@ def _session_cost(pricer: Any, session_id: str, config: Config | None) -> dict[s
 def cost_json(state: TurnState, *, session: bool = False) -> dict[str, Any]:
     from turnclient.lib.cost import turn_report
 
-    pricer, cfg = _pricer()
+    pricer, cfg = _pricer(state)
     doc = turn_report(pricer, state)
     session_id = state.definition.session_id
     if session and session_id:
@@ -659,7 +682,7 @@ def cost_json(state: TurnState, *, session: bool = False) -> dict[str, Any]:
 def cost_text(state: TurnState, *, known_only: bool = False) -> list[str]:
     from turnclient.lib.cost import cost_lines
 
-    pricer, cfg = _pricer()
+    pricer, cfg = _pricer(state)
     if known_only and pricer.turn_costs(state)[0] is None:
         return []
     session_id = state.definition.session_id

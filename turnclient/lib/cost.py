@@ -19,12 +19,13 @@ import warnings
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from decimal import Decimal, InvalidOperation
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from turncore.events import ModelDescriptor, TurnUsage
-from turncore.model import ProviderConfig
-from turncore.model.registry import DEFAULT_BASE_URLS
 from turncore.reducer import TurnState
+
+if TYPE_CHECKING:  # a type only: pricing a turn loads no model adapter registry
+    from turncore.model import ProviderConfig
 
 CURRENCY = "USD"
 _MTOK = Decimal(1_000_000)
@@ -154,6 +155,8 @@ class Pricer:
             return None  # scripted, or a provider this process does not know
         from genai_prices import Usage, calc_price
 
+        from turncore.model.registry import DEFAULT_BASE_URLS
+
         base_url = config.base_url
         custom = base_url is not None and base_url != DEFAULT_BASE_URLS.get(config.kind)
         usage_in = Usage(
@@ -212,6 +215,17 @@ class Pricer:
         return self.sum(priced), calls
 
 
+def priced_providers(state: TurnState) -> set[str]:
+    """The providers whose prices ``Pricer.turn_costs`` looks up for ``state``: the
+    turn's model's, and those of the summary calls its requests record."""
+    found = {state.definition.agent.resolved.model.provider}
+    for c in state.model_calls:
+        summary = _summary_usage(c.request.parameters)
+        if summary is not None:
+            found.add(summary[0].provider)
+    return found
+
+
 def _summary_usage(parameters: Mapping[str, Any]) -> tuple[ModelDescriptor, TurnUsage] | None:
     """The model and usage of the summary call a request's record says it ran, if any."""
     budget = parameters.get("contextBudget")
@@ -232,6 +246,8 @@ def known_window(config: ProviderConfig | None, model: ModelDescriptor) -> int |
     if config is None or config.kind not in _GENAI_PROVIDERS:
         return None
     from genai_prices import Usage, calc_price
+
+    from turncore.model.registry import DEFAULT_BASE_URLS
 
     base_url = config.base_url
     custom = base_url is not None and base_url != DEFAULT_BASE_URLS.get(config.kind)
@@ -308,6 +324,7 @@ __all__ = [
     "Pricer",
     "ProviderPrice",
     "cost_lines",
+    "priced_providers",
     "session_report",
     "turn_report",
 ]

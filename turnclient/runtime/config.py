@@ -53,6 +53,11 @@ from turnclient.builtins.tools import BUILTIN_NAMES, builtin_tools
 from turnclient.lib.cost import PriceConfigError, ProviderPrice
 from turnclient.runtime.errors import ConfigError
 from turnclient.runtime.notify import NotifyTable
+from turnclient.runtime.workdir import (
+    CONFIG_FILE,
+    config_path,
+    work_dir_from_env,
+)
 from turncore.budget import check_budget
 from turncore.context import ElisionPolicy
 from turncore.model import ProviderConfig, ProviderConfigError, parse_model_ref
@@ -75,8 +80,6 @@ from turncore.tools import (
 if TYPE_CHECKING:  # a type only: reading a config loads no model adapter
     from turncore.model.scripted import ScriptFunction
 
-CONFIG_FILE = "turns.toml"
-DEFAULT_WORK_DIR = ".turns"
 DEFAULT_TASK_QUEUE = "turns"
 SPAWN_AGENT = "spawn_agent"
 """The workflow-native sub-agent tool any agent may list."""
@@ -351,24 +354,6 @@ class McpServer:
         if self.command is not None:
             return "stdio: " + " ".join([self.command, *self.args])
         return str(self.url)
-
-
-def work_dir_from_env(env: Mapping[str, str] | None = None, cwd: Path | None = None) -> Path:
-    """``TURNS_HOME``; else the nearest ``.turns/`` upward from the current directory, as git
-    finds ``.git``; else ``./.turns`` (absolute), which the first command that writes creates.
-
-    So a command run in a subdirectory of a project uses the project's turns and
-    its Temporal database instead of silently starting a second, empty one.
-    """
-    env = os.environ if env is None else env
-    if env.get("TURNS_HOME"):
-        return Path(env["TURNS_HOME"]).absolute()
-    here = (cwd or Path.cwd()).absolute()
-    for folder in (here, *here.parents):
-        candidate = folder / DEFAULT_WORK_DIR
-        if candidate.is_dir():
-            return candidate
-    return here / DEFAULT_WORK_DIR
 
 
 # ---------------------------------------------------------------- the file's shape
@@ -976,6 +961,7 @@ def env_providers(env: Mapping[str, str]) -> dict[str, ProviderConfig]:
     ``openai/MODEL`` without the key fails naming the variable to set.
     """
     out: dict[str, ProviderConfig] = {}
+    # turnclient.runtime.workdir.ENV_PROVIDERS names these for reads that load no config.
     for name, build in (("openai", _openai_from_env), ("anthropic", _anthropic_from_env)):
         try:
             out[name] = build(env)
@@ -1123,7 +1109,7 @@ def load_config(
     """
     env = os.environ if env is None else env
     root = Path(work_dir).absolute()
-    path = Path(env["TURNS_CONFIG"]).absolute() if env.get("TURNS_CONFIG") else root / CONFIG_FILE
+    path = config_path(root, env)
     data: dict[str, Any] = {}
     source: Path | None = None
     if env.get("TURNS_CONFIG") and not path.is_file():
