@@ -188,3 +188,11 @@ def test_the_light_read_knows_the_providers_the_environment_declares() -> None:
     from turnclient.runtime.workdir import ENV_PROVIDERS
 
     assert tuple(env_providers({})) == ENV_PROVIDERS
+
+
+def test_inspecting_without_a_turns_toml_loads_no_configuration(home: Path) -> None:
+    """The default elision policy, and the storage opened only for an earlier turn."""
+    code, loaded, out = modules_loaded_by(home, "inspect", str(scripted_copy(home)))
+    assert code == 0
+    assert "turnclient.runtime.config" not in loaded
+    assert out.startswith("model call 1 · scripted/")

@@ -324,7 +324,8 @@ def _turn_file_bytes(path: Path) -> bytes:
     JSON,
 )
 def inspect(args: argparse.Namespace) -> int:
-    from turnclient.runtime.config import ConfigError
+    from turnclient.runtime.errors import ConfigError
+    from turnclient.runtime.workdir import has_config_file
     from turncore.budget import BUDGET_KEY
     from turncore.compose import compose_model_request
     from turncore.context import ContextResolver, ElisionPolicy
@@ -342,15 +343,31 @@ def inspect(args: argparse.Namespace) -> int:
                 f"turn {args.turn} has model calls 0..{len(reduced.model_calls) - 1}, not {index}",
                 EXIT_USAGE,
             )
+        # Without a turns.toml the policy is the default and turns are files in the
+        # work dir: nothing to load unless an earlier turn must be read (a context
+        # reference, an inherited agent), which opens the storage then.
         cfg = None
-        try:
-            cfg = storage_config()
-            policy = cfg.context
-        except ConfigError as exc:
-            print(f"{PROG}: turns.toml unusable, default elision policy: {exc}", file=sys.stderr)
-            policy = ElisionPolicy()
-        with stored_repository(cfg) as repo:
-            contexts = ContextResolver(lambda t: repo.reduced(t).state, policy)
+        policy = ElisionPolicy()
+        with contextlib.ExitStack() as stack:
+            if has_config_file(current_work_dir()):
+                try:
+                    cfg = storage_config()
+                    policy = cfg.context
+                except ConfigError as exc:
+                    print(
+                        f"{PROG}: turns.toml unusable, default elision policy: {exc}",
+                        file=sys.stderr,
+                    )
+                    stack.enter_context(stored_repository())  # fails as the storage does
+            opened: list[Any] = []
+
+            def earlier(turn_id: str) -> TurnState:
+                if not opened:
+                    opened.append(stack.enter_context(stored_repository(cfg)))
+                state: TurnState = opened[0].reduced(turn_id).state
+                return state
+
+            contexts = ContextResolver(earlier, policy)
             agent = contexts.resolve_agent(reduced.definition)
             context = contexts.resolve(reduced.definition.context)
         composed = compose_model_request(agent, context, reduced, index)
