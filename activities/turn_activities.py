@@ -851,7 +851,11 @@ class TurnActivities(TurnActivityContract):
 
         async def sink(event: StreamEvent) -> None:
             streamed[0] += 1
-            activity.heartbeat()
+            if time.monotonic() - started >= HEARTBEAT_EVERY:
+                # Temporal sends a call's first beat at once (then one a second):
+                # a call over within a second needs none (each is a write on the
+                # server), and a cancel still reaches a longer one within a second.
+                activity.heartbeat()
             # Durable step events land before the next stream event is read (§13).
             try:
                 await steps(recorder.on_event(event))
