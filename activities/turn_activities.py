@@ -48,6 +48,7 @@ from turncore.budget import (
     TokenEstimates,
     fixed_tokens,
     plan_drop,
+    plan_summarised_drop,
     recorded_summary,
     summary_message,
     summary_reserve,
@@ -237,13 +238,9 @@ class TurnActivities(TurnActivityContract):
         context: list[ConversationMessage],
         reducer: TurnReducer,
         requested: ModelCallRequested,
-        budget: int,
-        reserve: int | None = None,
-    ) -> tuple[int, int, bool]:
-        """Measure the request ``requested`` would send; drop what the budget rule says:
-        the messages dropped, the tokens the budget has left after the cut, and whether
-        the cut leaves ``reserve`` tokens for a summary of what it drops (the cut is
-        then made that much deeper; without room for one, it is the plain cut).
+    ) -> tuple[int, list[int], int]:
+        """Measure the request ``requested`` would send: what every request of the agent
+        carries (system prompt, tools), each prefix message, and the current turn.
 
         Composed as it would be without dropping (from the turn's last composed
         request, so the work does not grow with the turn), then measured with the
@@ -262,30 +259,22 @@ class TurnActivities(TurnActivityContract):
         prefix_tokens = [sizes.of(m) for m in context]
         current = sum(sizes.of(m) for m in full.messages[len(context) :])
         fixed = fixed_tokens(agent.system_prompt, agent.tools)
-        dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
-        room = False
-        if dropped and reserve is not None:
-            try:
-                dropped = plan_drop(budget, fixed + reserve, context, prefix_tokens, current)
-                room = True
-            except ContextBudgetExceeded:
-                pass  # no room for a summary beside the current turn: the plain cut
-        return dropped, budget - fixed - current - sum(prefix_tokens[dropped:]), room
+        return fixed, prefix_tokens, current
 
     async def _summary(
         self,
-        state: TurnState,
         agent: ResolvedAgent,
         context: list[ConversationMessage],
         dropped: int,
         spare: int,
         summariser: Summariser,
         reserve: int,
+        earlier: RecordedSummary | None,
     ) -> dict[str, JsonValue]:
-        """The ``summary`` record of a call that drops ``dropped`` messages: the summary
-        an earlier call (of this turn, else of the turn it continues) made of the same
-        cut, or a new summary turn (``activities.summaries``) of what is newly dropped."""
-        earlier = await self._earlier_summary(state)
+        """The ``summary`` record of a call that drops ``dropped`` messages: the
+        ``earlier`` summary (of this turn, else of the turn it continues) if it is of
+        the same cut, or a new summary turn (``activities.summaries``) of what is
+        newly dropped, given the earlier summary."""
         if earlier is not None and earlier.dropped == dropped:
             # The same span: reused as recorded, never summarised again (nor paid again).
             record: dict[str, JsonValue] = {"turnId": earlier.turn_id}
@@ -305,12 +294,17 @@ class TurnActivities(TurnActivityContract):
             async def new_id() -> str:
                 return await self._free_id(ids)
 
+            async def append(turn_id: str, events: Sequence[TurnEvent]) -> int:
+                # Not observed (no webhook): nobody waits on a summary turn, and its
+                # end is not the end of a turn of the conversation.
+                return await asyncio.to_thread(d.repository.append, turn_id, list(events))
+
             turns = SummaryTurns(
                 repository=d.repository,
                 model=d.models.resolve,
                 clock=d.clock,
                 new_id=new_id,
-                append=self._append,
+                append=append,
             )
             span = context[base.dropped if base is not None else 0 : dropped]
             record = await summarise(turns, agent, summariser, span, base, reserve)
@@ -796,23 +790,36 @@ class TurnActivities(TurnActivityContract):
         budget = d.context_budget(agent.agent_id, agent.model) if d.context_budget else None
         if budget is not None:
             decision: dict[str, JsonValue]
-            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
-            reserve = summary_reserve(summariser, budget) if summariser is not None else None
-            dropped, room = 0, False
+            fixed, prefix_tokens, current = self._budget(
+                turn_id, agent, context, reducer, requested
+            )
             try:
-                dropped, spare, room = self._budget(
-                    turn_id, agent, context, reducer, requested, budget, reserve
-                )
+                dropped = plan_drop(budget, fixed, context, prefix_tokens, current)
                 decision = {"tokens": budget, "dropped": dropped}
             except ContextBudgetExceeded as exc:
                 over_budget, decision = exc, {"tokens": budget, "dropped": len(context)}
-            if room and summariser is not None and reserve is not None:
+            summariser = d.summariser(agent.agent_id) if d.summariser is not None else None
+            if over_budget is None and dropped and summariser is not None:
                 # A summary call streams nothing the worker sees: beat for it meanwhile.
                 beat = asyncio.create_task(_heartbeat_forever())
                 try:
-                    decision["summary"] = await self._summary(
-                        state, agent, context, dropped, spare, summariser, reserve
+                    reserve = summary_reserve(summariser, budget)
+                    before = await self._earlier_summary(state)
+                    cut = plan_summarised_drop(
+                        budget,
+                        reserve,
+                        fixed,
+                        context,
+                        prefix_tokens,
+                        current,
+                        before.dropped if before is not None else None,
                     )
+                    if cut is not None:  # else no summary fits beside this turn: plain
+                        spare = budget - fixed - current - sum(prefix_tokens[cut:])
+                        decision["dropped"] = cut
+                        decision["summary"] = await self._summary(
+                            agent, context, cut, spare, summariser, reserve, before
+                        )
                 except (InfrastructureError, CorruptTurnError, DependencyError) as exc:
                     raise to_application_error(exc) from exc
                 finally:
@@ -844,7 +851,11 @@ class TurnActivities(TurnActivityContract):
 
         async def sink(event: StreamEvent) -> None:
             streamed[0] += 1
-            activity.heartbeat()
+            if time.monotonic() - started >= HEARTBEAT_EVERY:
+                # Temporal sends a call's first beat at once (then one a second):
+                # a call over within a second needs none (each is a write on the
+                # server), and a cancel still reaches a longer one within a second.
+                activity.heartbeat()
             # Durable step events land before the next stream event is read (§13).
             try:
                 await steps(recorder.on_event(event))

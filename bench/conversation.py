@@ -19,6 +19,11 @@ JSON object:
 
 and the same again for a second conversation whose agent has a context
 budget (``--budget``, default 2,000 tokens): earlier turns are dropped to fit.
+With ``--summarise``, a third conversation on the same budget summarises what
+it drops (``summarise_dropped``): ``summary_calls`` (how many summary turns ran)
+and ``summary_request_messages_max`` / ``summary_request_bytes_max`` (the
+largest summary request: each summarises only what is newly dropped, so it
+stays bounded however long the conversation gets).
 
 Compare ratios within one run: absolute figures depend on the machine's load.
 """
@@ -40,7 +45,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 import orjson  # noqa: E402
 
-from turnclient import Agent, Turns  # noqa: E402
+from turnclient import Agent, SummariseDropped, Turns  # noqa: E402
 from turnclient.runtime.embedded import servers_on  # noqa: E402
 from turncore.model.port import ModelCallRequest  # noqa: E402
 
@@ -69,8 +74,24 @@ def _by_decile(values: list[float]) -> list[float]:
     ]
 
 
-async def conversation(count: int, budget: int | None = None) -> dict[str, Any]:
+class Summariser:
+    """The summariser: one fixed summary; keeps what each summary request carried."""
+
+    def __init__(self) -> None:
+        self.sizes: list[tuple[int, int]] = []
+
+    def __call__(self, request: ModelCallRequest) -> dict[str, Any]:
+        size = len(orjson.dumps([m.to_wire() for m in request.messages]))
+        self.sizes.append((len(request.messages), size))
+        usage = {"inputTokens": size // 4, "outputTokens": 20, "totalTokens": size // 4 + 20}
+        return {"text": "The user reported fine weather in every message.", "usage": usage}
+
+
+async def conversation(
+    count: int, budget: int | None = None, summarise: bool = False
+) -> dict[str, Any]:
     model = Answerer()
+    summariser = Summariser()
     wall: list[float] = []
     cpu: list[float] = []
     with tempfile.TemporaryDirectory(prefix="turns-conversation-") as tmp:
@@ -79,8 +100,10 @@ async def conversation(count: int, budget: int | None = None) -> dict[str, Any]:
             system_prompt="Keep the user company.",
             model="scripted/answer",
             context_tokens=budget,
+            summarise_dropped=SummariseDropped(model="scripted/summary") if summarise else False,
         )
-        async with Turns(tmp, agents=[agent], models={"answer": model}) as turns:
+        models = {"answer": model, "summary": summariser}
+        async with Turns(tmp, agents=[agent], models=models) as turns:
             last: str | None = None
             for i in range(count):
                 started, cpu_started = time.perf_counter(), time.process_time()
@@ -110,6 +133,15 @@ async def conversation(count: int, budget: int | None = None) -> dict[str, Any]:
         "cpu_flatness_last_over_second_decile": round(cpu_ms[-1] / cpu_ms[1], 2),
         "request_messages": {str(i + 1): model.sizes[i][0] for i in picks},
         "request_bytes": {str(i + 1): model.sizes[i][1] for i in picks},
+        **(
+            {
+                "summary_calls": len(summariser.sizes),
+                "summary_request_messages_max": max((m for m, _ in summariser.sizes), default=0),
+                "summary_request_bytes_max": max((b for _, b in summariser.sizes), default=0),
+            }
+            if summarise
+            else {}
+        ),
     }
 
 
@@ -122,10 +154,17 @@ def main() -> None:
         default=2000,
         help="a second conversation runs with this context budget (0: none)",
     )
+    parser.add_argument(
+        "--summarise",
+        action="store_true",
+        help="a third conversation on the budget summarises what it drops",
+    )
     args = parser.parse_args()
     report = {"without_budget": asyncio.run(conversation(args.turns))}
     if args.budget:
         report["with_budget"] = asyncio.run(conversation(args.turns, args.budget))
+    if args.budget and args.summarise:
+        report["with_summaries"] = asyncio.run(conversation(args.turns, args.budget, True))
     print(json.dumps(report, indent=2))
 
 

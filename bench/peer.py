@@ -18,8 +18,15 @@ every measurement, so they share the machine's load alike.
    model+tool iteration adds, with tool outputs of 100 B, 10 KB and 100 KB,
    and the spread across the three.
 3. ``load``: ``N`` turns of three model calls started at once, for each N in
-   ``--sizes``: turns/s (N over the wall time) and p50/p99 of a turn's time
-   from start to outcome.
+   ``--sizes``, ``--repeat`` times with the systems alternating: the medians
+   of turns/s (N over the wall time) and of p50/p99 of a turn's time from
+   start to outcome; and per turn, where it went: CPU milliseconds of the dev
+   server, the system's worker and this driver (from /proc: Linux only), and
+   the requests the server's frontend answered (its metrics), by call.
+   ``turn_of_three_calls`` counts what one such turn puts in history: events,
+   bytes, workflow tasks, activity tasks, markers.
+
+``--parts`` picks among ``iteration``, ``history`` and ``load``.
 
 Targets (ratios to the peer, turncore fast): iteration ≤ 0.6×; history per
 model call ≤ 0.2× at each output size and within 10% across them;
@@ -32,12 +39,16 @@ import argparse
 import asyncio
 import json
 import os
+import socket
 import statistics
 import sys
 import tempfile
 import time
+import urllib.request
 import uuid
+from collections import Counter
 from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +56,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from pydantic_ai.durable_exec.temporal import AgentPlugin, PydanticAIPlugin  # noqa: E402
+from temporalio.api.enums.v1 import EventType  # noqa: E402
 from temporalio.client import Client  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
@@ -63,6 +75,8 @@ ITERATIONS = 4
 HISTORY_CALLS = 10
 OUTPUT_SIZES = {"100B": 100, "10KB": 10_000, "100KB": 100_000}
 LOAD_CALLS = 3
+METRICS_SETTLE_SECONDS = 1.5
+"""The dev server's metrics lag its requests by up to about a second."""
 TARGETS = {
     "iteration_ratio_at_most": 0.6,
     "history_ratio_at_most": 0.2,
@@ -224,22 +238,108 @@ async def measure_history(systems: dict[str, Run], clients: dict[str, Client]) -
     return out
 
 
-async def measure_load(systems: dict[str, Run], n: int) -> dict[str, Any]:
+@dataclass
+class Probes:
+    """Where one system's load goes: CPU seconds of the server, the system's worker
+    and this driver (from /proc, Linux only), and the requests the server's
+    frontend answered (its Prometheus metrics): the round trips."""
+
+    metrics_port: int
+    workers: dict[str, int]
+    """The worker process id, by system."""
+    server: list[int]
+
+    def cpu(self, name: str) -> dict[str, float]:
+        return {
+            "server": sum(_cpu_seconds(p) for p in self.server),
+            "worker": _cpu_seconds(self.workers[name]),
+            "driver": _cpu_seconds(os.getpid()),
+        }
+
+    def requests(self) -> Counter[str]:
+        text = urllib.request.urlopen(f"http://127.0.0.1:{self.metrics_port}/metrics").read()
+        out: Counter[str] = Counter()
+        for line in text.decode().splitlines():
+            if line.startswith("service_requests{") and 'service_name="frontend"' in line:
+                if 'namespace="default"' in line:
+                    operation = line.split('operation="', 1)[1].split('"', 1)[0]
+                    out[operation] += int(float(line.rsplit(" ", 1)[1]))
+        return out
+
+
+def _cpu_seconds(pid: int) -> float:
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _children(pid: int) -> list[int]:
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            try:
+                stat = (entry / "stat").read_text().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(stat[1]) == pid:
+                found.append(int(entry.name))
+    return found
+
+
+def _free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+async def measure_load(
+    systems: dict[str, Run], n: int, repeat: int, probes: Probes
+) -> dict[str, Any]:
+    """``n`` turns at once, ``repeat`` times, the systems alternating each time:
+    the median of each figure, and per turn the CPU and round trips spent."""
+    runs: dict[str, list[dict[str, Any]]] = {name: [] for name in systems}
+    spent: dict[str, Counter[str]] = {name: Counter() for name in systems}
+    calls: dict[str, Counter[str]] = {name: Counter() for name in systems}
+    for _ in range(repeat):
+        for name, run in systems.items():
+            await asyncio.sleep(METRICS_SETTLE_SECONDS)  # the last run's requests
+            requests = probes.requests()
+            cpu = probes.cpu(name)
+            started = time.perf_counter()
+            results = await asyncio.gather(
+                *(_timed(run, f"tools {LOAD_CALLS - 1} 100") for _ in range(n)),
+                return_exceptions=True,
+            )
+            wall = time.perf_counter() - started
+            spent[name].update({k: v - cpu[k] for k, v in probes.cpu(name).items()})
+            await asyncio.sleep(METRICS_SETTLE_SECONDS)
+            calls[name].update(probes.requests() - requests)
+            latencies = [r[0] for r in results if isinstance(r, tuple)]
+            runs[name].append(
+                {
+                    "failed": n - len(latencies),
+                    "wall_s": wall,
+                    "turns_per_s": len(latencies) / wall,
+                    "p50_s": _pct(latencies, 0.5) if latencies else float("inf"),
+                    "p99_s": _pct(latencies, 0.99) if latencies else float("inf"),
+                }
+            )
     out: dict[str, Any] = {}
-    for name, run in systems.items():
-        started = time.perf_counter()
-        results = await asyncio.gather(
-            *(_timed(run, f"tools {LOAD_CALLS - 1} 100") for _ in range(n)), return_exceptions=True
-        )
-        wall = time.perf_counter() - started
-        latencies = [r[0] for r in results if isinstance(r, tuple)]
+    for name, measured in runs.items():
+        turns = n * repeat
         out[name] = {
             "turns": n,
-            "failed": n - len(latencies),
-            "wall_s": round(wall, 2),
-            "turns_per_s": round(len(latencies) / wall, 2),
-            "p50_s": round(_pct(latencies, 0.5), 3) if latencies else None,
-            "p99_s": round(_pct(latencies, 0.99), 3) if latencies else None,
+            "runs": repeat,
+            "failed": sum(r["failed"] for r in measured),
+            **{
+                key: round(statistics.median(r[key] for r in measured), 3)
+                for key in ("wall_s", "turns_per_s", "p50_s", "p99_s")
+            },
+            "cpu_ms_per_turn": {k: round(v * 1000 / turns, 1) for k, v in spent[name].items()},
+            "round_trips_per_turn": round(sum(calls[name].values()) / turns, 1),
+            "round_trips_by_call": {
+                k: round(v / turns, 2)
+                for k, v in sorted(calls[name].items(), key=lambda kv: -kv[1])
+            },
         }
     fast, peer = out["turncore_fast"], out["peer"]
     out["throughput_ratio_fast_to_peer"] = round(fast["turns_per_s"] / peer["turns_per_s"], 2)
@@ -247,10 +347,36 @@ async def measure_load(systems: dict[str, Run], n: int) -> dict[str, Any]:
     return out
 
 
-async def run(repeat: int, sizes: list[int]) -> dict[str, Any]:
+async def measure_anatomy(systems: dict[str, Run], clients: dict[str, Client]) -> dict[str, Any]:
+    """What one turn of ``LOAD_CALLS`` model calls puts in history, by kind of event:
+    workflow tasks, activity tasks, markers (local activities, patches), the rest."""
+    out: dict[str, Any] = {}
+    for name, run in systems.items():
+        _, workflow_id = await _timed(run, f"tools {LOAD_CALLS - 1} 100")
+        history = await clients[name].get_workflow_handle(workflow_id).fetch_history()
+        kinds: Counter[str] = Counter()
+        for event in history.events:
+            kind = EventType.Name(event.event_type).removeprefix("EVENT_TYPE_").lower()
+            marker = event.marker_recorded_event_attributes.marker_name
+            kinds[f"{kind}:{marker}" if marker else kind] += 1
+        out[name] = {
+            "events": len(history.events),
+            "bytes": sum(e.ByteSize() for e in history.events),
+            "workflow_tasks": kinds["workflow_task_completed"],
+            "activity_tasks": kinds["activity_task_scheduled"],
+            "by_kind": dict(sorted(kinds.items(), key=lambda kv: -kv[1])),
+        }
+    return out
+
+
+async def run(repeat: int, sizes: list[int], parts: set[str]) -> dict[str, Any]:
+    metrics_port = _free_port()
     env = await WorkflowEnvironment.start_local(
-        dev_server_existing_path=find_temporal_cli(), search_attributes=SEARCH_ATTRIBUTES
+        dev_server_existing_path=find_temporal_cli(),
+        search_attributes=SEARCH_ATTRIBUTES,
+        dev_server_extra_args=["--metrics-port", str(metrics_port)],
     )
+    server = _children(os.getpid())  # before any worker: the dev server's processes
     address = env.client.service_client.config.target_host
     peer_client = await Client.connect(address, plugins=[PydanticAIPlugin()])
     # Names of one length: a task queue's name rides in several events per
@@ -261,6 +387,11 @@ async def run(repeat: int, sizes: list[int]) -> dict[str, Any]:
         with tempfile.TemporaryDirectory() as tmp:
             for name, queue in queues.items():
                 workers.append(await _start_worker(name, address, queue, Path(tmp) / name))
+            probes = Probes(
+                metrics_port,
+                {name: proc.pid for name, proc in zip(queues, workers, strict=True)},
+                server,
+            )
             drivers = {}
             for name in ("turncore_fast", "turncore_plain"):
                 h = _harness(env.client, Path(tmp) / name, fast=name == "turncore_fast")
@@ -278,36 +409,46 @@ async def run(repeat: int, sizes: list[int]) -> dict[str, Any]:
             }
             for r in systems.values():  # warm up: imports, sandbox, caches
                 await r("tools 1 100")
-            iteration = await measure_iteration(systems, repeat)
-            history = await measure_history(systems, clients)
-            load = {str(n): await measure_load(systems, n) for n in sizes}
+            out: dict[str, Any] = {}
+            if "iteration" in parts:
+                out["iteration_ms"] = await measure_iteration(systems, repeat)
+            if "history" in parts:
+                out["history_bytes"] = await measure_history(systems, clients)
+            if "load" in parts:
+                out["turn_of_three_calls"] = await measure_anatomy(systems, clients)
+                out["load"] = {
+                    str(n): await measure_load(systems, n, repeat, probes) for n in sizes
+                }
     finally:
         for proc in workers:
             if proc.returncode is None:
                 proc.kill()
                 await proc.wait()
         await env.shutdown()
-    met = {
-        "iteration": iteration["ratio_fast_to_peer"] <= TARGETS["iteration_ratio_at_most"],
-        "history": all(
-            r <= TARGETS["history_ratio_at_most"]
-            for r in history["turncore_fast_per_model_call_ratio_to_peer"].values()
+    met: dict[str, bool] = {}
+    if "iteration_ms" in out:
+        ratio = out["iteration_ms"]["ratio_fast_to_peer"]
+        met["iteration"] = ratio <= TARGETS["iteration_ratio_at_most"]
+    if "history_bytes" in out:
+        history = out["history_bytes"]
+        met["history"] = (
+            all(
+                r <= TARGETS["history_ratio_at_most"]
+                for r in history["turncore_fast_per_model_call_ratio_to_peer"].values()
+            )
+            and history["turncore_fast_per_model_call_spread"] <= TARGETS["history_spread_at_most"]
         )
-        and history["turncore_fast_per_model_call_spread"] <= TARGETS["history_spread_at_most"],
-        "throughput": all(
-            v["throughput_ratio_fast_to_peer"] >= TARGETS["throughput_ratio_at_least"]
-            for v in load.values()
-        ),
-        "p99": all(
-            v["p99_ratio_fast_to_peer"] <= TARGETS["p99_ratio_at_most"] for v in load.values()
-        ),
-    }
+    if "load" in out:
+        load = out["load"].values()
+        met["throughput"] = all(
+            v["throughput_ratio_fast_to_peer"] >= TARGETS["throughput_ratio_at_least"] for v in load
+        )
+        met["p99"] = all(v["p99_ratio_fast_to_peer"] <= TARGETS["p99_ratio_at_most"] for v in load)
     return {
         "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime()),
         "cpus": os.cpu_count(),
-        "iteration_ms": iteration,
-        "history_bytes": history,
-        "load": load,
+        "load_average_1_5_15_min": [round(x, 2) for x in os.getloadavg()],
+        **out,
         "targets": TARGETS,
         "met": met,
     }
@@ -317,6 +458,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=5, help="runs per latency measurement")
     parser.add_argument("--sizes", default="40,200", help="concurrent turns, comma-separated")
+    parser.add_argument(
+        "--parts", default="iteration,history,load", help="what to measure, comma-separated"
+    )
     parser.add_argument("--worker", nargs=4, metavar=("KIND", "ADDRESS", "QUEUE", "WORK"))
     args = parser.parse_args()
     if args.worker:
@@ -324,7 +468,8 @@ def main() -> None:
         asyncio.run(serve(kind, address, queue, Path(work)))
         return
     sizes = [int(s) for s in args.sizes.split(",")]
-    print(json.dumps(asyncio.run(run(args.repeat, sizes)), indent=2), flush=True)
+    parts = set(args.parts.split(","))
+    print(json.dumps(asyncio.run(run(args.repeat, sizes, parts)), indent=2), flush=True)
     os._exit(0)  # the SDK's Rust threads outlive the loop: skip finalisation
 
 

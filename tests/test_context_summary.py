@@ -18,7 +18,7 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.test_embedded import kill_stragglers
-from turnclient import Agent, ConfigError, Turns
+from turnclient import Agent, ConfigError, Turns, tool
 from turnclient.lib.cost import Price, Pricer, ProviderPrice
 from turnclient.runtime.config import SummariseDropped, load_config
 from turncore.budget import BUDGET_KEY, SUMMARY_PROMPT, is_summary_turn, summary_message
@@ -231,7 +231,8 @@ default_agent = "chat"
 [agents.chat]
 system_prompt = "Chat."
 model = "scripted/chat.json"
-context_tokens = 200
+tools = ["calculator"]
+context_tokens = 300
 
 [agents.chat.summarise_dropped]
 model = "scripted/summary.json"
@@ -252,53 +253,165 @@ def test_turns_run_continue_summarises_and_inspect_and_show_see_it(tmp_path: Pat
     home.mkdir()
     (home / "turns.toml").write_text(SUMMARY_AGENT)
     usage = {"inputTokens": 10, "outputTokens": 1}
-    (home / "chat.json").write_text(
-        json.dumps({"responses": [{"text": "noted, thank you", "usage": usage}]})
-    )
+    calculate = {"toolName": "calculator", "input": {"expression": "6*7"}}
+    script = [{"toolCalls": [calculate], "usage": usage}, {"text": "noted", "usage": usage}]
+    (home / "chat.json").write_text(json.dumps({"responses": script}))
     big = {"inputTokens": 1000, "outputTokens": 100}
     (home / "summary.json").write_text(
         json.dumps({"responses": [{"text": "the user counted upwards", "usage": big}]})
     )
     idle = {"TURNS_SERVER_IDLE": "60"}  # the commands share one embedded server
+
+    def inspect(turn: str, call: int) -> dict[str, Any]:
+        shown = cli(home, "inspect", turn, "--call", str(call), "--json")
+        assert shown.returncode == 0, shown.stderr
+        return dict(json.loads(shown.stdout))
+
     try:
         first = cli(home, "run", "--json", "message number zero", **idle)
         assert first.returncode == 0, first.stderr
-        summarised = None
-        for i in range(1, 10):
+        found = None
+        seen: list[tuple[str, dict[str, Any], dict[str, Any]]] = []
+        for i in range(1, 12):
             r = cli(home, "run", "--json", "--continue", "last", f"message number {i}", **idle)
             assert r.returncode == 0, r.stderr
-            shown = cli(home, "inspect", "last", "--json")
-            assert shown.returncode == 0, shown.stderr
-            request = json.loads(shown.stdout)
+            assert json.loads(r.stdout)["status"] == "completed"
+            seen.append((json.loads(r.stdout)["turnId"], inspect("last", 0), inspect("last", 1)))
+            turn_id, request, _ = seen[-1]
             summary = request["contextBudget"].get("summary")
-            if summary is not None and "usage" in summary:
-                summarised = (json.loads(r.stdout)["turnId"], request)
+            if summary is not None and "usage" not in summary and len(seen) > 1:
+                found = i
                 break
-        assert summarised is not None, "the conversation never outgrew the budget"
-        turn_id, request = summarised
+        assert found is not None, "no turn's first call kept the cut of the turn before"
+        paid_turn, _, paid_request = seen[-2]  # the turn before: its last call's summary
+        paid = paid_request["contextBudget"]["summary"]
         dropped = request["contextBudget"]["dropped"]
+        assert paid_request["contextBudget"]["dropped"] == dropped
+        assert paid["usage"] == {"inputTokens": 1000, "outputTokens": 100}
+        # The main request carries the summary first, then the kept messages.
         assert request["messages"][0] == {
             "role": "user",
             "content": f"[Summary of the {dropped} earlier messages left out]\n"
             "the user counted upwards",
         }
-        assert request["messages"][-1]["content"].startswith("message number")
-        text = cli(home, "inspect", turn_id)
-        assert f"summary    turn {summary['turnId']}: sent as the first message" in text.stdout
+        assert request["messages"][-1]["content"] == f"message number {found}"
+        # Nothing new dropped: the next turn reuses the summary, no second summary call.
+        assert summary == {
+            "turnId": paid["turnId"],
+            "text": "the user counted upwards",
+            "sent": True,
+        }
+        text = cli(home, "inspect", paid_turn, "--call", "1")
+        assert f"summary    turn {paid['turnId']}: sent as the first message · usage" in text.stdout
         # The summary call is a turn every command reads: its request is the dropped span.
-        made = cli(home, "inspect", summary["turnId"], "--json")
+        made = cli(home, "inspect", paid["turnId"], "--json")
         assert made.returncode == 0, made.stderr
         made_request = json.loads(made.stdout)
         assert made_request["system"] == "Summarise tersely."
-        assert made_request["messages"][0] == {"role": "user", "content": "message number zero"}
-        assert len(made_request["messages"]) == dropped + 1  # the span, then the instruction
-        # Its cost is the turn's: 1000 in and 100 out at $1/$2 per million, plus 10 + 2.
-        show = cli(home, "show", turn_id, "--json")
-        assert show.returncode == 0, show.stderr
-        cost = json.loads(show.stdout)["cost"]
-        assert cost["turn"]["amount"] == pytest.approx((1000 + 200 + 10 + 2) / 1_000_000)
-        state = cli(home, "state", turn_id)
-        assert f"summary turn {summary['turnId']}" in state.stdout
-        assert "summary usage in=1000 out=100" in state.stdout
+        assert made_request["parameters"] == {"maxOutputTokens": 40}
+        assert len(made_request["messages"]) <= dropped + 1  # (new) span, then instruction
+        # Summary calls cost the turn that ran them: 1000 in and 100 out at $1/$2 per
+        # million each, beside the turn's own two calls (10 in, 1 out each).
+        for turn_id, call0, call1 in seen[-2:]:
+            ran = sum("usage" in c["contextBudget"].get("summary", {}) for c in (call0, call1))
+            show = cli(home, "show", turn_id, "--json")
+            assert show.returncode == 0, show.stderr
+            cost = json.loads(show.stdout)["cost"]["turn"]["amount"]
+            assert cost == pytest.approx((ran * (1000 + 200) + 2 * (10 + 2)) / 1_000_000)
+            state = cli(home, "state", turn_id)
+            assert state.stdout.count("summary usage in=1000 out=100") == ran
+        assert f"summary turn {paid['turnId']}" in cli(home, "state", paid_turn).stdout
+        shown = cli(home, "show", paid_turn).stdout
+        assert "with the summary calls of the context budget: turn " in shown
+        assert f"turn {paid['turnId']} (for call 1)" in shown
+        # `last` is the conversation's newest turn, never a summary turn.
+        assert inspect("last", 0)["messages"][-1]["content"] == f"message number {found}"
     finally:
         kill_stragglers(home)
+
+
+@tool(permission="none")
+def lookup(key: str) -> str:
+    """Look a key up."""
+    return f"value of {key}"
+
+
+async def test_a_cut_that_does_not_move_reuses_the_summary_across_calls(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Long early exchanges, then turns that call a tool: a later call adds less than
+    what the cut left over, so it keeps the cut — and the summary — as recorded; a
+    deeper cut in the next turn builds on the last summary rather than starting over."""
+    summariser = Recorder("summary", {"inputTokens": 5, "outputTokens": 5})
+    sent: list[list[ConversationMessage]] = []
+
+    def model(request: ModelCallRequest) -> dict[str, Any]:
+        sent.append(list(request.messages))
+        last = request.messages[-1]
+        if isinstance(last, UserMessage) and str(last.content).startswith("look"):
+            return {"toolCalls": [{"toolName": "lookup", "input": {"key": "k"}}]}
+        return {"text": "ok"}
+
+    agent = Agent(
+        name="chat",
+        system_prompt="Chat.",
+        model="scripted/m",
+        tools=(lookup,),
+        context_tokens=400,
+        summarise_dropped=SummariseDropped(model="scripted/sum", max_tokens=40),
+    )
+    models = {"m": model, "sum": summariser}
+    async with _runtime(temporal_env, tmp_path, agents=[agent], models=models) as turns:
+        last = None
+        records: list[dict[str, Any]] = []
+        prompts = [f"long story {i}: " + "word " * 60 for i in range(5)] + ["look k"] * 4
+        for prompt in prompts:
+            result = await turns.run(prompt, agent="chat", continue_from=last)
+            assert result.status == "completed", result.outcome.to_wire()
+            events = await turns.events(last := result.turn_id)
+            calls = [e for e in events if isinstance(e, ModelCallRequested)]
+            records += [_record(events, i) for i in range(len(calls))]
+        summarised = [r for r in records if "summary" in r]
+        paid = [r for r in summarised if "usage" in r["summary"]]
+        reused = [r for r in summarised if "usage" not in r["summary"]]
+        assert paid and reused  # both happen in this conversation
+        assert len(paid) == len(summariser.sent) == len({r["dropped"] for r in summarised})
+        for r in reused:  # the same summary turn as the call that paid for that cut
+            (owner,) = [p for p in paid if p["dropped"] == r["dropped"]]
+            assert r["summary"]["turnId"] == owner["summary"]["turnId"]
+            assert r["summary"]["text"] == owner["summary"]["text"]
+
+
+def test_the_room_kept_for_a_summary() -> None:
+    from turncore.budget import SUMMARY_TOKENS, Summariser, summary_reserve
+
+    assert summary_reserve(Summariser(), 400) == 100  # a quarter of a small budget
+    assert summary_reserve(Summariser(), 200_000) == SUMMARY_TOKENS  # at most a page
+    assert summary_reserve(Summariser(max_tokens=7), 200_000) == 7  # as configured
+
+
+def test_a_summarising_cut_keeps_the_earlier_one_while_it_leaves_room() -> None:
+    from turncore.budget import ContextBudgetExceeded, plan_drop, plan_summarised_drop
+    from turncore.messages import AssistantMessage
+
+    prefix: list[ConversationMessage] = []
+    for n in range(10):
+        prefix += [UserMessage(content=f"q{n}"), AssistantMessage(content=f"a{n}")]
+    tokens = [10] * len(prefix)  # an exchange is 20 tokens
+
+    def cut(budget: int, earlier: int | None) -> int | None:
+        return plan_summarised_drop(budget, 20, 5, prefix, tokens, 15, earlier)
+
+    # Plain: 5 + 15 + kept <= 150 keeps 6 exchanges (drops 8 messages). Summarising
+    # leaves 20 more for the summary and 20 more again for what comes next: 4 kept.
+    assert plan_drop(150, 5, prefix, tokens, 15) == 8
+    assert cut(150, None) == 12
+    # The earlier cut stays while it leaves room for the summary (then it is reused) …
+    assert cut(150, 12) == 12 and cut(150, 14) == 14 and cut(150, 10) == 10
+    # … not when it no longer does, nor between a question and its answer.
+    assert cut(150, 8) == 12 and cut(150, 11) == 12
+    # The whole prefix can go; if even then no summary fits, there is none to make.
+    assert cut(60, None) == 20
+    assert cut(35, None) is None
+    with pytest.raises(ContextBudgetExceeded):
+        plan_drop(15, 5, prefix, tokens, 15)

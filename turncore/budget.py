@@ -51,10 +51,12 @@ it. The composer places a sent summary as the first message, right after the
 system prompt (``summary_message``).
 
 The summary must fit too: a summarising agent cuts deeper, leaving
-``summary_reserve`` tokens (``max_tokens``, default a quarter of the budget)
-for the summary message, and asks the summariser for at most that many output
-tokens. If the current turn leaves no such room, or the summary's estimate
-still exceeds what the cut leaves (``sent`` false), the call is plain dropping.
+``summary_reserve`` tokens (``max_tokens``; default a quarter of the budget, at
+most 2,048) for the summary message, and asks the summariser for at most that
+many output tokens. If the current turn leaves no such room, or the summary's
+estimate still exceeds what the cut leaves (``sent`` false), the call is plain
+dropping. A new cut goes as much again deeper (``plan_summarised_drop``), and
+later calls keep the earlier summary's cut while it leaves room for it.
 
 A summary is reused, not recomputed, by any later call of the turn — and by
 the next turn of the conversation — whose cut is the same ``dropped``; a
@@ -151,6 +153,39 @@ def plan_drop(
     raise ContextBudgetExceeded(budget, fixed + current_tokens, fixed)
 
 
+def plan_summarised_drop(
+    budget: int,
+    reserve: int,
+    fixed: int,
+    prefix: Sequence[ConversationMessage],
+    prefix_tokens: Sequence[int],
+    current_tokens: int,
+    earlier_cut: int | None,
+) -> int | None:
+    """The cut of an agent that summarises what it drops; None when no summary fits
+    beside the current turn (the plain cut applies).
+
+    The cut of the earlier summary is kept while it still leaves ``reserve`` tokens
+    for the summary: the summary is then reused, not made again. A new cut goes
+    ``reserve`` deeper than it must, so the turns after it keep it a while instead
+    of summarising again for every exchange the conversation grows by.
+    """
+    try:
+        least = plan_drop(budget, fixed + reserve, prefix, prefix_tokens, current_tokens)
+    except ContextBudgetExceeded:
+        return None
+    if (
+        earlier_cut is not None
+        and least <= earlier_cut <= len(prefix)
+        and (earlier_cut == len(prefix) or isinstance(prefix[earlier_cut], UserMessage))
+    ):
+        return earlier_cut
+    try:
+        return plan_drop(budget, fixed + 2 * reserve, prefix, prefix_tokens, current_tokens)
+    except ContextBudgetExceeded:
+        return least
+
+
 def recorded_drop(parameters: dict[str, Any], prefix_length: int) -> int:
     """The number of prefix messages a request's parameters say were dropped."""
     record = parameters.get(BUDGET_KEY)
@@ -213,12 +248,19 @@ class Summariser:
     """The summary turn's system prompt."""
     max_tokens: int | None = None
     """Room kept for the summary message, and the summary call's ``maxOutputTokens``;
-    None: a quarter of the budget (``summary_reserve``)."""
+    None: a quarter of the budget, at most ``SUMMARY_TOKENS`` (``summary_reserve``)."""
+
+
+SUMMARY_TOKENS = 2048
+"""The most a summary gets by default: a page of notes, well inside every model's
+output limit, and a bounded value in each call's record."""
 
 
 def summary_reserve(summariser: Summariser, budget: int) -> int:
     """The tokens a cut leaves for the summary of what it drops."""
-    return summariser.max_tokens if summariser.max_tokens is not None else max(1, budget // 4)
+    if summariser.max_tokens is not None:
+        return summariser.max_tokens
+    return max(1, min(budget // 4, SUMMARY_TOKENS))
 
 
 @dataclass(frozen=True)
@@ -282,6 +324,7 @@ __all__ = [
     "MESSAGE_OVERHEAD",
     "SUMMARY_AGENT_SUFFIX",
     "SUMMARY_PROMPT",
+    "SUMMARY_TOKENS",
     "ContextBudgetExceeded",
     "RecordedSummary",
     "Summariser",
@@ -290,6 +333,7 @@ __all__ = [
     "fixed_tokens",
     "is_summary_turn",
     "plan_drop",
+    "plan_summarised_drop",
     "recorded_drop",
     "recorded_summary",
     "summary_input",

@@ -123,7 +123,7 @@ class SummariseDropped:
     """The summariser's system prompt; None: ``turncore.budget.SUMMARY_PROMPT``."""
     max_tokens: int | None = None
     """Tokens kept free for the summary (and its call's output limit); None: a quarter
-    of the budget."""
+    of the budget, at most 2,048."""
 
 
 @dataclass(frozen=True)
