@@ -294,12 +294,17 @@ class TurnActivities(TurnActivityContract):
             async def new_id() -> str:
                 return await self._free_id(ids)
 
+            async def append(turn_id: str, events: Sequence[TurnEvent]) -> int:
+                # Not observed (no webhook): nobody waits on a summary turn, and its
+                # end is not the end of a turn of the conversation.
+                return await asyncio.to_thread(d.repository.append, turn_id, list(events))
+
             turns = SummaryTurns(
                 repository=d.repository,
                 model=d.models.resolve,
                 clock=d.clock,
                 new_id=new_id,
-                append=self._append,
+                append=append,
             )
             span = context[base.dropped if base is not None else 0 : dropped]
             record = await summarise(turns, agent, summariser, span, base, reserve)

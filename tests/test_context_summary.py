@@ -321,6 +321,9 @@ def test_turns_run_continue_summarises_and_inspect_and_show_see_it(tmp_path: Pat
             state = cli(home, "state", turn_id)
             assert state.stdout.count("summary usage in=1000 out=100") == ran
         assert f"summary turn {paid['turnId']}" in cli(home, "state", paid_turn).stdout
+        shown = cli(home, "show", paid_turn).stdout
+        assert "with the summary calls of the context budget: turn " in shown
+        assert f"turn {paid['turnId']} (for call 1)" in shown
         # `last` is the conversation's newest turn, never a summary turn.
         assert inspect("last", 0)["messages"][-1]["content"] == f"message number {found}"
     finally:
