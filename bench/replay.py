@@ -5,7 +5,8 @@ turn files to a temporary directory, times ``FileTurnRepository.read`` on each
 (every line parsed strictly, validated and folded through the reducer; best
 of ``--repeat`` runs, each on a fresh repository), and prints JSON::
 
-    {"1k": {"events": …, "seconds": …, "events_per_second": …},
+    {"1k": {"events": …, "seconds": …, "events_per_second": …,
+            "cpu_seconds": …, "page_faults_per_event": …},
      "10k": {…}, "100k": {…},
      "ratio_100k_over_10k": …,
      "calibration_us_per_tiny_model": …,
@@ -22,8 +23,21 @@ calibration a machine needs for this code to reach the throughput target.
 
 The breakdown times the stages of the 10k read separately (orjson per
 line, validation of the decoded objects, folding the events through the
-reducer, and the one collection of the objects the read created); its sum
-is close to, not exactly, the read time.
+reducer, and what the read does about the garbage collector at its end:
+filing the objects it made among the old ones, ``gc.freeze`` +
+``gc.unfreeze``); its sum is close to, not exactly, the read time.
+
+``first_read_in_a_new_process`` reads each file once in a process of its own
+(after one read of the 1k file, so the validators are built): what ``turns
+state`` or a newly started worker pays. There no size finds memory free from
+earlier work, so every size pays its page faults. It is reported, not a
+target.
+
+``cpu_seconds`` (process time of the fastest run) and
+``page_faults_per_event`` (minor faults during that run) help read a figure
+from a shared machine: wall time above CPU time is time spent waiting for a
+core, and a long log pays page faults for the memory its events take when the
+process has none free from earlier work (the 100k read, in this script).
 
 The histories are a realistic mix: rounds of one model call (request, text
 and tool-call step events, finish, completion) and its tool batch (one to
@@ -38,6 +52,8 @@ from __future__ import annotations
 import argparse
 import gc
 import json
+import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -91,17 +107,52 @@ def write_turn(repo: FileTurnRepository, events: list[TurnEvent]) -> None:
     path.write_bytes(b"".join(orjson.dumps(e.to_wire()) + b"\n" for e in events))
 
 
-def time_read(work_dir: Path, turn_id: str, expected: int, repeat: int) -> float:
-    best = float("inf")
+def time_read(work_dir: Path, turn_id: str, expected: int, repeat: int) -> tuple[float, float, int]:
+    """Wall seconds, CPU seconds and minor page faults of the fastest of ``repeat`` reads."""
+    best = (float("inf"), 0.0, 0)
     for _ in range(repeat):
         repo = FileTurnRepository(work_dir)  # no warm cache carried between runs
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+        cpu = time.process_time()
         start = time.perf_counter()
         events = repo.read(turn_id)
-        best = min(best, time.perf_counter() - start)
+        wall = time.perf_counter() - start
+        cpu = time.process_time() - cpu
+        faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults
+        best = min(best, (wall, cpu, faults))
         if len(events) != expected:
             raise AssertionError(f"read {len(events)} events, wrote {expected}")
         del events, repo
     return best
+
+
+_FIRST_READ = """
+import resource, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from turncore.storage.repository import FileTurnRepository
+repo = FileTurnRepository(Path(sys.argv[2]))
+repo.read(sys.argv[3])  # builds the validators the files use
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+cpu = time.process_time()
+start = time.perf_counter()
+events = repo.read(sys.argv[4])
+wall = time.perf_counter() - start
+print(wall, time.process_time() - cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+"""
+
+
+def first_read(work_dir: Path, warm_id: str, turn_id: str) -> tuple[float, float, int]:
+    """Wall and CPU seconds and page faults of the first read of ``turn_id`` in a new
+    interpreter."""
+    root = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_READ, root, str(work_dir), warm_id, turn_id],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return float(out[0]), float(out[1]), int(out[2])
 
 
 def breakdown_us(events: list[TurnEvent], repeat: int) -> dict[str, float]:
@@ -126,16 +177,17 @@ def breakdown_us(events: list[TurnEvent], repeat: int) -> dict[str, float]:
         return fastest / n * 1e6
 
     def collect() -> float:
-        """One collection of everything a read leaves behind (the read pauses the collector)."""
+        """What the read does about the collector at its end, with all it made still young."""
         fastest = float("inf")
         for _ in range(repeat):
             gc.collect()
             gc.disable()
             kept = [validators[o["type"]].validate_python(o) for o in objs]
             start = time.perf_counter()
-            gc.collect(0)
-            fastest = min(fastest, time.perf_counter() - start)
+            gc.freeze()
+            gc.unfreeze()
             gc.enable()
+            fastest = min(fastest, time.perf_counter() - start)
             del kept
         return fastest / n * 1e6
 
@@ -172,24 +224,41 @@ def main() -> None:
     seconds: dict[str, float] = {}
     rates: dict[str, float] = {}
     breakdown: dict[str, float] = {}
+    fresh: dict[str, object] = {}
+    counts: dict[str, int] = {}
+    ids = {label: f"2025-11-11T04-36-29Z-{i:07d}-000" for i, label in enumerate(SIZES)}
     with tempfile.TemporaryDirectory(prefix="turncore-bench-") as tmp:
         work_dir = Path(tmp)
-        for i, (label, target) in enumerate(SIZES.items()):
-            turn_id = f"2025-11-11T04-36-29Z-{i:07d}-000"
+        for label, target in SIZES.items():
+            turn_id = ids[label]
             events = history(turn_id, target)
             write_turn(FileTurnRepository(work_dir), events)
-            count = len(events)
+            count = counts[label] = len(events)
             if label == "10k":
                 breakdown = breakdown_us(events, args.repeat)
             del events
-            best = time_read(work_dir, turn_id, count, args.repeat)
+            best, cpu, faults = time_read(work_dir, turn_id, count, args.repeat)
             seconds[label] = best
             rates[label] = count / best
             report[label] = {
                 "events": count,
                 "seconds": round(best, 4),
                 "events_per_second": round(count / best),
+                "cpu_seconds": round(cpu, 4),
+                "page_faults_per_event": round(faults / count, 3),
             }
+        first: dict[str, tuple[float, float]] = {}
+        for label, count in counts.items():
+            took, cpu, faults = first_read(work_dir, ids["1k"], ids[label])
+            first[label] = (took, cpu)
+            fresh[label] = {
+                "seconds": round(took, 4),
+                "events_per_second": round(count / took),
+                "cpu_seconds": round(cpu, 4),
+                "page_faults_per_event": round(faults / count, 3),
+            }
+        fresh["ratio_100k_over_10k"] = round(first["100k"][0] / first["10k"][0], 2)
+        fresh["cpu_ratio_100k_over_10k"] = round(first["100k"][1] / first["10k"][1], 2)
     ratio = seconds["100k"] / seconds["10k"]
     calibration = calibration_us()
     slowest = min(rates.values())
@@ -197,6 +266,7 @@ def main() -> None:
     report["ratio_100k_over_10k"] = round(ratio, 2)
     report["calibration_us_per_tiny_model"] = round(calibration, 2)
     report["breakdown_10k_us_per_event"] = breakdown
+    report["first_read_in_a_new_process"] = fresh
     report["tiny_models_per_event"] = round(us_per_event / calibration, 2)
     report["throughput_met_where_calibration_us_below"] = round(
         1e6 / TARGET_EVENTS_PER_SECOND / (us_per_event / calibration), 2

@@ -34,6 +34,10 @@ HEAVY = (
     "grpc",
 )
 """Packages no read-only command may load: the SDK, HTTP client, OTel SDK, database, web stack."""
+LIGHT_READ = ("asyncio", "ssl", "genai_prices")
+"""What a read of a turn needs no price table for (and ``log``) leaves unloaded too: the event
+loop, TLS and the price table (loaded when a cost is priced by it: OpenAI or Anthropic
+models). Each costs a start milliseconds (docs/operations.md, "Start-up")."""
 
 PROBE = """
 import json, os, sys
@@ -63,6 +67,17 @@ def loaded_by(home: Path, *args: str, **extra: str) -> tuple[int, set[str]]:
     )
     line = next(x for x in r.stderr.splitlines() if x.startswith("LOADED "))
     return r.returncode, set(json.loads(line.removeprefix("LOADED ")))
+
+
+def scripted_copy(home: Path) -> Path:
+    """SETTLED, answered by a scripted model: a turn no price table knows."""
+    text = SETTLED.read_text(encoding="utf-8")
+    for provider in ("openai", "anthropic"):
+        text = text.replace(f'"provider":"{provider}"', '"provider":"scripted"')
+    path = home / "scripted" / SETTLED.name
+    path.parent.mkdir()
+    path.write_text(text, encoding="utf-8")
+    return path
 
 
 @pytest.fixture
@@ -97,6 +112,35 @@ def test_a_read_only_command_loads_no_heavy_stack(home: Path, args: tuple[str, .
     code, loaded = loaded_by(home, *args)
     assert code == 0, args
     assert not loaded & set(HEAVY), f"{args} loaded {sorted(loaded & set(HEAVY))}"
+
+
+@pytest.mark.parametrize("command", ["validate", "state", "show", "log", "inspect"])
+def test_reading_a_turn_without_a_priced_model_loads_no_event_loop(
+    home: Path, command: str
+) -> None:
+    """No price to look up: no genai-prices, and nothing on the path loads asyncio
+    or TLS (the webhook sender and the model adapters import them where they
+    are used)."""
+    code, loaded = loaded_by(home, command, str(scripted_copy(home)))
+    assert code == 0
+    assert not loaded & set(LIGHT_READ), f"{command} loaded {sorted(loaded & set(LIGHT_READ))}"
+
+
+@pytest.mark.parametrize("command", ["validate", "state", "log"])
+@pytest.mark.parametrize("source", [OPEN, SETTLED], ids=["open", "settled"])
+def test_reading_any_turn_without_its_cost_loads_no_event_loop(
+    home: Path, command: str, source: Path
+) -> None:
+    code, loaded = loaded_by(home, command, source.stem)
+    assert code == 0
+    assert not loaded & set(LIGHT_READ), f"{command} loaded {sorted(loaded & set(LIGHT_READ))}"
+
+
+def test_the_light_check_sees_the_price_table_when_a_cost_needs_it(home: Path) -> None:
+    """The check can fail: an OpenAI model's cost is looked up in genai-prices."""
+    code, loaded = loaded_by(home, "show", str(SETTLED))
+    assert code == 0
+    assert "genai_prices" in loaded
 
 
 def test_the_probe_sees_the_sdk_when_a_command_needs_it(home: Path) -> None:

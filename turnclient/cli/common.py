@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import contextlib
-import logging
 import os
 import re
 import signal
@@ -194,6 +193,8 @@ def emit_json(doc: Any) -> None:
 
 
 def _quiet_logging(default: str = "ERROR") -> None:
+    import logging  # commands that only read a file never configure logging
+
     level = os.environ.get("TURNS_LOG_LEVEL", default).upper()
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
 
@@ -547,9 +548,12 @@ def open_runtime(*, migrate: bool = False) -> Runtime:
 
 
 def storage_config() -> Config:
+    """The work dir's configuration as reading turns needs it: storage, providers,
+    prices and the elision policy. The app (``TURNS_APP``, ``app =``) is left
+    out: it adds agents, tools and models, none of which a read uses."""
     from turnclient.runtime.config import load_config
 
-    return load_config(current_work_dir())
+    return load_config(current_work_dir(), with_app=False)
 
 
 def in_database(given: str) -> bool:
@@ -569,10 +573,11 @@ def _database_turn_ids() -> list[str] | None:
 
 
 @contextlib.contextmanager
-def stored_repository() -> Iterator[Any]:
+def stored_repository(config: Config | None = None) -> Iterator[Any]:
+    """The configured turn repository (``config``: one the command loaded already)."""
     from turnclient.runtime.storage import close, open_repository
 
-    repo = open_repository(storage_config())
+    repo = open_repository(config or storage_config())
     try:
         yield repo
     finally:
@@ -598,17 +603,18 @@ def migrate_requested(args: argparse.Namespace) -> bool:
 # ---------------------------------------------------------------- cost (derived, never stored)
 
 
-def _pricer() -> Any:
-    """Prices for the work dir's providers (a broken turns.toml leaves every price unknown)."""
+def _pricer() -> tuple[Any, Config | None]:
+    """Prices for the work dir's providers, and the configuration they come from
+    (None: a broken turns.toml, which leaves every price unknown)."""
     from turnclient.lib.cost import Pricer
-    from turnclient.runtime.config import ConfigError, load_config
+    from turnclient.runtime.config import ConfigError
 
     try:
-        cfg = load_config(current_work_dir())
+        cfg = storage_config()
     except ConfigError as exc:
         print(f"{PROG}: cost unknown: {_one_line(str(exc))}", file=sys.stderr)
-        return Pricer({})
-    return Pricer(cfg.providers, cfg.prices)
+        return Pricer({}), None
+    return Pricer(cfg.providers, cfg.prices), cfg
 
 
 def settled_state(turn_id: str) -> TurnState | None:
@@ -622,19 +628,19 @@ def settled_state(turn_id: str) -> TurnState | None:
         return None  # not in this work dir's storage (workers elsewhere): no cost to show
 
 
-def _session_states(session_id: str) -> list[TurnState]:
+def _session_states(session_id: str, config: Config | None) -> list[TurnState]:
     """Every turn of the session in the configured storage (the first line names it)."""
     from turncore.reducer import reduce_turn
 
-    with stored_repository() as repo:
+    with stored_repository(config) as repo:
         return [reduce_turn(repo.read(t)) for t in repo.session_turn_ids(session_id)]
 
 
-def _session_cost(pricer: Any, session_id: str) -> dict[str, Any]:
+def _session_cost(pricer: Any, session_id: str, config: Config | None) -> dict[str, Any]:
     from turnclient.lib.cost import session_report
 
     try:
-        return session_report(pricer, session_id, _session_states(session_id))
+        return session_report(pricer, session_id, _session_states(session_id, config))
     except TurnError as exc:  # one of its turns cannot be read: the total is unknown
         return {"sessionId": session_id, "turns": None, "cost": None, "error": str(exc)}
 
@@ -642,20 +648,20 @@ def _session_cost(pricer: Any, session_id: str) -> dict[str, Any]:
 def cost_json(state: TurnState, *, session: bool = False) -> dict[str, Any]:
     from turnclient.lib.cost import turn_report
 
-    pricer = _pricer()
+    pricer, cfg = _pricer()
     doc = turn_report(pricer, state)
     session_id = state.definition.session_id
     if session and session_id:
-        doc["session"] = _session_cost(pricer, session_id)
+        doc["session"] = _session_cost(pricer, session_id, cfg)
     return doc
 
 
 def cost_text(state: TurnState, *, known_only: bool = False) -> list[str]:
     from turnclient.lib.cost import cost_lines
 
-    pricer = _pricer()
+    pricer, cfg = _pricer()
     if known_only and pricer.turn_costs(state)[0] is None:
         return []
     session_id = state.definition.session_id
-    session = _session_cost(pricer, session_id) if session_id and not known_only else None
+    session = _session_cost(pricer, session_id, cfg) if session_id and not known_only else None
     return cost_lines(pricer, state, session)

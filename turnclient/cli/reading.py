@@ -324,7 +324,7 @@ def _turn_file_bytes(path: Path) -> bytes:
     JSON,
 )
 def inspect(args: argparse.Namespace) -> int:
-    from turnclient.runtime.config import ConfigError, load_config
+    from turnclient.runtime.config import ConfigError
     from turncore.budget import BUDGET_KEY
     from turncore.compose import compose_model_request
     from turncore.context import ContextResolver, ElisionPolicy
@@ -342,12 +342,14 @@ def inspect(args: argparse.Namespace) -> int:
                 f"turn {args.turn} has model calls 0..{len(reduced.model_calls) - 1}, not {index}",
                 EXIT_USAGE,
             )
+        cfg = None
         try:
-            policy = load_config(current_work_dir()).context
+            cfg = storage_config()
+            policy = cfg.context
         except ConfigError as exc:
             print(f"{PROG}: turns.toml unusable, default elision policy: {exc}", file=sys.stderr)
             policy = ElisionPolicy()
-        with stored_repository() as repo:
+        with stored_repository(cfg) as repo:
             contexts = ContextResolver(lambda t: repo.reduced(t).state, policy)
             agent = contexts.resolve_agent(reduced.definition)
             context = contexts.resolve(reduced.definition.context)

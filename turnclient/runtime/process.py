@@ -18,7 +18,6 @@ same applies to it (see docs/api.md).
 from __future__ import annotations
 
 import contextlib
-import logging
 import os
 import sys
 from typing import NoReturn
@@ -32,8 +31,11 @@ def leave(code: int) -> NoReturn:
     if telemetry is not None:
         with contextlib.suppress(Exception):
             telemetry.shutdown_tracing()
-    with contextlib.suppress(Exception):
-        logging.shutdown()
+    # Likewise logging: a process that never loaded it has no handler to flush.
+    logging = sys.modules.get("logging")
+    if logging is not None:
+        with contextlib.suppress(Exception):
+            logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
         with contextlib.suppress(Exception):
             stream.flush()
