@@ -478,3 +478,45 @@ def test_a_summary_call_reads_the_newest_of_a_span_too_long_for_it() -> None:
     assert start % 2 == 0 and sum(tokens[start:]) <= fits < sum(tokens[start - 2 :])
     assert summary_span_start(1000, 20, "p", span, tokens, 10) == 0  # all of it fits
     assert summary_span_start(30, 20, "p", span, tokens, 10) == len(span)  # none does
+
+
+async def test_a_long_summary_stays_in_the_file_not_in_the_workflows_history(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Every call that sends a summary records it; what crosses into the workflow
+    carries a marker instead of a long text (the activities compose from the file)."""
+    from turncore.elision import ELIDED_KEY, elide_event
+    from turncore.reducer import TurnReducer
+
+    chat = Recorder("answer", {"inputTokens": 1, "outputTokens": 1})
+    long_text = "The user said many things. " * 60  # ~1.6 KB
+
+    def summarise(request: ModelCallRequest) -> dict[str, Any]:
+        return {"text": long_text}
+
+    agent = Agent(
+        name="chat",
+        system_prompt="Chat.",
+        model="scripted/rec",
+        context_tokens=1200,
+        summarise_dropped=SummariseDropped(model="scripted/sum", max_tokens=500),
+    )
+    models = {"rec": chat, "sum": summarise}
+    async with _runtime(temporal_env, tmp_path, agents=[agent], models=models) as turns:
+        last = None
+        for i in range(30):
+            result = await turns.run(
+                f"message {i}: " + "word " * 20, continue_from=last, agent="chat"
+            )
+            last = result.turn_id
+            if "summary" in _record(await turns.events(last)):
+                break
+        record = _record(events := await turns.events(last))
+        assert record["summary"]["text"] == long_text.strip() and record["summary"]["sent"]
+        assert chat.sent[-1][0] == summary_message(record["dropped"], long_text.strip())
+        queried = await temporal_env.client.get_workflow_handle(last).query("state")
+        queried.pop("rejectedInputs", None)
+        elided = TurnReducer.of([elide_event(e) for e in events]).state.to_wire()
+        assert queried == elided
+        marker = queried["modelCalls"][0]["request"]["parameters"]["contextBudget"]["summary"]
+        assert ELIDED_KEY in marker["text"]
