@@ -520,3 +520,47 @@ async def test_a_long_summary_stays_in_the_file_not_in_the_workflows_history(
         assert queried == elided
         marker = queried["modelCalls"][0]["request"]["parameters"]["contextBudget"]["summary"]
         assert ELIDED_KEY in marker["text"]
+
+
+async def test_cancelling_a_turn_while_its_summary_runs_closes_both(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from turncore.events import TurnCreated
+
+    chat = Recorder("answer", {"inputTokens": 1, "outputTokens": 1})
+    entered = asyncio.Event()
+
+    async def stuck(request: ModelCallRequest) -> dict[str, Any]:
+        entered.set()
+        await asyncio.Event().wait()  # never answers: only cancellation ends it
+        raise AssertionError("unreachable")
+
+    models = {"rec": chat, "sum": stuck}
+    async with _runtime(temporal_env, tmp_path, agents=[CHAT], models=models) as turns:
+        last = None
+        for i in range(30):
+            turn_id = await turns.start(f"message number {i}", agent="chat", continue_from=last)
+            running = asyncio.create_task(turns.advance(turn_id))
+            done, _ = await asyncio.wait(
+                [running, asyncio.create_task(entered.wait())],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if running not in done:
+                break  # the summary call is under way
+            assert running.result().status == "completed"
+            last = turn_id
+        assert entered.is_set()
+        outcome = await turns.cancel(turn_id, "enough")
+        assert outcome.status == "cancelled"
+        await running
+        assert not any(isinstance(e, ModelCallRequested) for e in await turns.events(turn_id))
+        summaries = []
+        for stored in turns.runtime.repository.turn_ids():  # type: ignore[attr-defined]
+            first = (await turns.events(stored))[0]
+            if isinstance(first, TurnCreated) and is_summary_turn(first):
+                summaries.append(await turns.state(stored))
+        (summary,) = summaries
+        assert summary.terminal is not None and summary.terminal.type == "turn_cancelled"
+        assert summary.model_calls[0].error == "Model call was cancelled."
