@@ -50,8 +50,10 @@ from turncore.budget import (
     plan_drop,
     plan_summarised_drop,
     recorded_summary,
+    summary_input,
     summary_message,
     summary_reserve,
+    summary_span_start,
 )
 from turncore.compose import (
     ComposedPrefix,
@@ -268,13 +270,14 @@ class TurnActivities(TurnActivityContract):
         dropped: int,
         spare: int,
         summariser: Summariser,
+        budget: int,
         reserve: int,
         earlier: RecordedSummary | None,
-    ) -> dict[str, JsonValue]:
+    ) -> dict[str, JsonValue] | None:
         """The ``summary`` record of a call that drops ``dropped`` messages: the
         ``earlier`` summary (of this turn, else of the turn it continues) if it is of
         the same cut, or a new summary turn (``activities.summaries``) of what is
-        newly dropped, given the earlier summary."""
+        newly dropped, given the earlier summary (None: no summary call fits)."""
         if earlier is not None and earlier.dropped == dropped:
             # The same span: reused as recorded, never summarised again (nor paid again).
             record: dict[str, JsonValue] = {"turnId": earlier.turn_id}
@@ -294,15 +297,35 @@ class TurnActivities(TurnActivityContract):
             async def new_id() -> str:
                 return await self._free_id(ids)
 
+            async def append(turn_id: str, events: Sequence[TurnEvent]) -> int:
+                # Not observed (no webhook): nobody waits on a summary turn, and its
+                # end is not the end of a turn of the conversation.
+                return await asyncio.to_thread(d.repository.append, turn_id, list(events))
+
             turns = SummaryTurns(
                 repository=d.repository,
                 model=d.models.resolve,
                 clock=d.clock,
                 new_id=new_id,
-                append=self._append,
+                append=append,
             )
             span = context[base.dropped if base is not None else 0 : dropped]
-            record = await summarise(turns, agent, summariser, span, base, reserve)
+            skip = summary_span_start(
+                budget,
+                reserve,
+                summariser.prompt,
+                span,
+                [self._tokens.of(m) for m in span],
+                self._tokens.of(summary_input(len(span), base)),
+            )
+            if skip == len(span):
+                # Not one newly dropped message fits a summary call: the earlier summary
+                # goes on as it is (no call to rewrite it from itself), else none.
+                if base is None or base.text is None:
+                    return None
+                record = {"turnId": base.turn_id, "text": base.text}
+            else:
+                record = await summarise(turns, agent, summariser, span[skip:], base, reserve)
         text = record.get("text")
         if isinstance(text, str):
             # Sent only if it fits what the cut leaves; otherwise the cut alone, as before.
@@ -812,9 +835,11 @@ class TurnActivities(TurnActivityContract):
                     if cut is not None:  # else no summary fits beside this turn: plain
                         spare = budget - fixed - current - sum(prefix_tokens[cut:])
                         decision["dropped"] = cut
-                        decision["summary"] = await self._summary(
-                            agent, context, cut, spare, summariser, reserve, before
+                        summary = await self._summary(
+                            agent, context, cut, spare, summariser, budget, reserve, before
                         )
+                        if summary is not None:
+                            decision["summary"] = summary
                 except (InfrastructureError, CorruptTurnError, DependencyError) as exc:
                     raise to_application_error(exc) from exc
                 finally:

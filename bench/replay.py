@@ -27,6 +27,12 @@ reducer, and what the read does about the garbage collector at its end:
 filing the objects it made among the old ones, ``gc.freeze`` +
 ``gc.unfreeze``); its sum is close to, not exactly, the read time.
 
+``first_read_in_a_new_process`` reads each file once in a process of its own
+(after one read of the 1k file, so the validators are built): what ``turns
+state`` or a newly started worker pays. There no size finds memory free from
+earlier work, so every size pays its page faults. It is reported, not a
+target.
+
 ``cpu_seconds`` (process time of the fastest run) and
 ``page_faults_per_event`` (minor faults during that run) help read a figure
 from a shared machine: wall time above CPU time is time spent waiting for a
@@ -47,6 +53,7 @@ import argparse
 import gc
 import json
 import resource
+import subprocess
 import sys
 import tempfile
 import time
@@ -119,6 +126,35 @@ def time_read(work_dir: Path, turn_id: str, expected: int, repeat: int) -> tuple
     return best
 
 
+_FIRST_READ = """
+import resource, sys, time
+from pathlib import Path
+sys.path.insert(0, sys.argv[1])
+from turncore.storage.repository import FileTurnRepository
+repo = FileTurnRepository(Path(sys.argv[2]))
+repo.read(sys.argv[3])  # builds the validators the files use
+faults = resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+cpu = time.process_time()
+start = time.perf_counter()
+events = repo.read(sys.argv[4])
+wall = time.perf_counter() - start
+print(wall, time.process_time() - cpu, resource.getrusage(resource.RUSAGE_SELF).ru_minflt - faults)
+"""
+
+
+def first_read(work_dir: Path, warm_id: str, turn_id: str) -> tuple[float, float, int]:
+    """Wall and CPU seconds and page faults of the first read of ``turn_id`` in a new
+    interpreter."""
+    root = str(Path(__file__).resolve().parents[1])
+    out = subprocess.run(
+        [sys.executable, "-c", _FIRST_READ, root, str(work_dir), warm_id, turn_id],
+        check=True,
+        capture_output=True,
+        text=True,
+    ).stdout.split()
+    return float(out[0]), float(out[1]), int(out[2])
+
+
 def breakdown_us(events: list[TurnEvent], repeat: int) -> dict[str, float]:
     """Microseconds per event spent in each stage of a read, timed one stage at a time."""
     lines = [orjson.dumps(e.to_wire()) for e in events]
@@ -188,13 +224,16 @@ def main() -> None:
     seconds: dict[str, float] = {}
     rates: dict[str, float] = {}
     breakdown: dict[str, float] = {}
+    fresh: dict[str, object] = {}
+    counts: dict[str, int] = {}
+    ids = {label: f"2025-11-11T04-36-29Z-{i:07d}-000" for i, label in enumerate(SIZES)}
     with tempfile.TemporaryDirectory(prefix="turncore-bench-") as tmp:
         work_dir = Path(tmp)
-        for i, (label, target) in enumerate(SIZES.items()):
-            turn_id = f"2025-11-11T04-36-29Z-{i:07d}-000"
+        for label, target in SIZES.items():
+            turn_id = ids[label]
             events = history(turn_id, target)
             write_turn(FileTurnRepository(work_dir), events)
-            count = len(events)
+            count = counts[label] = len(events)
             if label == "10k":
                 breakdown = breakdown_us(events, args.repeat)
             del events
@@ -208,6 +247,18 @@ def main() -> None:
                 "cpu_seconds": round(cpu, 4),
                 "page_faults_per_event": round(faults / count, 3),
             }
+        first: dict[str, tuple[float, float]] = {}
+        for label, count in counts.items():
+            took, cpu, faults = first_read(work_dir, ids["1k"], ids[label])
+            first[label] = (took, cpu)
+            fresh[label] = {
+                "seconds": round(took, 4),
+                "events_per_second": round(count / took),
+                "cpu_seconds": round(cpu, 4),
+                "page_faults_per_event": round(faults / count, 3),
+            }
+        fresh["ratio_100k_over_10k"] = round(first["100k"][0] / first["10k"][0], 2)
+        fresh["cpu_ratio_100k_over_10k"] = round(first["100k"][1] / first["10k"][1], 2)
     ratio = seconds["100k"] / seconds["10k"]
     calibration = calibration_us()
     slowest = min(rates.values())
@@ -215,6 +266,7 @@ def main() -> None:
     report["ratio_100k_over_10k"] = round(ratio, 2)
     report["calibration_us_per_tiny_model"] = round(calibration, 2)
     report["breakdown_10k_us_per_event"] = breakdown
+    report["first_read_in_a_new_process"] = fresh
     report["tiny_models_per_event"] = round(us_per_event / calibration, 2)
     report["throughput_met_where_calibration_us_below"] = round(
         1e6 / TARGET_EVENTS_PER_SECOND / (us_per_event / calibration), 2

@@ -21,7 +21,7 @@ import pytest
 
 from tests.builders import TURN_ID, TurnBuilder, read_call
 from turncore.events import TurnEvent, parse_event
-from turncore.storage.repository import FileTurnRepository
+from turncore.storage.repository import FileTurnRepository, _AppFreezes
 
 
 def long_turn() -> list[TurnEvent]:
@@ -55,6 +55,7 @@ def collector_restored() -> Iterator[None]:
     yield
     gc.unfreeze()
     gc.enable()
+    _AppFreezes.seen = False
 
 
 class _Cycle:
@@ -97,6 +98,13 @@ def test_a_read_keeps_the_applications_frozen_objects_frozen(
     repo.read(TURN_ID)
     assert gc.get_freeze_count() == frozen
     assert gc.isenabled()
+    # Once seen, the process's freezing is remembered: reads no longer count the
+    # frozen objects (a walk of them all), even after the application unfroze them.
+    gc.unfreeze()
+    gc.collect()
+    events = repo.read(TURN_ID)
+    young = {id(o) for g in (0, 1) for o in gc.get_objects(generation=g)}
+    assert any(id(e) in young for e in events)
 
 
 def test_garbage_cycles_made_before_a_read_are_still_collected(

@@ -21,7 +21,13 @@ from tests.test_embedded import kill_stragglers
 from turnclient import Agent, ConfigError, Turns, tool
 from turnclient.lib.cost import Price, Pricer, ProviderPrice
 from turnclient.runtime.config import SummariseDropped, load_config
-from turncore.budget import BUDGET_KEY, SUMMARY_PROMPT, is_summary_turn, summary_message
+from turncore.budget import (
+    BUDGET_KEY,
+    SUMMARY_PROMPT,
+    Summariser,
+    is_summary_turn,
+    summary_message,
+)
 from turncore.compose import compose_model_request
 from turncore.events import ModelCallRequested, ModelDescriptor, TurnUsage
 from turncore.ids import turn_path
@@ -62,7 +68,7 @@ CHAT = Agent(
     system_prompt="Chat.",
     model="scripted/rec",
     context_tokens=200,
-    summarise_dropped=SummariseDropped(model="scripted/sum", max_tokens=40),
+    summarise_dropped=SummariseDropped(model="scripted/sum", prompt="Summarise.", max_tokens=40),
 )
 
 
@@ -111,13 +117,17 @@ async def test_dropped_messages_are_summarised_by_a_recorded_call_and_reused(
             if "usage" in summary:
                 assert summary["model"] == "scripted/sum"
                 assert summary["usage"] == {"inputTokens": 1000, "outputTokens": 100}
-                # Its context is exactly what is newly dropped: the messages between the
-                # earlier cut and this one (the earlier summary rides in its input).
-                assert made_by.definition.context == context[previous : record["dropped"]]
+                # Its context is what is newly dropped: the messages between the earlier
+                # cut and this one (the earlier summary rides in its input) — of those,
+                # as many of the newest as one summary call within the budget can read.
+                span = made_by.definition.context
+                assert isinstance(span, list) and span
+                start = record["dropped"] - len(span)
+                assert previous <= start and span == context[start : record["dropped"]]
                 if previous:
                     assert "summary" in made_by.definition.input.content  # type: ignore[operator]
             previous = record["dropped"]
-        assert summariser.systems == [SUMMARY_PROMPT] * len(summariser.sent)
+        assert summariser.systems == ["Summarise."] * len(summariser.sent)
         assert summariser.limits == [40] * len(summariser.sent)
 
         # Its cost is counted in the turn that ran it: 1000 in and 100 out at $1/$2 a
@@ -191,7 +201,12 @@ async def test_a_failing_summariser_falls_back_to_plain_dropping_on_record(
 def test_summarising_needs_a_known_model_and_a_prompt_with_words(tmp_path: Path) -> None:
     base = '[agents.chat]\nsystem_prompt = "Chat."\nmodel = "scripted/x"\ncontext_tokens = 500\n'
     (tmp_path / "turns.toml").write_text(base + "summarise_dropped = true\n")
-    assert load_config(tmp_path, {}).agents["chat"].summariser == SummariseDropped()
+    config = load_config(tmp_path, {})
+    assert config.agents["chat"].summariser == SummariseDropped()
+    from turnclient.runtime.connection import summarisers
+
+    assert summarisers(config)("chat") == Summariser(model=None, prompt=SUMMARY_PROMPT)
+    assert summarisers(config)("nobody") is None
     (tmp_path / "turns.toml").write_text(
         base + '[agents.chat.summarise_dropped]\nmodel = "nowhere/m"\n'
     )
@@ -321,6 +336,9 @@ def test_turns_run_continue_summarises_and_inspect_and_show_see_it(tmp_path: Pat
             state = cli(home, "state", turn_id)
             assert state.stdout.count("summary usage in=1000 out=100") == ran
         assert f"summary turn {paid['turnId']}" in cli(home, "state", paid_turn).stdout
+        shown = cli(home, "show", paid_turn).stdout
+        assert "with the summary calls of the context budget: turn " in shown
+        assert f"turn {paid['turnId']} (for call 1)" in shown
         # `last` is the conversation's newest turn, never a summary turn.
         assert inspect("last", 0)["messages"][-1]["content"] == f"message number {found}"
     finally:
@@ -380,7 +398,7 @@ async def test_a_cut_that_does_not_move_reuses_the_summary_across_calls(
 
 
 def test_the_room_kept_for_a_summary() -> None:
-    from turncore.budget import SUMMARY_TOKENS, Summariser, summary_reserve
+    from turncore.budget import SUMMARY_TOKENS, summary_reserve
 
     assert summary_reserve(Summariser(), 400) == 100  # a quarter of a small budget
     assert summary_reserve(Summariser(), 200_000) == SUMMARY_TOKENS  # at most a page
@@ -412,3 +430,137 @@ def test_a_summarising_cut_keeps_the_earlier_one_while_it_leaves_room() -> None:
     assert cut(35, None) is None
     with pytest.raises(ContextBudgetExceeded):
         plan_drop(15, 5, prefix, tokens, 15)
+
+
+async def test_a_dropped_span_too_long_for_one_summary_call_is_summarised_from_its_end(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Summarising switched on for a conversation already longer than the budget: the
+    summary call must fit the budget too, so it reads the newest dropped messages."""
+    from turncore.budget import TokenEstimates, fixed_tokens
+
+    chat = Recorder("answer", {"inputTokens": 1, "outputTokens": 1})
+    summariser = Recorder("summary", {"inputTokens": 1, "outputTokens": 1})
+    plain = Agent(name="plain", system_prompt="Chat.", model="scripted/rec")
+    models = {"rec": chat, "sum": summariser}
+    async with _runtime(temporal_env, tmp_path, agents=[plain, CHAT], models=models) as turns:
+        last = None
+        for i in range(12):
+            result = await turns.run(f"message number {i}", agent="plain", continue_from=last)
+            last = result.turn_id
+        result = await turns.run("and now?", agent="chat", continue_from=last)
+        assert result.status == "completed", result.outcome.to_wire()
+        record = _record(await turns.events(result.turn_id))
+        state = await turns.state(result.turn_id)
+        context = turns.runtime.contexts.resolve(state.definition.context)
+        made_by = await turns.state(record["summary"]["turnId"])
+        span = made_by.definition.context
+        assert isinstance(span, list) and 0 < len(span) < record["dropped"]
+        assert span == context[record["dropped"] - len(span) : record["dropped"]]  # the end
+        sizes = TokenEstimates()
+        asked = sum(sizes.of(m) for m in [*span, made_by.definition.input])
+        assert fixed_tokens("Summarise.", ()) + asked + 40 <= 200
+        assert summariser.sent == [[*span, made_by.definition.input]]
+
+
+def test_a_summary_call_reads_the_newest_of_a_span_too_long_for_it() -> None:
+    from turncore.budget import fixed_tokens, summary_span_start
+    from turncore.messages import AssistantMessage
+
+    span: list[ConversationMessage] = []
+    for n in range(5):
+        span += [UserMessage(content=f"q{n}"), AssistantMessage(content=f"a{n}")]
+    tokens = [10] * len(span)
+    prompt = fixed_tokens("p", ())
+    # The prompt, 20 of answer and 10 of instruction leave the rest of 100 to the span.
+    fits = 100 - 30 - prompt
+    start = summary_span_start(100, 20, "p", span, tokens, 10)
+    assert start % 2 == 0 and sum(tokens[start:]) <= fits < sum(tokens[start - 2 :])
+    assert summary_span_start(1000, 20, "p", span, tokens, 10) == 0  # all of it fits
+    assert summary_span_start(30, 20, "p", span, tokens, 10) == len(span)  # none does
+
+
+async def test_a_long_summary_stays_in_the_file_not_in_the_workflows_history(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """Every call that sends a summary records it; what crosses into the workflow
+    carries a marker instead of a long text (the activities compose from the file)."""
+    from turncore.elision import ELIDED_KEY, elide_event
+    from turncore.reducer import TurnReducer
+
+    chat = Recorder("answer", {"inputTokens": 1, "outputTokens": 1})
+    long_text = "The user said many things. " * 60  # ~1.6 KB
+
+    def summarise(request: ModelCallRequest) -> dict[str, Any]:
+        return {"text": long_text}
+
+    agent = Agent(
+        name="chat",
+        system_prompt="Chat.",
+        model="scripted/rec",
+        context_tokens=1200,
+        summarise_dropped=SummariseDropped(model="scripted/sum", max_tokens=500),
+    )
+    models = {"rec": chat, "sum": summarise}
+    async with _runtime(temporal_env, tmp_path, agents=[agent], models=models) as turns:
+        last = None
+        for i in range(30):
+            result = await turns.run(
+                f"message {i}: " + "word " * 20, continue_from=last, agent="chat"
+            )
+            last = result.turn_id
+            if "summary" in _record(await turns.events(last)):
+                break
+        record = _record(events := await turns.events(last))
+        assert record["summary"]["text"] == long_text.strip() and record["summary"]["sent"]
+        assert chat.sent[-1][0] == summary_message(record["dropped"], long_text.strip())
+        queried = await temporal_env.client.get_workflow_handle(last).query("state")
+        queried.pop("rejectedInputs", None)
+        elided = TurnReducer.of([elide_event(e) for e in events]).state.to_wire()
+        assert queried == elided
+        marker = queried["modelCalls"][0]["request"]["parameters"]["contextBudget"]["summary"]
+        assert ELIDED_KEY in marker["text"]
+
+
+async def test_cancelling_a_turn_while_its_summary_runs_closes_both(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    import asyncio
+
+    from turncore.events import TurnCreated
+
+    chat = Recorder("answer", {"inputTokens": 1, "outputTokens": 1})
+    entered = asyncio.Event()
+
+    async def stuck(request: ModelCallRequest) -> dict[str, Any]:
+        entered.set()
+        await asyncio.Event().wait()  # never answers: only cancellation ends it
+        raise AssertionError("unreachable")
+
+    models = {"rec": chat, "sum": stuck}
+    async with _runtime(temporal_env, tmp_path, agents=[CHAT], models=models) as turns:
+        last = None
+        for i in range(30):
+            turn_id = await turns.start(f"message number {i}", agent="chat", continue_from=last)
+            running = asyncio.create_task(turns.advance(turn_id))
+            done, _ = await asyncio.wait(
+                [running, asyncio.create_task(entered.wait())],
+                return_when=asyncio.FIRST_COMPLETED,
+            )
+            if running not in done:
+                break  # the summary call is under way
+            assert running.result().status == "completed"
+            last = turn_id
+        assert entered.is_set()
+        outcome = await turns.cancel(turn_id, "enough")
+        assert outcome.status == "cancelled"
+        await running
+        assert not any(isinstance(e, ModelCallRequested) for e in await turns.events(turn_id))
+        summaries = []
+        for stored in turns.runtime.repository.turn_ids():  # type: ignore[attr-defined]
+            first = (await turns.events(stored))[0]
+            if isinstance(first, TurnCreated) and is_summary_turn(first):
+                summaries.append(await turns.state(stored))
+        (summary,) = summaries
+        assert summary.terminal is not None and summary.terminal.type == "turn_cancelled"
+        assert summary.model_calls[0].error == "Model call was cancelled."

@@ -555,3 +555,44 @@ async def test_any_other_failing_workflow_task_is_reported_in_its_own_words(
             if r.name == "turncore.worker" and turn_id in r.getMessage()
         ]
         assert len(said) == 1 and "the new code is broken" in said[0]
+
+
+async def test_a_long_wait_checks_for_a_stuck_run_at_doubling_gaps(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each stuck check is a describe on the server: a wait of a second and a half,
+    checked from 50 ms on, asks a handful of times, not thirty."""
+    from turnclient.lib import api
+
+    checks: list[float] = []
+
+    async def counted(client: Any, turn_id: str) -> Any:
+        checks.append(time.monotonic())
+        return await stuck_run(client, turn_id)
+
+    monkeypatch.setattr(api, "stuck_run", counted)
+
+    def slow(value: Any, ctx: ToolContext) -> Any:
+        time.sleep(1.5)
+        return "done"
+
+    script = [{"toolCalls": [{"toolName": "slow", "input": {}}]}, {"text": "finished"}]
+    async with Harness(
+        temporal_env.client,
+        tmp_path,
+        script,
+        tools=[sync_tool("slow")],
+        implementations={"slow": slow},
+        permissions={"builtin:slow": "none"},
+    ) as h:
+        turns = api.TurnClient(
+            h.client, h.repo, h.resolver, task_queue=h.task_queue, stuck_poll_seconds=0.05
+        )
+        started = time.monotonic()
+        outcome = await turns.advance_turn(await h.create("go")).outcome
+        waited = time.monotonic() - started
+    assert outcome.status == "completed"
+    # Doubling from 50 ms: about five checks in 1.5 s, under ten for waits up to
+    # ~15 s on a loaded machine; a check every 50 ms would make thirty or more.
+    assert waited >= 1.5
+    assert 2 <= len(checks) <= 10, (len(checks), waited)

@@ -209,7 +209,9 @@ async def test_an_invalid_answer_goes_back_once_then_show_has_the_valid_one(
         home, temporal_env, "run", "--agent", "weather", "Paris?", "--json"
     )
     assert code == 0, err
-    assert json.loads(out)["status"] == "completed"
+    ran = json.loads(out)
+    assert ran["status"] == "completed"
+    assert ran["structuredOutput"]["value"] == VALID
     first, retry = (r.json() for r in provider.received)
     _asked_for_the_shape(kind, first)
     _asked_for_the_shape(kind, retry)

@@ -62,7 +62,9 @@ A summary is reused, not recomputed, by any later call of the turn — and by
 the next turn of the conversation — whose cut is the same ``dropped``; a
 larger cut summarises only the newly dropped messages, given the earlier
 summary (``summary_input``). Recovery reads the record from the file like
-everything else, so a re-issued call never summarises again.
+everything else, so a re-issued call never summarises again. A summary call
+must fit the budget as well: of a span too long for it, the oldest messages
+are left out of the summary (``summary_span_start``).
 """
 
 from __future__ import annotations
@@ -184,6 +186,26 @@ def plan_summarised_drop(
         return plan_drop(budget, fixed + 2 * reserve, prefix, prefix_tokens, current_tokens)
     except ContextBudgetExceeded:
         return least
+
+
+def summary_span_start(
+    budget: int,
+    reserve: int,
+    prompt: str,
+    span: Sequence[ConversationMessage],
+    span_tokens: Sequence[int],
+    input_tokens: int,
+) -> int:
+    """How many of the oldest messages of ``span`` a summary call leaves out, so that
+    its request (the summariser's prompt, the span, its instruction) and its answer
+    (``reserve``) fit ``budget``: a span longer than one call can read — summarising
+    switched on for a long conversation — is summarised from its newest part."""
+    try:
+        return plan_drop(
+            budget, fixed_tokens(prompt, ()) + reserve, span, span_tokens, input_tokens
+        )
+    except ContextBudgetExceeded:
+        return len(span)
 
 
 def recorded_drop(parameters: dict[str, Any], prefix_length: int) -> int:
@@ -339,4 +361,5 @@ __all__ = [
     "summary_input",
     "summary_message",
     "summary_reserve",
+    "summary_span_start",
 ]

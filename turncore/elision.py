@@ -7,7 +7,8 @@ each oversized value with a marker that says what was removed. The file keeps
 the value; the ``state`` query shows the marker. For events without large
 values it is the identity, so normal turns keep the central invariant
 ``reduce_turn(read(file)) == state`` exactly; for turns with large values
-(tool outputs and progress above ``TOOL_VALUE_BUDGET``, anything else above
+(tool outputs and progress, and a context budget's summary text in a model
+call's request, above ``TOOL_VALUE_BUDGET``, anything else above
 ``DEFAULT_VALUE_BUDGET``) the invariant is ``reduce_turn(map(elide_event, read(file))) == state``.
 """
 
@@ -38,7 +39,12 @@ _JSON_FIELDS = {
     "tool_result": (("result", "output"), ("result", "metadata")),
     "tool_progress": (("progress",),),
     "model_call_completed": (("providerMetadata",),),
+    # A context budget's summary (``turncore.budget``) is recorded with every call
+    # that sends it; the workflow never reads it (activities compose from the file).
+    "model_call_requested": (("request", "parameters", "contextBudget", "summary", "text"),),
 }
+_SMALL_KINDS = (*_TOOL_KINDS, "model_call_requested")
+"""Kinds whose free JSON stays in the file above ``TOOL_VALUE_BUDGET``."""
 
 
 def _size(value: Any) -> int:
@@ -128,7 +134,7 @@ def elide_wire(wire: dict[str, Any], budget: int = DEFAULT_VALUE_BUDGET) -> dict
         leaf = path[-1]
         if isinstance(parent, dict) and leaf in parent:
             size = _size(parent[leaf])
-            if size > (min(budget, TOOL_VALUE_BUDGET) if kind in _TOOL_KINDS else budget):
+            if size > (min(budget, TOOL_VALUE_BUDGET) if kind in _SMALL_KINDS else budget):
                 # Copy the parent chain so the caller's dict is not mutated.
                 holder = out
                 for key in path[:-1]:

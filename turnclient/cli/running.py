@@ -152,6 +152,12 @@ def finish(
     if args.json:
         doc = outcome_json(turn_id, outcome)
         doc["cost"] = cost_json(state, session=True) if state is not None else None
+        if state is not None:
+            from turnclient.lib.turnview import structured_output
+
+            shaped = structured_output(state)
+            if shaped is not None:  # only an agent with structured output has it
+                doc["structuredOutput"] = shaped
         emit_json(doc)
     else:
         color = wants_color(sys.stdout)

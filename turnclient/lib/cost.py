@@ -305,6 +305,16 @@ def cost_lines(pricer: Pricer, state: TurnState, session: dict[str, Any] | None)
     ]
     if priced:
         lines.append(f"         per model call: {', '.join(priced)}")
+    summaries = [
+        f"turn {budget['summary'].get('turnId')} (for call {c.index})"
+        for c in state.model_calls
+        if _summary_usage(c.request.parameters) is not None
+        and isinstance(budget := c.request.parameters.get("contextBudget"), dict)
+    ]
+    if summaries:
+        lines.append(
+            f"         with the summary calls of the context budget: {', '.join(summaries)}"
+        )
     if session is not None:
         amount = session["cost"]
         shown = (

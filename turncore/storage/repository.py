@@ -441,7 +441,8 @@ def _collector_paused() -> Iterator[None]:
     them wait for the next full collection instead of the next young one
     (later, never lost). It is skipped when the application has frozen
     objects itself (``gc.get_freeze_count()``, e.g. a server that freezes
-    before forking), since unfreezing would undo that.
+    before forking), since unfreezing would undo that; and from then on for
+    the life of the process (``_AppFreezes``).
     """
     if not gc.isenabled():
         yield
@@ -450,10 +451,23 @@ def _collector_paused() -> Iterator[None]:
     try:
         yield
     finally:
-        if not gc.get_freeze_count():
-            gc.freeze()
-            gc.unfreeze()
+        if not _AppFreezes.seen:
+            if gc.get_freeze_count():
+                _AppFreezes.seen = True
+            else:
+                gc.freeze()
+                gc.unfreeze()
         gc.enable()
+
+
+class _AppFreezes:
+    """Whether this process's application was seen to freeze objects (``gc.freeze``).
+
+    Such an application does so once, at start-up, and counting its frozen
+    objects walks all of them, so after the first sighting reads neither count
+    nor splice (``_collector_paused``)."""
+
+    seen = False
 
 
 class _BoundValidators(dict[str, Callable[[Any], Any]]):
