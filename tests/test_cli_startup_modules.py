@@ -196,3 +196,23 @@ def test_inspecting_without_a_turns_toml_loads_no_configuration(home: Path) -> N
     assert code == 0
     assert "turnclient.runtime.config" not in loaded
     assert out.startswith("model call 1 · scripted/")
+
+
+def test_reading_a_turn_builds_no_input_delta_or_outcome_model() -> None:
+    """Inputs, deltas and outcomes build their validators on first use (``defer_build``):
+    a read validates only durable events."""
+    code = (
+        "import sys\n"
+        "from turncore.storage.repository import read_path\n"
+        "read_path(sys.argv[1])\n"
+        "import turncore.events as e\n"
+        "names = ['TextDelta', 'PermissionDecisionInput', 'CancelInput', 'StagedValue',\n"
+        "         'StagedAsyncToolResultInput', 'CompletedOutcome', 'FailedOutcome']\n"
+        "print(sorted(n for n in names if getattr(e, n).__pydantic_complete__))\n"
+        "print(type(e.parse_input({'type': 'cancel', 'reason': 'r'})).__name__)\n"
+    )
+    r = subprocess.run(
+        [sys.executable, "-c", code, str(SETTLED)], capture_output=True, text=True, timeout=60
+    )
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.splitlines() == ["[]", "CancelInput"]

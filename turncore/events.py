@@ -17,6 +17,7 @@ from collections.abc import Mapping
 from typing import Annotated, Any, Literal, TypeAlias, cast, get_args
 
 from pydantic import (
+    ConfigDict,
     Discriminator,
     Field,
     StringConstraints,
@@ -633,10 +634,14 @@ def parse_event(obj: Any, *, trusted_json: bool = False) -> TurnEvent:
     )
 
 
+_DEFERRED = ConfigDict(defer_build=True)
+
 # ---------------------------------------------------------------- stream-only deltas (§13)
 
 
 class TextDelta(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     type: Literal["text_delta"] = "text_delta"
     turn_id: str
     model_call_index: int
@@ -644,6 +649,8 @@ class TextDelta(WireModel):
 
 
 class ReasoningDelta(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     type: Literal["reasoning_delta"] = "reasoning_delta"
     turn_id: str
     model_call_index: int
@@ -652,6 +659,8 @@ class ReasoningDelta(WireModel):
 
 class ToolInputDelta(WireModel):
     """A fragment of a tool call's input (JSON text) as the model streams it."""
+
+    model_config = ConfigDict(defer_build=True)
 
     type: Literal["tool_input_delta"] = "tool_input_delta"
     turn_id: str
@@ -669,6 +678,8 @@ TurnStreamEvent: TypeAlias = TurnEvent | TurnDelta
 
 
 class PermissionDecisionInput(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     type: Literal["permission_decision"] = "permission_decision"
     tool_call_id: str = Field(min_length=1)
     decision: Literal["allow", "deny"]
@@ -676,18 +687,24 @@ class PermissionDecisionInput(WireModel):
 
 
 class AsyncToolProgressInput(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     type: Literal["async_tool_progress"] = "async_tool_progress"
     tool_call_id: str = Field(min_length=1)
     progress: JsonValue
 
 
 class AsyncToolResultInput(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     type: Literal["async_tool_result"] = "async_tool_result"
     tool_call_id: str = Field(min_length=1)
     result: ToolResultData
 
 
 class CancelInput(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     type: Literal["cancel"] = "cancel"
     reason: Opt[str] = None
 
@@ -696,7 +713,9 @@ TurnExternalInput = Annotated[
     PermissionDecisionInput | AsyncToolProgressInput | AsyncToolResultInput | CancelInput,
     Field(discriminator="type"),
 ]
-external_input_adapter: TypeAdapter[TurnExternalInput] = TypeAdapter(TurnExternalInput)
+external_input_adapter: TypeAdapter[TurnExternalInput] = TypeAdapter(
+    TurnExternalInput, config=_DEFERRED
+)
 
 
 def parse_input(obj: Any) -> TurnExternalInput:
@@ -719,12 +738,16 @@ STAGED_DIGEST_PATTERN = r"^sha256:[0-9a-f]{64}$"
 class StagedValue(WireModel):
     """Where a staged value is: the SHA-256 of its bytes, and how many there are."""
 
+    model_config = ConfigDict(defer_build=True)
+
     digest: Annotated[str, StringConstraints(pattern=STAGED_DIGEST_PATTERN)]
     size: int = Field(ge=0, le=MAX_STAGED_BYTES)
 
 
 class StagedAsyncToolProgressInput(WireModel):
     """``async_tool_progress`` whose ``progress`` value waits in the turn's storage."""
+
+    model_config = ConfigDict(defer_build=True)
 
     type: Literal["async_tool_progress"] = "async_tool_progress"
     tool_call_id: str = Field(min_length=1)
@@ -733,6 +756,8 @@ class StagedAsyncToolProgressInput(WireModel):
 
 class StagedAsyncToolResultInput(WireModel):
     """``async_tool_result`` whose ``result`` object waits in the turn's storage."""
+
+    model_config = ConfigDict(defer_build=True)
 
     type: Literal["async_tool_result"] = "async_tool_result"
     tool_call_id: str = Field(min_length=1)
@@ -744,7 +769,7 @@ StagedInput = Annotated[
     Field(discriminator="type"),
 ]
 """An input sent by reference: only its target and the claim check travel."""
-staged_input_adapter: TypeAdapter[StagedInput] = TypeAdapter(StagedInput)
+staged_input_adapter: TypeAdapter[StagedInput] = TypeAdapter(StagedInput, config=_DEFERRED)
 
 STAGED_INPUT_TYPES: tuple[str, ...] = ("async_tool_progress", "async_tool_result")
 
@@ -767,6 +792,8 @@ def parse_delivery(obj: Any) -> ExternalDelivery:
 
 
 class CompletedOutcome(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     status: Literal["completed"] = "completed"
     output: AssistantMessage
     finish_reason: str
@@ -774,6 +801,8 @@ class CompletedOutcome(WireModel):
 
 
 class SuspendedOutcome(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     status: Literal["suspended"] = "suspended"
     pending_permissions: list[PendingPermission]
     pending_async_tools: list[PendingAsyncTool]
@@ -781,6 +810,8 @@ class SuspendedOutcome(WireModel):
 
 
 class FailedOutcome(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     status: Literal["failed"] = "failed"
     error: str
     code: Opt[str] = None
@@ -788,6 +819,8 @@ class FailedOutcome(WireModel):
 
 
 class CancelledOutcome(WireModel):
+    model_config = ConfigDict(defer_build=True)
+
     status: Literal["cancelled"] = "cancelled"
     reason: Opt[str] = None
     usage: TurnUsage
@@ -797,4 +830,4 @@ TurnOutcome = Annotated[
     CompletedOutcome | SuspendedOutcome | FailedOutcome | CancelledOutcome,
     Field(discriminator="status"),
 ]
-outcome_adapter: TypeAdapter[TurnOutcome] = TypeAdapter(TurnOutcome)
+outcome_adapter: TypeAdapter[TurnOutcome] = TypeAdapter(TurnOutcome, config=_DEFERRED)
