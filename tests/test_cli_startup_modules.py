@@ -198,21 +198,26 @@ def test_inspecting_without_a_turns_toml_loads_no_configuration(home: Path) -> N
     assert out.startswith("model call 1 · scripted/")
 
 
-def test_reading_a_turn_builds_no_input_delta_or_outcome_model() -> None:
-    """Inputs, deltas and outcomes build their validators on first use (``defer_build``):
-    a read validates only durable events."""
+def test_reading_a_turn_builds_no_input_delta_outcome_or_state_model() -> None:
+    """Inputs, deltas, outcomes and the reduced state build their validators and
+    serializers on first use (``defer_build``): a read validates only durable
+    events, and the reducer constructs its state without validating it."""
     code = (
         "import sys\n"
         "from turncore.storage.repository import read_path\n"
-        "read_path(sys.argv[1])\n"
-        "import turncore.events as e\n"
+        "from turncore.reducer import reduce_turn\n"
+        "state = reduce_turn(read_path(sys.argv[1]))\n"
+        "import turncore.events as e, turncore.reducer as r\n"
         "names = ['TextDelta', 'PermissionDecisionInput', 'CancelInput', 'StagedValue',\n"
         "         'StagedAsyncToolResultInput', 'CompletedOutcome', 'FailedOutcome']\n"
-        "print(sorted(n for n in names if getattr(e, n).__pydantic_complete__))\n"
+        "built = [n for n in names if getattr(e, n).__pydantic_complete__]\n"
+        "built += [n for n in ('TurnState', 'ToolCallState') if getattr(r, n).__pydantic_complete__]\n"
+        "print(sorted(built))\n"
         "print(type(e.parse_input({'type': 'cancel', 'reason': 'r'})).__name__)\n"
+        "print(state.to_wire()['terminal']['type'])\n"
     )
     r = subprocess.run(
         [sys.executable, "-c", code, str(SETTLED)], capture_output=True, text=True, timeout=60
     )
     assert r.returncode == 0, r.stderr
-    assert r.stdout.splitlines() == ["[]", "CancelInput"]
+    assert r.stdout.splitlines() == ["[]", "CancelInput", "turn_completed"]

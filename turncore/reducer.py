@@ -58,7 +58,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Literal, TypeVar, assert_never, get_args
 
-from pydantic import BaseModel
+from pydantic import BaseModel, ConfigDict
 
 from ._wire import Opt, WireModel
 from .errors import CorruptTurnError
@@ -263,7 +263,12 @@ def _result_move(event: ToolResult) -> ToolCallMove:
 # ---------------------------------------------------------------- the §14.2 projection
 
 
+_STATE_CONFIG = ConfigDict(defer_build=True)
+
+
 class PermissionState(WireModel):
+    model_config = _STATE_CONFIG
+
     required: ToolPermissionRequired
     classification: Opt[ToolPermissionClassified] = None
     classification_failed: Opt[ToolPermissionClassificationFailed] = None
@@ -272,6 +277,8 @@ class PermissionState(WireModel):
 
 
 class ModelCallState(WireModel):
+    model_config = _STATE_CONFIG
+
     index: int
     phase: ModelCallPhase
     request: ModelRequest
@@ -284,6 +291,8 @@ class ModelCallState(WireModel):
 
 
 class ToolCallState(WireModel):
+    model_config = _STATE_CONFIG
+
     model_call_index: int
     order: int
     tool_call_id: str
@@ -334,6 +343,8 @@ def _pending_async(call: ToolCallState) -> PendingAsyncTool:
 
 class TurnState(WireModel):
     """Everything durable about a turn, and nothing about whether it is running."""
+
+    model_config = _STATE_CONFIG
 
     definition: TurnCreated
     model_calls: list[ModelCallState]
