@@ -9,52 +9,21 @@ providers' own SDKs read: ``OPENAI_BASE_URL`` (with ``/v1``) and
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-import uuid
 from pathlib import Path
 
 from temporalio.testing import WorkflowEnvironment
 
+from tests.cli_process import cli_env, run_cli
 from tests.model.conftest import FakeProvider, Reply, provider  # noqa: F401  (fixture)
 from tests.model.wire import AnthropicWire, ChatWire
 
-ROOT = Path(__file__).resolve().parent.parent
-
 
 def _env(home: Path, temporal_env: WorkflowEnvironment, **extra: str) -> dict[str, str]:
-    keep = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("TEMPORAL_", "TURNS_", "OPENAI_", "ANTHROPIC_"))
-    }
-    return {
-        **keep,
-        "TURNS_HOME": str(home),
-        "TURNS_TASK_QUEUE": f"env-models-{uuid.uuid4()}",
-        "TEMPORAL_ADDRESS": temporal_env.client.service_client.config.target_host,
-        "PYTHONPATH": str(ROOT),
-        "NO_COLOR": "1",
-        **extra,
-    }
+    return cli_env(home, temporal_env, "env-models", **extra)
 
 
-async def _turns(env: dict[str, str], *args: str) -> tuple[int, str, str]:
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "turnclient.cli",
-        *args,
-        env=env,
-        cwd=Path(env["TURNS_HOME"]).parent,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+_turns = run_cli
 
 
 async def test_openai_from_the_environment_serves_the_assistant_with_no_file(

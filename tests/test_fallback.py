@@ -8,22 +8,18 @@ model, and the answer records which model gave it and what failed before.
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
 import pytest
 from temporalio.testing import WorkflowEnvironment
 
+from tests.cli_process import cli_env, run_cli
 from tests.model.conftest import FakeProvider, Reply
 from tests.model.wire import ChatWire
 from turnclient import Agent, ConfigError, Turns
 
-ROOT = Path(__file__).resolve().parent.parent
 JSON_BODY = {"content-type": "application/json"}
 
 
@@ -54,31 +50,7 @@ def _home(tmp_path: Path, down: FakeProvider, up: FakeProvider) -> Path:
 
 
 async def _turns(home: Path, temporal_env: WorkflowEnvironment, *args: str) -> tuple[int, str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("TEMPORAL_", "TURNS_", "OPENAI_", "ANTHROPIC_"))
-    }
-    env.update(
-        TURNS_HOME=str(home),
-        TURNS_TASK_QUEUE=f"fallback-{uuid.uuid4()}",
-        TEMPORAL_ADDRESS=temporal_env.client.service_client.config.target_host,
-        PYTHONPATH=str(ROOT),
-        NO_COLOR="1",
-    )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "turnclient.cli",
-        *args,
-        env=env,
-        cwd=home.parent,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_cli(cli_env(home, temporal_env, "fallback"), *args)
 
 
 @pytest.mark.parametrize(

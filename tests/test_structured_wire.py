@@ -10,11 +10,7 @@ invalid and goes back with its errors; the second is valid. ``turns show``
 
 from __future__ import annotations
 
-import asyncio
 import json
-import os
-import sys
-import uuid
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -23,6 +19,7 @@ import pytest
 from playwright.async_api import BrowserContext, expect
 from temporalio.testing import WorkflowEnvironment
 
+from tests.cli_process import cli_env, run_cli
 from tests.model.conftest import FakeProvider, Reply, sse
 from tests.model.wire import (
     _CHAT_USAGE,
@@ -40,7 +37,6 @@ from tests.test_web_browser import WAIT, browser, open_page  # noqa: F401 - a fi
 from tests.webui import running_ui
 from turncore.output import FEEDBACK_LEAD, OUTPUT_INVALID_CODE
 
-ROOT = Path(__file__).resolve().parent.parent
 SCHEMA = {
     "title": "Weather",
     "type": "object",
@@ -137,32 +133,7 @@ def _home(tmp_path: Path, kind: str, server: FakeProvider, retries: int = 1) -> 
 
 
 async def _turns(home: Path, env_: WorkflowEnvironment, *args: str) -> tuple[int, str, str]:
-    env = {
-        k: v
-        for k, v in os.environ.items()
-        if not k.startswith(("TEMPORAL_", "TURNS_", "OPENAI_", "ANTHROPIC_"))
-    }
-    env.update(
-        TURNS_HOME=str(home),
-        TURNS_TASK_QUEUE=f"structured-{uuid.uuid4()}",
-        TEMPORAL_ADDRESS=env_.client.service_client.config.target_host,
-        PYTHONPATH=str(ROOT),
-        NO_COLOR="1",
-        ACME_API_KEY="sk-test",
-    )
-    proc = await asyncio.create_subprocess_exec(
-        sys.executable,
-        "-m",
-        "turnclient.cli",
-        *args,
-        env=env,
-        cwd=home.parent,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 180)
-    assert proc.returncode is not None
-    return proc.returncode, out.decode(), err.decode()
+    return await run_cli(cli_env(home, env_, "structured", ACME_API_KEY="sk-test"), *args)
 
 
 def _asked_for_the_shape(kind: str, body: dict[str, object]) -> None:
