@@ -54,6 +54,7 @@ from temporalio.service import RPCError  # noqa: E402
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
 from bench._load_worker import open_repository, resolver  # noqa: E402
+from bench._stdout import report_stdout  # noqa: E402
 from tests.postgres import PostgresServer  # noqa: E402
 from turnclient.lib.api import CreateTurnInput, TurnClient  # noqa: E402
 from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
@@ -355,4 +356,6 @@ if __name__ == "__main__":
     )
     parser.add_argument("--storage", nargs="*", default=["file", "postgres"])
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(main(args.turns, args.suspended, args.storage)), indent=2))
+    with report_stdout():
+        report = asyncio.run(main(args.turns, args.suspended, args.storage))
+    print(json.dumps(report, indent=2))

@@ -42,6 +42,7 @@ sys.path.insert(0, str(ROOT))
 
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
+from bench._stdout import report_stdout  # noqa: E402
 from turnclient import Agent, Turns, tool  # noqa: E402
 from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
 from turncore.events import ToolDescriptor  # noqa: E402
@@ -119,7 +120,7 @@ async def _direct(turns: Turns, server: str, n: int) -> float:
     return statistics.median(times)
 
 
-async def main() -> None:
+async def main() -> dict[str, Any]:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--calls", type=int, default=10, help="tool calls per turn")
     parser.add_argument("--repeat", type=int, default=5, help="turns per agent")
@@ -188,7 +189,7 @@ async def main() -> None:
             "plain_tool_iteration_ms": round(median["plain"] / (args.calls + 1), 1),
             "direct_call_ms": {k: round(v, 2) for k, v in direct.items()},
         }
-        print(json.dumps(report, indent=2))
+        return report
     finally:
         await env.shutdown()
         http.terminate()
@@ -196,4 +197,6 @@ async def main() -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main())
+    with report_stdout():
+        report = asyncio.run(main())
+    print(json.dumps(report, indent=2))

@@ -41,7 +41,6 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
 import tempfile
@@ -62,6 +61,7 @@ from temporalio.worker import Worker  # noqa: E402
 
 from bench._inprocess import InProcessTurn  # noqa: E402
 from bench._plain import PlainWorkflow, noop  # noqa: E402
+from bench._stdout import report_stdout  # noqa: E402
 from tests.harness import Harness, async_tool, sync_tool  # noqa: E402
 from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
 from turncore.events import AsyncToolResultInput  # noqa: E402
@@ -493,17 +493,8 @@ def main() -> None:
     parser.add_argument("--repeat", type=int, default=5, help="runs per measurement; medians")
     args = parser.parse_args()
     started = time.perf_counter()
-    # The dev server prints a banner on the stdout it inherits: give it (and
-    # anything else) stderr, so stdout carries only the JSON report.
-    sys.stdout.flush()
-    stdout = os.dup(1)
-    os.dup2(2, 1)
-    try:
+    with report_stdout():
         report = asyncio.run(run(args.repeat))
-    finally:
-        sys.stdout.flush()
-        os.dup2(stdout, 1)
-        os.close(stdout)
     report["bench_seconds"] = round(time.perf_counter() - started, 1)
     print(json.dumps(report, indent=2))
 

@@ -62,6 +62,7 @@ from temporalio.testing import WorkflowEnvironment  # noqa: E402
 from temporalio.worker import Worker  # noqa: E402
 
 from bench import _peer  # noqa: E402
+from bench._stdout import report_stdout  # noqa: E402
 from tests.harness import Harness, sync_tool  # noqa: E402
 from turnclient.lib.api import TurnClient  # noqa: E402
 from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
@@ -469,7 +470,9 @@ def main() -> None:
         return
     sizes = [int(s) for s in args.sizes.split(",")]
     parts = set(args.parts.split(","))
-    print(json.dumps(asyncio.run(run(args.repeat, sizes, parts)), indent=2), flush=True)
+    with report_stdout():
+        report = asyncio.run(run(args.repeat, sizes, parts))
+    print(json.dumps(report, indent=2), flush=True)
     os._exit(0)  # the SDK's Rust threads outlive the loop: skip finalisation
 
 

@@ -35,6 +35,7 @@ sys.path.insert(0, str(ROOT))
 
 from temporalio.testing import WorkflowEnvironment  # noqa: E402
 
+from bench._stdout import report_stdout  # noqa: E402
 from tests.crash_worker import resolver  # noqa: E402
 from turnclient.lib.api import CreateTurnInput, TurnClient  # noqa: E402
 from turnclient.runtime.devserver import find_temporal_cli  # noqa: E402
@@ -119,7 +120,9 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--repeat", type=int, default=3, help="samples of each way")
     args = parser.parse_args()
-    print(json.dumps(asyncio.run(run(args.repeat)), indent=2), flush=True)
+    with report_stdout():
+        report = asyncio.run(run(args.repeat))
+    print(json.dumps(report, indent=2), flush=True)
     os._exit(0)  # the SDK's Rust threads outlive the loop: skip finalisation
 
 
