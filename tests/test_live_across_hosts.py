@@ -51,9 +51,8 @@ async def test_deltas_from_a_worker_on_one_host_reach_the_sse_api_on_another(
     ):
         turn_id = await ui.create("hello there")  # the demo streams its help text
         events = f"/api/turns/{turn_id}/events?follow=1"
-        first = []
-        while not first or first[-1].event != "delta":  # held at A's gate after one chunk
-            first = await read_sse(ui.http, events, stop=len(first) + 1)
+        # held at A's gate after one chunk
+        first = await read_sse(ui.http, events, until=lambda e: e.event == "delta")
         delta = first[-1]
         assert delta.data["type"] == "text_delta" and delta.data["seq"] == 1
         assert "I am" in delta.data["delta"]

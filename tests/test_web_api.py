@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -45,9 +45,19 @@ class Sse:
 
 
 async def read_sse(
-    http: httpx.AsyncClient, path: str, *, last_id: str | None = None, stop: int | None = None
+    http: httpx.AsyncClient,
+    path: str,
+    *,
+    last_id: str | None = None,
+    stop: int | None = None,
+    until: Callable[[Sse], bool] | None = None,
 ) -> list[Sse]:
-    """The stream's events (without comments and ``retry``), until it ends or ``stop`` are read."""
+    """The stream's events (without comments and ``retry``), on one connection, until it
+    ends, ``stop`` are read or an event satisfies ``until``.
+
+    Waiting for an event reads one connection: reconnecting to read one more each time
+    would count on the server sending the same order on every resume, which it does not
+    promise (a resume sends the durable backlog before the open call's deltas)."""
     headers = {"Accept": "text/event-stream"}
     if last_id is not None:
         headers["Last-Event-ID"] = last_id
@@ -60,7 +70,7 @@ async def read_sse(
             if line == "":
                 if "event" in fields:
                     out.append(Sse(fields.get("id"), fields["event"], orjson.loads(fields["data"])))
-                    if stop is not None and len(out) >= stop:
+                    if (stop is not None and len(out) >= stop) or (until and until(out[-1])):
                         return out  # leaving the block drops the connection
                 fields = {}
             elif not line.startswith(":"):
@@ -620,9 +630,8 @@ async def test_sse_carries_deltas_from_another_process_and_resumes_after_one(
     ):
         turn_id = await ui.create("hello there")  # the demo streams its help text
         events = f"/api/turns/{turn_id}/events?follow=1"
-        first: list[Sse] = []
-        while not first or first[-1].event != "delta":  # held at the gate after one chunk
-            first = await read_sse(ui.http, events, stop=len(first) + 1)
+        # held at the gate after one chunk
+        first = await read_sse(ui.http, events, until=lambda e: e.event == "delta")
         delta = first[-1]
         offset = len([e for e in first if e.event == "turn-event"])
         assert delta.id == f"{offset}:0:1" and delta.data["type"] == "text_delta"
@@ -672,17 +681,15 @@ async def test_a_resume_from_a_durable_event_repeats_no_delta_already_sent(
     ):
         turn_id = await ui.create(SAVE)  # "I will write notes.txt.", then write_file
         events = f"/api/turns/{turn_id}/events?follow=1"
-        seen: list[Sse] = []
-        while not seen or seen[-1].event != "delta":  # held after the first chunk
-            seen = await read_sse(ui.http, events, stop=len(seen) + 1)
+        # held after the first chunk
+        seen = await read_sse(ui.http, events, until=lambda e: e.event == "delta")
         (home / "gate").write_text("open")
 
         def text_end(e: Sse) -> bool:
             return e.event == "turn-event" and e.data.get("event", {}).get("type") == "text-end"
 
-        rest: list[Sse] = []
-        while not rest or not text_end(rest[-1]):  # then held at the tool call
-            rest = await read_sse(ui.http, events, last_id=seen[-1].id, stop=len(rest) + 1)
+        # then held at the tool call
+        rest = await read_sse(ui.http, events, last_id=seen[-1].id, until=text_end)
         seen += rest
         sent = {(e.data["modelCallIndex"], e.data["seq"]) for e in seen if e.event == "delta"}
         assert sent
