@@ -20,6 +20,7 @@ from temporalio.testing import WorkflowEnvironment
 from typing_extensions import TypedDict
 
 from turnclient import Agent, ConfigError, Turns
+from turncore.elision import DEFAULT_VALUE_BUDGET
 from turncore.model import ModelCallRequest
 from turncore.model.scripted import call_index
 from turncore.output import FEEDBACK_LEAD, OUTPUT_INVALID_CODE
@@ -166,6 +167,41 @@ async def test_text_that_is_not_json_is_sent_back_too(
     async with runtime(temporal_env, tmp_path, agents=[agent], models={"w": model}) as turns:
         result = await turns.run("Weather?", agent="w")
         assert result.output == Weather(city="Paris", celsius=20)
+
+
+class Notes(BaseModel):
+    title: str
+    body: str
+
+
+async def test_an_answer_larger_than_the_workflow_holds_is_judged_on_the_file(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    # Over DEFAULT_VALUE_BUDGET the workflow holds the answer's text elided (DESIGN
+    # §5): an answer judged there would always be invalid. The model activity
+    # judges it on the file, so a large valid answer completes, and a large invalid
+    # one is sent back whole with its errors.
+    body = "x" * (DEFAULT_VALUE_BUDGET + 1000)
+    seen: list[ModelCallRequest] = []
+    model = answers({"title": "big"}, {"title": "big", "body": body}, seen=seen)
+    agent = Agent(name="notes", system_prompt="s", model="scripted/n", output_type=Notes)
+    async with runtime(temporal_env, tmp_path, agents=[agent], models={"n": model}) as turns:
+        result = await turns.run("Write long notes.", agent="notes")
+        assert result.status == "completed", result.outcome
+        assert result.output == Notes(title="big", body=body)
+        assert len(seen) == 2
+        assert "'body' is a required property" in str(seen[1].messages[-1].content)
+        queried = await temporal_env.client.get_workflow_handle(result.turn_id).query("state")
+        assert "elided by turncore" in str(queried["modelCalls"][-1]["response"])
+
+        first = {"title": "big", "body": body, "extra": 1}  # valid: extra keys are allowed
+        large = answers(first)
+        async with runtime(
+            temporal_env, tmp_path / "b", agents=[agent], models={"n": large}
+        ) as again:
+            once = await again.run("Write long notes.", agent="notes")
+            assert once.output == Notes(title="big", body=body)
+            assert len((await again.state(once.turn_id)).model_calls) == 1
 
 
 class NotDescribable:

@@ -55,8 +55,20 @@ def elided_marker(size: int) -> dict[str, Any]:
     return {ELIDED_KEY: {"bytes": size, "where": "the turn file"}}
 
 
+_ELIDED_TEXT_LEAD = "[elided by turncore: "
+
+
 def _elided_text(size: int) -> str:
-    return f"[elided by turncore: {size} bytes; the full value is in the turn file]"
+    return f"{_ELIDED_TEXT_LEAD}{size} bytes; the full value is in the turn file]"
+
+
+def may_hold_elisions(wire: Any) -> bool:
+    """Whether a wire value may carry a marker ``elide_wire`` put in: then whoever shows
+    it reads the value from the file. It may also be a value that only looks like
+    one (a model that wrote the marker's words): reading the file costs a read then,
+    and shows the same value."""
+    dumped = orjson.dumps(wire)
+    return _ELIDED_TEXT_LEAD.encode() in dumped or f'"{ELIDED_KEY}"'.encode() in dumped
 
 
 def _shrink_strings(value: Any, budget: int) -> tuple[Any, bool]:

@@ -52,6 +52,7 @@ from turncore.agents import (
     with_listed,
 )
 from turncore.context import ContextResolver
+from turncore.elision import may_hold_elisions
 from turncore.errors import (
     ExpiredDeliveryError,
     InfrastructureError,
@@ -540,7 +541,17 @@ class TurnClient:
                 raw = await self._send(turn_id, "settle", None)
             else:
                 raw = await self._deliver(turn_id, input)
-            return outcome_adapter.validate_python({k: v for k, v in raw.items() if k != "turnId"})
+            outcome = outcome_adapter.validate_python(
+                {k: v for k, v in raw.items() if k != "turnId"}
+            )
+            if outcome.status == "completed" and may_hold_elisions(outcome.output.to_wire()):
+                # The run holds an answer over its value budget elided (DESIGN §5);
+                # the file holds it whole, and an ended turn's outcome never changes.
+                events = await asyncio.to_thread(self._repo.read, turn_id)
+                whole = outcome_of(TurnReducer.of(events).state)
+                assert whole is not None and whole.status == "completed", whole
+                outcome = whole
+            return outcome
         finally:
             if not start.done():
                 start.set_result(-1)
