@@ -104,9 +104,12 @@ async def test_worker_endpoint_after_a_turn(
         assert done.status == "completed"
 
         def settled(t: str) -> bool:
+            # The outcome comes back with the update, before the run's last workflow
+            # task completes it: the SDK counts the completed workflow after that.
             return (
                 value(t, "turncore_pending_approvals", task_queue=h.task_queue) == 0
                 and value(t, "turncore_turns_settled", status="completed") == 1
+                and (value(t, "temporal_workflow_completed", task_queue=h.task_queue) or 0) >= 1
             )
 
         text = await scrape_until(url, settled)
