@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import uuid
+from collections.abc import Callable
 from decimal import Decimal
 from pathlib import Path
 from typing import Any
@@ -18,9 +19,11 @@ import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.test_embedded import kill_stragglers
+from tests.test_notify import hook_env, receiver, toml  # noqa: F401  (hook_env: a fixture)
 from turnclient import Agent, ConfigError, Turns, tool
 from turnclient.lib.cost import Price, Pricer, ProviderPrice
 from turnclient.runtime.config import SummariseDropped, load_config
+from turnclient.runtime.notify import notify_dir
 from turncore.budget import (
     BUDGET_KEY,
     SUMMARY_PROMPT,
@@ -349,6 +352,40 @@ def test_turns_run_continue_summarises_and_inspect_and_show_see_it(tmp_path: Pat
 def lookup(key: str) -> str:
     """Look a key up."""
     return f"value of {key}"
+
+
+async def test_a_summary_turn_sends_no_webhook(
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    hook_env: Callable[[str], None],  # noqa: F811
+) -> None:
+    # Nobody waits on a summary turn, and its end is not the end of a turn of the
+    # conversation: a worker with [notify] posts the main turns' ends only.
+    chat = Recorder("answer", {"inputTokens": 10, "outputTokens": 1})
+    summariser = Recorder("summary", {"inputTokens": 1000, "outputTokens": 100})
+    models = {"rec": chat, "sum": summariser}
+    async with receiver(lambda n: 200) as rec:
+        hook_env(rec.url)
+        (tmp_path / "turns.toml").write_text(toml(events=["waiting", "ended"]))
+        async with _runtime(temporal_env, tmp_path, agents=[CHAT], models=models) as turns:
+            ids: list[str] = []
+            last = None
+            for i in range(8):
+                result = await turns.run(f"message number {i}", agent="chat", continue_from=last)
+                assert result.status == "completed", result.outcome.to_wire()
+                ids.append(last := result.turn_id)
+            records = [_record(await turns.events(t)) for t in ids]
+            made = {r["summary"]["turnId"] for r in records if "usage" in r.get("summary", {})}
+            assert made and len(summariser.sent) == len(made)
+            # Every summary turn ended before the main call that reads it; deliveries
+            # leave the outbox in order, so once the last main turn's is sent and the
+            # outbox is empty, any delivery for a summary turn would have been sent.
+            outbox = notify_dir(turns.runtime.work_dir) / "outbox"
+            await rec.until(lambda: ids[-1] in {b["turnId"] for b in rec.bodies()})
+            await rec.until(lambda: not list(outbox.glob("*.json")))
+        ended = [b["turnId"] for b in rec.bodies() if b["type"] == "turn.ended"]
+        assert sorted(ended) == sorted(ids), (made, ended)
+        assert not made & {b["turnId"] for b in rec.bodies()}
 
 
 async def test_a_cut_that_does_not_move_reuses_the_summary_across_calls(
