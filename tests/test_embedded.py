@@ -11,6 +11,7 @@ import asyncio
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -19,7 +20,13 @@ from pathlib import Path
 
 import pytest
 
-from turnclient.runtime.embedded import EmbeddedServer, ServerInfo, is_server_process, servers_on
+from turnclient.runtime.embedded import (
+    EmbeddedServer,
+    ServerInfo,
+    is_server_process,
+    listens_on,
+    servers_on,
+)
 from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 
 pytestmark = pytest.mark.temporal  # starts its own dev servers
@@ -171,3 +178,21 @@ def test_a_stray_server_on_the_database_is_stopped_before_another_starts(home: P
     while is_server_process(pid, db) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert servers_on(db) == []
+
+
+def test_a_port_is_ours_only_while_our_process_listens_on_it() -> None:
+    # Another command's server can take a port chosen free before ours binds it and
+    # then answer our probe: only our own listening socket makes the address ours.
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        port = listener.getsockname()[1]
+        assert not listens_on(os.getpid(), port)  # bound, not listening
+        listener.listen()
+        assert listens_on(os.getpid(), port)
+        holder = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+        try:
+            assert not listens_on(holder.pid, port)  # another process: not its socket
+        finally:
+            holder.kill()
+            holder.wait()
+    assert not listens_on(os.getpid(), port)

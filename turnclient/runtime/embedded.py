@@ -174,6 +174,45 @@ def _is_zombie(pid: int) -> bool:
     return stat.rpartition(")")[2].split()[:1] == ["Z"]
 
 
+def listens_on(pid: int, port: int) -> bool:
+    """Whether process ``pid`` holds a listening TCP socket on ``port`` (Linux, from
+    ``/proc``; True where ``/proc`` cannot tell).
+
+    A port chosen free can be taken by another command's server before ours binds
+    it; that server then answers the probe at our address. Only a listener that
+    is our server's own socket makes the address ours.
+    """
+    inodes: set[str] = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            rows = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for row in rows:
+            fields = row.split()
+            # local_address is HOST:PORT in hex; state 0A is LISTEN; field 9 the inode.
+            if (
+                len(fields) > 9
+                and fields[3] == "0A"
+                and int(fields[1].rsplit(":", 1)[1], 16) == port
+            ):
+                inodes.add(fields[9])
+    if not Path("/proc/net/tcp").exists():
+        return True
+    try:
+        fds = os.listdir(f"/proc/{pid}/fd")
+    except OSError:
+        return False
+    for fd in fds:
+        try:
+            target = os.readlink(f"/proc/{pid}/fd/{fd}")
+        except OSError:
+            continue
+        if target.startswith("socket:[") and target[8:-1] in inodes:
+            return True
+    return False
+
+
 def _pid_alive(pid: int) -> bool:
     if pid <= 0:
         return False
@@ -486,7 +525,7 @@ class EmbeddedServer:
             )
             deadline = time.monotonic() + self._ready_timeout
             while _pid_alive(server_pid) and time.monotonic() < deadline:
-                if await self._probe(info.address):
+                if listens_on(server_pid, port) and await self._probe(info.address):
                     self._write_state(info)
                     self.started = True
                     self.notes.append(f"started a server (pid {server_pid}) on {info.address}")
