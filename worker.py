@@ -40,6 +40,13 @@ from temporalio.bridge.proto.workflow_activation import RemoveFromCache, Workflo
 from temporalio.bridge.proto.workflow_completion import WorkflowActivationCompletion
 from temporalio.client import Client
 from temporalio.common import VersioningBehavior, WorkerDeploymentVersion
+from temporalio.converter import (
+    DataConverter,
+    StorageDriverStoreContext,
+    StorageDriverWorkflowInfo,
+    WithSerializationContext,
+    WorkflowSerializationContext,
+)
 from temporalio.runtime import Runtime as TemporalRuntime
 from temporalio.service import RPCError
 from temporalio.worker import (
@@ -263,18 +270,47 @@ class SelfHeal:
             self._busy.discard(turn_id)
 
 
-class WatchedRunner(WorkflowRunner):
-    """The sandboxed runner, with every activation's fate reported to ``FailingTasks``."""
+def contexts_matter(converter: DataConverter) -> bool:
+    """Whether encoding through ``converter`` depends on a payload's serialization
+    or storage context: only a codec that takes contexts, or external storage.
 
-    def __init__(self, inner: WorkflowRunner, tasks: FailingTasks | None = None) -> None:
+    The SDK asks the workflow instance for both contexts for every payload it
+    encodes or decodes, and a sandboxed instance answers by executing code in
+    its sandbox: about a tenth of a busy worker's CPU. Where the answer cannot
+    change a byte (no codec, or one like ``EncryptionCodec`` that ignores
+    contexts, and no external storage), ``WatchedRunner`` answers itself.
+    """
+    return converter.external_storage is not None or isinstance(
+        converter.payload_codec, WithSerializationContext
+    )
+
+
+class WatchedRunner(WorkflowRunner):
+    """The sandboxed runner, with every activation's fate reported to ``FailingTasks``.
+
+    With ``contexts_matter`` False, its instances give every payload the
+    workflow's own contexts without entering the sandbox (``contexts_matter``).
+    """
+
+    def __init__(
+        self,
+        inner: WorkflowRunner,
+        tasks: FailingTasks | None = None,
+        *,
+        contexts_matter: bool = True,
+    ) -> None:
         self._inner = inner
         self._tasks = tasks or FailingTasks()
+        self._contexts_matter = contexts_matter
 
     def prepare_workflow(self, defn: Any) -> None:
         self._inner.prepare_workflow(defn)
 
     def create_instance(self, det: WorkflowInstanceDetails) -> WorkflowInstance:
-        return _WatchedInstance(self._inner.create_instance(det), self._tasks)
+        inner = self._inner.create_instance(det)
+        if self._contexts_matter:
+            return _WatchedInstance(inner, self._tasks)
+        return _ContextFreeInstance(inner, self._tasks)
 
     def set_worker_level_failure_exception_types(
         self, types: Sequence[type[BaseException]]
@@ -310,6 +346,33 @@ class _WatchedInstance(WorkflowInstance):
 
     def get_info(self) -> Info:
         return self._inner.get_info()
+
+
+class _ContextFreeInstance(_WatchedInstance):
+    """A watched instance whose payload contexts are the workflow's own, answered
+    outside the sandbox: used only where ``contexts_matter`` is False, so no
+    encoded byte depends on them."""
+
+    def __init__(self, inner: WorkflowInstance, tasks: FailingTasks) -> None:
+        super().__init__(inner, tasks)
+        info = inner.get_info()
+        self._serialization = WorkflowSerializationContext(
+            namespace=info.namespace, workflow_id=info.workflow_id
+        )
+        self._store = StorageDriverStoreContext(
+            target=StorageDriverWorkflowInfo(
+                id=info.workflow_id,
+                run_id=info.run_id,
+                type=info.workflow_type,
+                namespace=info.namespace,
+            )
+        )
+
+    def get_serialization_context(self, command_info: Any) -> Any:
+        return self._serialization
+
+    def get_external_store_context(self, command_info: Any) -> Any:
+        return self._store
 
 
 def _first_line(text: str, limit: int = 300) -> str:
@@ -375,12 +438,17 @@ def build_worker(
     heal = None
     if rebuild_stuck_after is not None and turns is not None:
         heal = SelfHeal(turns, rebuild_stuck_after, asyncio.get_running_loop())
+    typed = typed_client(client)
     return Worker(
-        typed_client(client),
+        typed,
         task_queue=task_queue,
         workflows=[workflow],
         activities=[getattr(acts, name) for name in ACTIVITY_NAMES],
-        workflow_runner=WatchedRunner(workflow_runner(), FailingTasks(on_nondeterminism=heal)),
+        workflow_runner=WatchedRunner(
+            workflow_runner(),
+            FailingTasks(on_nondeterminism=heal),
+            contexts_matter=contexts_matter(typed.data_converter),
+        ),
         activity_executor=ThreadPoolExecutor(max_workers=max_concurrent_activities),
         max_concurrent_activities=max_concurrent_activities,
         # Cancellation reaches an activity with the reply to a heartbeat, so

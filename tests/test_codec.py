@@ -20,6 +20,7 @@ import subprocess
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,7 +28,13 @@ import pytest
 from temporalio.api.common.v1 import Payload
 from temporalio.client import Client
 from temporalio.common import SearchAttributeKey
-from temporalio.converter import DataConverter
+from temporalio.converter import (
+    ActivitySerializationContext,
+    DataConverter,
+    PayloadCodec,
+    SerializationContext,
+    WithSerializationContext,
+)
 from temporalio.exceptions import ApplicationError
 from temporalio.testing import WorkflowEnvironment
 
@@ -50,7 +57,7 @@ from turncore.tools import ToolContext
 from turncore_temporal.activities import DATA_CONVERTER
 from turncore_temporal.activities.contract import payload_adapter
 from turncore_temporal.activities.payloads import ModelCallResult
-from turncore_temporal.worker import typed_client
+from turncore_temporal.worker import contexts_matter, typed_client
 
 PROMPT = "Please summarise the zebra-okapi-7731 merger memo"
 TOOL_INPUT = "quokka-ledger-5512"
@@ -346,6 +353,68 @@ async def test_the_worker_keeps_the_codec_when_it_swaps_in_the_turn_converter(
     assert typed.data_converter.payload_converter_class is DATA_CONVERTER.payload_converter_class
     assert typed.data_converter.payload_codec is codec
     assert typed_client(typed) is typed
+
+
+@dataclasses.dataclass(frozen=True)
+class _ContextRecordingCodec(PayloadCodec, WithSerializationContext):
+    """A codec that takes contexts and records the one it encodes under."""
+
+    seen: list[tuple[SerializationContext | None, bytes]]
+    context: SerializationContext | None = None
+
+    def with_context(self, context: SerializationContext) -> _ContextRecordingCodec:
+        return dataclasses.replace(self, context=context)  # the same list
+
+    async def encode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        self.seen.extend((self.context, p.data) for p in payloads)
+        return list(payloads)
+
+    async def decode(self, payloads: Sequence[Payload]) -> list[Payload]:
+        return list(payloads)
+
+
+def _turn_of(data: bytes) -> object:
+    """The ``turn_id`` an activity input names (results name none)."""
+    doc = json.loads(data)
+    return doc.get("turn_id") if isinstance(doc, dict) else None
+
+
+def test_only_a_context_taking_codec_or_external_storage_makes_contexts_matter() -> None:
+    assert not contexts_matter(DATA_CONVERTER)
+    encrypted = dataclasses.replace(DATA_CONVERTER, payload_codec=codec_of(new_key_spec("k1")))
+    assert not contexts_matter(encrypted)  # EncryptionCodec seals alike under any context
+    recording = dataclasses.replace(DATA_CONVERTER, payload_codec=_ContextRecordingCodec([]))
+    assert contexts_matter(recording)
+
+
+async def test_a_codec_that_takes_contexts_gets_each_activitys_own(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """The worker answers payload contexts outside the sandbox only where they
+    cannot matter; a codec that takes them still gets the SDK's, per command."""
+    seen: list[tuple[SerializationContext | None, bytes]] = []
+    base = temporal_env.client
+    client = Client(
+        base.service_client,
+        namespace=base.namespace,
+        data_converter=dataclasses.replace(
+            DATA_CONVERTER, payload_codec=_ContextRecordingCodec(seen)
+        ),
+    )
+    async with _harness(client, tmp_path) as h:
+        turn_id, outcome = await h.run(PROMPT)
+        assert outcome.status == "completed"
+    # What the workflow encodes: the inputs of the activities it schedules (the
+    # activities' results are encoded by the activity worker, under the same kinds).
+    scheduled = {
+        (c.activity_type, c.is_local)
+        for c, data in seen
+        if isinstance(c, ActivitySerializationContext)
+        and c.workflow_id == turn_id
+        and _turn_of(data) == turn_id
+    }
+    assert ("call_model", False) in scheduled and ("run_tool", False) in scheduled
+    assert ("load_turn", True) in scheduled
 
 
 # ---------------------------------------------------------------- the codec server's door
