@@ -19,7 +19,7 @@ from typing import Any
 import httpx
 import orjson
 import pytest
-from playwright.async_api import BrowserContext, Page, async_playwright, expect
+from playwright.async_api import BrowserContext, Page, Route, async_playwright, expect
 from temporalio.testing import WorkflowEnvironment
 
 from tests.builders import TurnBuilder
@@ -291,7 +291,22 @@ async def test_two_tabs_deciding_one_call_one_wins_one_is_told(
     tabs = [await open_page(browser, f"{ui.url}/turns/{turn_id}") for _ in range(2)]
     for tab in tabs:
         await expect(tab.get_by_role("button", name="Approve")).to_be_enabled(timeout=WAIT)
+    # Both decisions leave their tabs before either reaches the server: a tab that
+    # heard of the first decision before it clicked would have nothing to click.
+    sent: list[Route] = []
+    both_sent = asyncio.Event()
+
+    async def hold(route: Route) -> None:
+        sent.append(route)
+        if len(sent) == len(tabs):
+            both_sent.set()
+        await both_sent.wait()
+        await route.continue_()
+
+    for tab in tabs:
+        await tab.route(f"**/api/turns/{turn_id}/calls/*/approve", hold)
     await asyncio.gather(*(tab.get_by_role("button", name="Approve").click() for tab in tabs))
+    await asyncio.wait_for(both_sent.wait(), WAIT / 1000)
     for tab in tabs:
         await expect(tab.get_by_role("status")).to_have_text("completed", timeout=WAIT)
     deadline = asyncio.get_running_loop().time() + 30
