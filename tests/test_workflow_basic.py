@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness
@@ -39,3 +42,24 @@ async def test_plain_model_response(temporal_env: WorkflowEnvironment, tmp_path:
         assert published == ["turn-processing-start", "turn-processing-end"]
         assert not {"turn-processing-start", "turn-processing-end"} & set(types)
         assert turn_id not in h.hub.active
+
+
+async def test_running_a_turn_asks_temporal_for_its_answer_once(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A settle carries no input: its one update request waits for the answer,
+    with no second request to poll for it (a round trip per turn run)."""
+    service = temporal_env.client.workflow_service
+    calls: Counter[str] = Counter()
+    for name in ("update_workflow_execution", "poll_workflow_execution_update"):
+        original = getattr(service, name)
+
+        async def counted(*args: Any, _call: Any = original, _name: str = name, **kw: Any) -> Any:
+            calls[_name] += 1
+            return await _call(*args, **kw)
+
+        monkeypatch.setattr(service, name, counted)
+    async with Harness(temporal_env.client, tmp_path, ["Hello."]) as h:
+        _, outcome = await h.run("hi")
+    assert outcome.status == "completed"
+    assert calls == {"update_workflow_execution": 1}

@@ -690,16 +690,22 @@ class TurnClient:
         what = f"{name} for turn {turn_id}"
         accepted = False
 
+        # An input's update is first waited on until accepted: whether the run took
+        # it decides what a stuck run's error says. A settle carries no input, so
+        # its one request waits for the answer (a long poll the server ends early
+        # with the update merely accepted; the handle then polls for the rest).
+        stage = (
+            WorkflowUpdateStage.ACCEPTED
+            if deliver_by is not None
+            else WorkflowUpdateStage.COMPLETED
+        )
+
         async def talk() -> dict[str, Any]:
             nonlocal accepted
             update = await self._retrying(
                 what,
                 functools.partial(
-                    handle.start_update,
-                    name,
-                    args=args,
-                    id=update_id,
-                    wait_for_stage=WorkflowUpdateStage.ACCEPTED,
+                    handle.start_update, name, args=args, id=update_id, wait_for_stage=stage
                 ),
             )
             accepted = True
