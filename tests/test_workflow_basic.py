@@ -44,14 +44,21 @@ async def test_plain_model_response(temporal_env: WorkflowEnvironment, tmp_path:
         assert turn_id not in h.hub.active
 
 
-async def test_running_a_turn_asks_temporal_for_its_answer_once(
+async def test_running_a_turn_is_one_request_to_temporal(
     temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A settle carries no input: its one update request waits for the answer,
-    with no second request to poll for it (a round trip per turn run)."""
+    """Running a new turn starts its run and asks it to settle in one request
+    (update-with-start), which waits for the answer: no separate start, update
+    or poll, and the run's first workflow task already holds the update."""
     service = temporal_env.client.workflow_service
     calls: Counter[str] = Counter()
-    for name in ("update_workflow_execution", "poll_workflow_execution_update"):
+    counted_calls = (
+        "start_workflow_execution",
+        "update_workflow_execution",
+        "poll_workflow_execution_update",
+        "execute_multi_operation",
+    )
+    for name in counted_calls:
         original = getattr(service, name)
 
         async def counted(*args: Any, _call: Any = original, _name: str = name, **kw: Any) -> Any:
@@ -60,6 +67,10 @@ async def test_running_a_turn_asks_temporal_for_its_answer_once(
 
         monkeypatch.setattr(service, name, counted)
     async with Harness(temporal_env.client, tmp_path, ["Hello."]) as h:
-        _, outcome = await h.run("hi")
+        turn_id, outcome = await h.run("hi")
     assert outcome.status == "completed"
-    assert calls == {"update_workflow_execution": 1}
+    assert calls == {"execute_multi_operation": 1}
+    history = await temporal_env.client.get_workflow_handle(turn_id).fetch_history()
+    tasks = [e for e in history.events if e.HasField("workflow_task_completed_event_attributes")]
+    # One task for the start with its update, one for the model call's answer.
+    assert len(tasks) == 2

@@ -10,7 +10,6 @@ events for the turn to progress. ``get_turn`` only reads.
 from __future__ import annotations
 
 import asyncio
-import functools
 import getpass
 import time
 import uuid
@@ -26,10 +25,12 @@ from temporalio.api.update.v1 import UpdateRef, WaitPolicy
 from temporalio.api.workflowservice.v1 import PollWorkflowExecutionUpdateRequest
 from temporalio.client import (
     Client,
+    WithStartWorkflowOperation,
     WorkflowExecutionStatus,
     WorkflowFailureError,
     WorkflowHandle,
     WorkflowUpdateFailedError,
+    WorkflowUpdateHandle,
     WorkflowUpdateRPCTimeoutOrCancelledError,
     WorkflowUpdateStage,
 )
@@ -536,10 +537,15 @@ class TurnClient:
             if input is not None:
                 input = await self._stage_if_large(turn_id, input)
             cancel = input.to_wire() if input is not None and input.type == "cancel" else None
-            started = await self._ensure_running(turn_id, state.definition, cancel)
-            if input is None or (cancel is not None and started):
-                raw = await self._send(turn_id, "settle", None)
+            if input is None:
+                # One request starts the run if none runs and asks it to settle.
+                raw = await self._send(turn_id, "settle", None, starting=state.definition)
+            elif cancel is not None and await self._ensure_running(
+                turn_id, state.definition, cancel
+            ):
+                raw = await self._send(turn_id, "settle", None)  # the new run took the cancel
             else:
+                await self._ensure_running(turn_id, state.definition)
                 raw = await self._deliver(turn_id, input)
             outcome = outcome_adapter.validate_python(
                 {k: v for k, v in raw.items() if k != "turnId"}
@@ -609,8 +615,14 @@ class TurnClient:
                     continue
                 raise
 
-    async def _send(self, turn_id: str, name: str, arg: Any) -> dict[str, Any]:
+    async def _send(
+        self, turn_id: str, name: str, arg: Any, *, starting: TurnCreated | None = None
+    ) -> dict[str, Any]:
         """Deliver one update to the turn's latest run and return the settled outcome.
+
+        With ``starting`` (the turn's definition) the first update goes with a
+        start: a run is started from the file if none runs (update-with-start),
+        so the run's first workflow task already holds the update.
 
         A run may close under the update (it continued as new, it ended, or it
         failed): the update then goes to the next run, or the closed run's
@@ -637,7 +649,9 @@ class TurnClient:
                 deliver_by = int((time.time() + self._deliver_window) * 1000)
                 args.append({DELIVER_BY: deliver_by})
             try:
-                raw = await self._exchange(turn_id, handle, name, args, update_id, deliver_by)
+                raw = await self._exchange(
+                    turn_id, handle, name, args, update_id, deliver_by, starting
+                )
             except WorkflowUpdateFailedError as exc:
                 refusal = update_refusal(exc.cause, str(exc))
                 if isinstance(refusal, ExpiredDeliveryError) and loop.time() < resend_until:
@@ -662,6 +676,7 @@ class TurnClient:
                     await progress.check(f"{name} to be applied")
                     await asyncio.sleep(0.05)
                     continue
+            starting = None  # a later run is the one this started, or one after it
             if not raw.get("continuedAsNew"):
                 return raw
             name, arg = "settle", None  # the input (if any) was applied; wait for a settle point
@@ -676,6 +691,7 @@ class TurnClient:
         args: list[Any],
         update_id: str,
         deliver_by: int | None,
+        starting: TurnCreated | None = None,
     ) -> dict[str, Any]:
         """One update, from its start to its answer, unless the run is stuck.
 
@@ -700,14 +716,24 @@ class TurnClient:
             else WorkflowUpdateStage.COMPLETED
         )
 
-        async def talk() -> dict[str, Any]:
-            nonlocal accepted
-            update = await self._retrying(
-                what,
-                functools.partial(
-                    handle.start_update, name, args=args, id=update_id, wait_for_stage=stage
+        def request() -> Awaitable[WorkflowUpdateHandle[Any]]:
+            if starting is None:
+                return handle.start_update(name, args=args, id=update_id, wait_for_stage=stage)
+            # A new operation each attempt (one is used once); a retry finds the
+            # run the lost attempt started (USE_EXISTING) and the update by its id.
+            return self._client.start_update_with_start_workflow(
+                name,
+                args=args,
+                id=update_id,
+                wait_for_stage=stage,
+                start_workflow_operation=WithStartWorkflowOperation(
+                    TurnWorkflow.run, **self._start_options(turn_id, starting)
                 ),
             )
+
+        async def talk() -> dict[str, Any]:
+            nonlocal accepted
+            update = await self._retrying(what, request)
             accepted = True
             raw: dict[str, Any] = await self._retrying(what, update.result)
             return raw
@@ -867,16 +893,24 @@ class TurnClient:
             f"starting the workflow of turn {turn_id}",
             lambda: self._client.start_workflow(
                 TurnWorkflow.run,
-                TurnWorkflowInput(turn_id=turn_id, cancel=cancel, **self._workflow_options),
-                id=turn_id,
-                task_queue=self._task_queue,
-                id_conflict_policy=WorkflowIDConflictPolicy.USE_EXISTING,
-                id_reuse_policy=WorkflowIDReusePolicy.ALLOW_DUPLICATE,
                 request_eager_start=True,
-                **start_details(definition),
+                **self._start_options(turn_id, definition, cancel),
             ),
         )
         return cancel is not None
+
+    def _start_options(
+        self, turn_id: str, definition: TurnCreated, cancel: dict[str, Any] | None = None
+    ) -> dict[str, Any]:
+        """How a run of the turn is started: an existing run is used as it is."""
+        return {
+            "arg": TurnWorkflowInput(turn_id=turn_id, cancel=cancel, **self._workflow_options),
+            "id": turn_id,
+            "task_queue": self._task_queue,
+            "id_conflict_policy": WorkflowIDConflictPolicy.USE_EXISTING,
+            "id_reuse_policy": WorkflowIDReusePolicy.ALLOW_DUPLICATE,
+            **start_details(definition),
+        }
 
     async def recover(self, turn_id: str) -> TurnOutcome:
         """The spec's ``advanceTurn(turnId)`` with no input."""
