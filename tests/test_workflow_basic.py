@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import asyncio
+import gc
+import uuid
 from collections import Counter
 from pathlib import Path
 from typing import Any
 
 import pytest
+from temporalio.service import RPCError
 from temporalio.testing import WorkflowEnvironment
 
 from tests.harness import Harness
@@ -74,3 +78,35 @@ async def test_running_a_turn_is_one_request_to_temporal(
     tasks = [e for e in history.events if e.HasField("workflow_task_completed_event_attributes")]
     # One task for the start with its update, one for the model call's answer.
     assert len(tasks) == 2
+
+
+async def test_a_turn_run_given_up_mid_request_leaves_nothing_unretrieved(
+    temporal_env: WorkflowEnvironment, tmp_path: Path
+) -> None:
+    """A caller that stops waiting while its start-and-settle request is in
+    flight: the start operation's copy of the failure is taken, so asyncio has
+    nothing "never retrieved" to print on the caller's stderr."""
+    loop = asyncio.get_running_loop()
+    reported: list[dict[str, Any]] = []
+    loop.set_exception_handler(lambda _, context: reported.append(context))
+    try:
+        async with Harness(temporal_env.client, tmp_path, ["Hello."]) as h:
+            turn_id = await h.create("hi")
+            h.turns._task_queue = f"nobody-{uuid.uuid4()}"  # no worker: the update waits
+            advance = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)
+            workflow = temporal_env.client.get_workflow_handle(turn_id)
+            while True:  # until the request has started the run (it now waits on it)
+                try:
+                    await workflow.describe()
+                    break
+                except RPCError:
+                    await asyncio.sleep(0.02)
+            advance.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await advance
+            await workflow.terminate("test over")
+        del advance
+        gc.collect()
+    finally:
+        loop.set_exception_handler(None)
+    assert reported == []

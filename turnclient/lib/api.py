@@ -716,20 +716,26 @@ class TurnClient:
             else WorkflowUpdateStage.COMPLETED
         )
 
-        def request() -> Awaitable[WorkflowUpdateHandle[Any]]:
+        async def request() -> WorkflowUpdateHandle[Any]:
             if starting is None:
-                return handle.start_update(name, args=args, id=update_id, wait_for_stage=stage)
+                return await handle.start_update(
+                    name, args=args, id=update_id, wait_for_stage=stage
+                )
             # A new operation each attempt (one is used once); a retry finds the
             # run the lost attempt started (USE_EXISTING) and the update by its id.
-            return self._client.start_update_with_start_workflow(
-                name,
-                args=args,
-                id=update_id,
-                wait_for_stage=stage,
-                start_workflow_operation=WithStartWorkflowOperation(
-                    TurnWorkflow.run, **self._start_options(turn_id, starting)
-                ),
+            operation = WithStartWorkflowOperation(
+                TurnWorkflow.run, **self._start_options(turn_id, starting)
             )
+            try:
+                return await self._client.start_update_with_start_workflow(
+                    name,
+                    args=args,
+                    id=update_id,
+                    wait_for_stage=stage,
+                    start_workflow_operation=operation,
+                )
+            finally:
+                _take_start_failure(operation)
 
         async def talk() -> dict[str, Any]:
             nonlocal accepted
@@ -978,6 +984,19 @@ class TurnClient:
         finally:
             if deltas is not None and self._hub is not None:
                 self._hub.detach(turn_id, deltas)
+
+
+def _take_start_failure(operation: WithStartWorkflowOperation[Any, Any]) -> None:
+    """Take a failed update-with-start's failure from its start operation.
+
+    The SDK gives the operation a copy of the request's failure (a cancel, an
+    update aborted by the run closing) for whoever asks for the run's handle.
+    Nobody does here: the request's own error is the one handled. Untaken, asyncio
+    prints it as "never retrieved", with a traceback, on the caller's stderr.
+    """
+    started = operation._workflow_handle  # the SDK keeps no public "done" for it
+    if started.done() and not started.cancelled():
+        started.exception()
 
 
 class _Progress:
