@@ -20,6 +20,7 @@ from temporalio.testing import ActivityEnvironment
 
 from turnclient.lib.api import iso_now
 from turncore import advance
+from turncore.elision import owned
 from turncore.events import TurnEvent, TurnExternalInput
 from turncore.reducer import ToolCallState, TurnReducer, TurnState
 from turncore_temporal.activities.payloads import (
@@ -140,8 +141,10 @@ class InProcessTurn:
         return {"turnId": self._turn_id, **outcome.to_wire()}
 
     def _fold(self, events: list[TurnEvent]) -> None:
+        # Loads hand over compact events (no turn id), as the workflow gets them;
+        # the workflow gives them their turn id back, and so does this.
         for e in events:
-            self._reducer.apply(e)
+            self._reducer.apply(owned(e, self._turn_id))
 
     async def _reload(self) -> None:
         result = await self._act(self._acts.load_turn, LoadInput(turn_id=self._turn_id))

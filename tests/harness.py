@@ -174,6 +174,7 @@ class Harness:
             task_queue=self.task_queue,
             hub=self.hub,
             workflow_options=self.workflow_options,
+            runs_worker=True,  # its worker runs in this process, as `turns run`'s does
         )
         self.worker: Worker | None = None
         self._task: asyncio.Task[None] | None = None

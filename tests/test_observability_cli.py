@@ -147,7 +147,7 @@ def test_run_traces_to_a_collector_and_keeps_history_sealed(
     deadline = time.monotonic() + 30
     wanted = {
         f"turn {turn_id}",
-        "StartUpdateWithStartWorkflow:Turn",
+        "StartWorkflow:Turn",
         "RunWorkflow:Turn",
         f"chat {DEMO_MODEL}",
     }

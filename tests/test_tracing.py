@@ -139,7 +139,7 @@ async def test_one_trace_from_the_advance_to_the_model_and_tool_calls_without_co
 
     # turns run → workflow → activities: every span of the turn is in the first trace.
     (run,) = by_name(spans, "RunWorkflow:Turn")
-    assert ancestors(run, spans) == ["StartUpdateWithStartWorkflow:Turn", f"turn {turn_id}"]
+    assert ancestors(run, spans) == ["StartWorkflow:Turn", f"turn {turn_id}"]
     chats = by_name(spans, "chat test")
     assert len(chats) == 2
     for chat in chats:
@@ -148,7 +148,7 @@ async def test_one_trace_from_the_advance_to_the_model_and_tool_calls_without_co
         assert ancestors(chat, spans) == [
             "RunActivity:call_model",
             "StartActivity:call_model",
-            "StartUpdateWithStartWorkflow:Turn",
+            "StartWorkflow:Turn",
             f"turn {turn_id}",
         ]
         attrs = chat.attributes or {}

@@ -48,12 +48,18 @@ async def test_plain_model_response(temporal_env: WorkflowEnvironment, tmp_path:
         assert turn_id not in h.hub.active
 
 
-async def test_running_a_turn_is_one_request_to_temporal(
-    temporal_env: WorkflowEnvironment, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+@pytest.mark.parametrize("runs_worker", [False, True], ids=["remote-worker", "worker-here"])
+async def test_running_a_turn_is_one_request_unless_a_worker_here_takes_it_eagerly(
+    temporal_env: WorkflowEnvironment,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    runs_worker: bool,
 ) -> None:
-    """Running a new turn starts its run and asks it to settle in one request
-    (update-with-start), which waits for the answer: no separate start, update
-    or poll, and the run's first workflow task already holds the update."""
+    """Without a worker in this process, running a new turn starts its run and asks
+    it to settle in one request (update-with-start) that waits for the answer: no
+    separate start, update or poll, and the run's first workflow task holds the
+    update. With one, the start hands the first task to it (eager start) and the
+    settle follows, which is faster there."""
     service = temporal_env.client.workflow_service
     calls: Counter[str] = Counter()
     counted_calls = (
@@ -71,8 +77,12 @@ async def test_running_a_turn_is_one_request_to_temporal(
 
         monkeypatch.setattr(service, name, counted)
     async with Harness(temporal_env.client, tmp_path, ["Hello."]) as h:
+        h.turns._runs_worker = runs_worker
         turn_id, outcome = await h.run("hi")
     assert outcome.status == "completed"
+    if runs_worker:
+        assert calls == {"start_workflow_execution": 1, "update_workflow_execution": 1}
+        return
     assert calls == {"execute_multi_operation": 1}
     history = await temporal_env.client.get_workflow_handle(turn_id).fetch_history()
     tasks = [e for e in history.events if e.HasField("workflow_task_completed_event_attributes")]
@@ -93,6 +103,7 @@ async def test_a_turn_run_given_up_mid_request_leaves_nothing_unretrieved(
         async with Harness(temporal_env.client, tmp_path, ["Hello."]) as h:
             turn_id = await h.create("hi")
             h.turns._task_queue = f"nobody-{uuid.uuid4()}"  # no worker: the update waits
+            h.turns._runs_worker = False  # the start goes with the update
             advance = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)
             workflow = temporal_env.client.get_workflow_handle(turn_id)
             while True:  # until the request has started the run (it now waits on it)

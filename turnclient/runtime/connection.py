@@ -267,6 +267,7 @@ class Runtime:
             server_check=server.check_persistence if server is not None else None,
             serves=self.check_serves if serving else None,
             listed=self.listing,
+            runs_worker=serving,
         )
 
     def check_serves(self, state: TurnState) -> None:

@@ -862,6 +862,7 @@ def create_app(
         task_queue=runtime.task_queue,
         serves=runtime.check_serves if serving else None,
         listed=runtime.listing,  # an agent's MCP tools are listed when the UI creates a turn
+        runs_worker=serving,
     )
     ctx = UiContext(
         runtime,
