@@ -276,7 +276,7 @@ def contexts_matter(converter: DataConverter) -> bool:
 
     The SDK asks the workflow instance for both contexts for every payload it
     encodes or decodes, and a sandboxed instance answers by executing code in
-    its sandbox: about a tenth of a busy worker's CPU. Where the answer cannot
+    its sandbox: ~8% of a busy worker's samples. Where the answer cannot
     change a byte (no codec, or one like ``EncryptionCodec`` that ignores
     contexts, and no external storage), ``WatchedRunner`` answers itself.
     """

@@ -547,16 +547,12 @@ class TurnClient:
             if input is None and not self._runs_worker:
                 # One request starts the run if none runs and asks it to settle.
                 raw = await self._send(turn_id, "settle", None, starting=state.definition)
-            elif input is None:
-                await self._ensure_running(turn_id, state.definition)  # eagerly, here
-                raw = await self._send(turn_id, "settle", None)
-            elif cancel is not None and await self._ensure_running(
-                turn_id, state.definition, cancel
-            ):
-                raw = await self._send(turn_id, "settle", None)  # the new run took the cancel
             else:
-                await self._ensure_running(turn_id, state.definition)
-                raw = await self._deliver(turn_id, input)
+                started = await self._ensure_running(turn_id, state.definition, cancel)
+                if input is None or (cancel is not None and started):
+                    raw = await self._send(turn_id, "settle", None)
+                else:
+                    raw = await self._deliver(turn_id, input)
             outcome = outcome_adapter.validate_python(
                 {k: v for k, v in raw.items() if k != "turnId"}
             )
