@@ -145,12 +145,7 @@ def test_run_traces_to_a_collector_and_keeps_history_sealed(
 
     # The process flushed its spans on exit: one trace from the advance down.
     deadline = time.monotonic() + 30
-    wanted = {
-        f"turn {turn_id}",
-        "StartWorkflow:Turn",
-        "RunWorkflow:Turn",
-        f"chat {DEMO_MODEL}",
-    }
+    wanted = {f"turn {turn_id}", "StartWorkflow:Turn", "RunWorkflow:Turn", f"chat {DEMO_MODEL}"}
     while not wanted <= collector.names():
         assert time.monotonic() < deadline, f"spans received: {sorted(collector.names())}"
         time.sleep(0.1)
