@@ -14,6 +14,7 @@ session server of ``tests/postgres.py``, or one of their own) are marked
 from __future__ import annotations
 
 import itertools
+import logging
 import os
 from collections.abc import AsyncIterator, Iterator
 
@@ -28,6 +29,35 @@ from turncore_temporal.workflows import SEARCH_ATTRIBUTES
 # a test can assert that nothing was left running; tests of the idle grace
 # set TURNS_SERVER_IDLE themselves.
 os.environ.setdefault("TURNS_SERVER_IDLE", "0")
+
+
+class _UnretrievedErrors(logging.Handler):
+    """asyncio's reports of a task or future whose exception nobody took. Each is a
+    leak in the code under test; left alone it surfaces from whatever the garbage
+    collector next interrupts (once, CPython 3.11's parser inside another test)."""
+
+    def __init__(self) -> None:
+        super().__init__(logging.ERROR)
+        self.reports: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        if "never retrieved" in record.getMessage():
+            self.reports.append(logging.Formatter().format(record))
+
+
+_unretrieved = _UnretrievedErrors()
+logging.getLogger("asyncio").addHandler(_unretrieved)
+
+
+@pytest.fixture(autouse=True)
+def _no_unretrieved_errors() -> Iterator[None]:
+    """Fails the test during which asyncio reported an unretrieved exception; the
+    report names the task, so the leak can be found even when the collector ran
+    it here rather than in the test that made it."""
+    seen = len(_unretrieved.reports)
+    yield
+    if len(_unretrieved.reports) > seen:
+        pytest.fail("\n\n".join(_unretrieved.reports[seen:]), pytrace=False)
 
 
 _POSTGRES_FIXTURES = {"postgres_server", "postgres_url", "postgres_pool", "own_server"}

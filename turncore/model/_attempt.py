@@ -125,10 +125,12 @@ async def run_attempt(
         if cancel.cancelled:
             raise attempt.failure(FailureKind.CANCELLED, "the attempt was cancelled")
         raise attempt.failure(FailureKind.DEADLINE, "the attempt exceeded its local deadline")
+    # Taken before the cancel check: a failure the cancel outranks must still be
+    # retrieved, or asyncio reports it from whatever code the GC next interrupts.
+    error = task.exception()
     if cancel.cancelled:
         # Cancellation wins over a simultaneous completion (or failure).
         raise attempt.failure(FailureKind.CANCELLED, "the attempt was cancelled")
-    error = task.exception()
     if error is None:
         return task.result()
     if isinstance(error, ModelFailure):
