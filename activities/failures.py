@@ -94,6 +94,16 @@ def is_dependency_failure(exc: BaseException) -> bool:
     return failure is not None and failure.type == DEPENDENCY
 
 
+WORKER_SHUTDOWN = "WorkerShutdown"
+"""The failure type Temporal gives an activity its stopping worker gave up."""
+
+
+def given_up_by_its_worker(exc: BaseException) -> bool:
+    """Whether an activity ended because the worker running it was stopping."""
+    failure = failure_of(exc)
+    return failure is not None and failure.type == WORKER_SHUTDOWN
+
+
 def is_rejection(exc: BaseException) -> bool:
     """Whether an activity refused the input being applied (nothing was written)."""
     failure = failure_of(exc)

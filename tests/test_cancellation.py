@@ -417,3 +417,100 @@ async def test_a_cancel_while_this_worker_shuts_down_records_nothing(
     with pytest.raises(asyncio.CancelledError):
         await call
     assert h.types(turn_id) == ["turn_created", "model_call_requested"]
+
+
+async def _workflow_task_after(h: Harness, turn_id: str, event: str, count: int) -> None:
+    """Until a workflow task completed after the ``count``-th history event of kind ``event``."""
+    handle = h.client.get_workflow_handle(turn_id)
+    for _ in range(400):
+        kinds = [e.WhichOneof("attributes") for e in (await handle.fetch_history()).events]
+        at = [i for i, kind in enumerate(kinds) if kind == event]
+        if len(at) >= count and "workflow_task_completed_event_attributes" in kinds[at[-1] :]:
+            return
+        await asyncio.sleep(0.05)
+    raise AssertionError(f"no workflow task completed after {event} #{count}")
+
+
+@pytest.mark.parametrize("abandoned", ["model call", "tool"])
+async def test_work_a_stopping_worker_gave_up_is_recovered_only_by_a_worker_taking_work(
+    temporal_env: WorkflowEnvironment, tmp_path: Path, abandoned: str
+) -> None:
+    """Seen in a full suite run: `turns run` detached by SIGINT, its worker's
+    shutdown gave up the running model call (Temporal's ``WorkerShutdown``
+    failure), and that same worker, still polling workflow tasks, ran the next
+    one: the reload closed the call as interrupted, so the turn "left as it is"
+    had changed. A worker that takes only workflow tasks and local activities
+    stands in for the stopping one here: the recovery's load is a queued
+    activity it never takes, so the file stays as it was until a worker that
+    takes work continues the turn (and re-issues the call, or gives the tool
+    its indeterminate result, §23).
+
+    A model call given up by stopping workers three times in a row (three
+    detached `turns run`) is no model failure: the turn still completes,
+    where three fruitless attempts would fail it."""
+    from temporalio.client import Client
+    from temporalio.worker import Worker
+
+    from turncore_temporal.activities import ACTIVITY_NAMES
+    from turncore_temporal.worker import typed_client, workflow_runner
+    from turncore_temporal.workflows import TurnWorkflow
+
+    async def hang(value: Any, ctx: ToolContext) -> Any:
+        await asyncio.wait_for(ctx.cancelled.wait(), timeout=30)
+        raise asyncio.CancelledError  # stopped: nothing to record
+
+    rounds = 3 if abandoned == "model call" else 1
+    if abandoned == "model call":
+        slow: list[Any] = [{"text": "a long answer that streams slowly"}] * rounds
+        h = Harness(temporal_env.client, tmp_path, [*slow, {"text": "done"}], delay=3.0)
+        opened = "model_call_requested"
+    else:
+        script = [{"toolCalls": [{"toolName": "hang", "input": {}}]}, {"text": "done"}]
+        h = Harness(
+            temporal_env.client,
+            tmp_path,
+            script,
+            tools=[sync_tool("hang")],
+            implementations={"hang": hang},
+            permissions={"builtin:hang": "none"},
+        )
+        opened = "tool_invocation_requested"
+    async with h:
+        turn_id = await h.create("go")
+        advancing = asyncio.ensure_future(h.turns.advance_turn(turn_id).outcome)
+        acts = h.activities(h.deps)
+        # A client of its own: one client's workers may not share a task queue.
+        own = await Client.connect(h.client.service_client.config.target_host)
+        first = 0
+        for given_up in range(1, rounds + 1):
+            while h.types(turn_id).count(opened) < given_up:
+                await asyncio.sleep(0.05)
+            before = h.types(turn_id)
+            first = first or len(before)
+            stand_in = Worker(
+                typed_client(own),
+                task_queue=h.task_queue,
+                workflows=[TurnWorkflow],
+                activities=[getattr(acts, name) for name in ACTIVITY_NAMES],
+                workflow_runner=workflow_runner(),
+                no_remote_activities=True,
+            )
+            async with stand_in:
+                await h.stop_worker()  # gives up the running activity: WorkerShutdown
+                await _workflow_task_after(
+                    h, turn_id, "activity_task_failed_event_attributes", given_up
+                )
+                assert h.types(turn_id) == before
+            h.start_worker()
+        outcome = await asyncio.wait_for(advancing, 60)
+        assert outcome.status == "completed", outcome
+        after = h.types(turn_id)[first:]
+        if abandoned == "model call":
+            closed = [t for t in after if t == "model_call_failed"]
+            assert len(closed) == rounds and after[:2] == [
+                "model_call_failed",
+                "model_call_requested",
+            ]
+        else:
+            assert after[0] == "tool_result"
+        await h.assert_file_matches_query(turn_id)

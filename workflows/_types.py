@@ -45,4 +45,6 @@ class Flags:
     woken: int = 0
     strikes: int = 0
     """Model call attempts in a row that ended without a result."""
+    given_up: bool = False
+    """A stopping worker gave up an activity: the reload waits for a worker taking work."""
     rejected: list[dict[str, Any]] = field(default_factory=list)

@@ -74,6 +74,7 @@ from turncore_temporal.activities.failures import (
     dependency_failure,
     expired,
     failure_of,
+    given_up_by_its_worker,
     infrastructure_failure,
     is_dependency_failure,
     is_rejection,
@@ -152,6 +153,13 @@ _ONE_MARKER = "one-marker-for-earlier-patches"
 Every marker comes with an upsert of Temporal's ``TemporalChangeVersion`` search
 attribute: the three patches a plain turn with a fast tool passes cost six history
 events and three visibility writes; now two events and one write."""
+_RELOAD_ON_A_WORKING_WORKER = "reload-given-up-work-on-a-worker-taking-work"
+"""Runs from here on load the file in a queued activity when a stopping worker gave
+up an activity. The task that learns of it may run on that very worker (it still
+takes workflow tasks while it stops); a local load would let it close the call
+as interrupted, changing a turn its `turns run` promised to leave as it is. A
+queued activity only runs on a worker that takes work, so the turn's recovery
+(§23) does too. Such a give-up no longer counts as a fruitless model attempt."""
 _FOLDED = frozenset(
     {
         _REATTACH_CHILDREN,
@@ -413,9 +421,11 @@ class TurnWorkflow:
         """
         reducer = TurnReducer()
         start: int | None = 0
+        queued = self._flags.given_up and workflow.patched(_RELOAD_ON_A_WORKING_WORKER)
+        self._flags.given_up = False
         while start is not None:
             load = LoadInput(turn_id=self._turn_id, start=start, validate=validate and start == 0)
-            result = await self._local(Activities.load_turn, load)
+            result = await self._local(Activities.load_turn, load, queued=queued and start == 0)
             if load.start == 0:
                 self._fast = dict(result.fast_tools)
             for e in self._own(result.events):
@@ -642,6 +652,7 @@ class TurnWorkflow:
             # We cannot be sure what the activity did: trust the file.
             workflow.logger.warning("tool %s ended without a result: %s", call.tool_call_id, exc)
             self._flags.reload = True
+            self._flags.given_up |= given_up_by_its_worker(exc)
         finally:
             self._running.pop(call.tool_call_id, None)
             self._wake()
@@ -885,6 +896,11 @@ class TurnWorkflow:
                 ) from exc
             workflow.logger.warning("model call %s ended without a result: %s", index, exc)
             self._flags.reload = True
+            if given_up_by_its_worker(exc) and workflow.patched(_RELOAD_ON_A_WORKING_WORKER):
+                # A stopping worker (a detached `turns run`, a deploy) is not the
+                # model failing: it never counts toward giving the turn up.
+                self._flags.given_up = True
+                return
             self._flags.strikes += 1
             if self._flags.strikes >= MAX_FRUITLESS_MODEL_ATTEMPTS:
                 raise infrastructure_failure(
@@ -1220,13 +1236,23 @@ class TurnWorkflow:
         arg: _I,
         *,
         reject: bool = False,
+        queued: bool = False,
     ) -> _R:
         """Run one of the retry-safe local activities.
 
         A dependency failure ends the run as ``DependencyError`` (§15.3), or,
-        with ``reject``, rejects the input being applied instead.
+        with ``reject``, rejects the input being applied instead. ``queued`` runs
+        it as a regular activity instead, on whichever worker takes work.
         """
         try:
+            if queued:
+                return await workflow.execute_activity_method(
+                    activity,
+                    arg,
+                    start_to_close_timeout=timedelta(seconds=60),
+                    retry_policy=_SAFE_RETRY,
+                    summary=activity.__name__.replace("_", " "),
+                )
             return await workflow.execute_local_activity_method(
                 activity,
                 arg,
