@@ -1245,15 +1245,12 @@ class TurnWorkflow:
         it as a regular activity instead, on whichever worker takes work.
         """
         try:
-            if queued:
-                return await workflow.execute_activity_method(
-                    activity,
-                    arg,
-                    start_to_close_timeout=timedelta(seconds=60),
-                    retry_policy=_SAFE_RETRY,
-                    summary=activity.__name__.replace("_", " "),
-                )
-            return await workflow.execute_local_activity_method(
+            execute = (
+                workflow.execute_activity_method
+                if queued
+                else workflow.execute_local_activity_method
+            )
+            return await execute(
                 activity,
                 arg,
                 start_to_close_timeout=timedelta(seconds=60),
