@@ -633,6 +633,13 @@ async def run_worker(
                 async with temporal(
                     runtime.work_dir, env=env, ui=ui, ui_port=ui_port, port=port, options=options
                 ) as conn:
+                    served = conn.server.info if conn.server is not None else None
+                    if served is not None:
+                        # Clients now use the ports this server got, not the ones asked
+                        # for where those were taken: a replacement asks for these, or
+                        # `turns dev` and its Temporal Web would move at every restart.
+                        port = served.port if port else port
+                        ui_port = served.ui_port if ui_port else ui_port
                     async with contextlib.AsyncExitStack() as stack:
                         if worker:
                             await stack.enter_async_context(

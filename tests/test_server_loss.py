@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import time
@@ -93,3 +94,50 @@ def test_a_killed_embedded_server_is_replaced_on_the_same_database(
     while servers_on(db) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert servers_on(db) == []
+
+
+def test_turns_dev_keeps_the_port_it_fell_back_to_across_a_restart(
+    home: Path,  # noqa: F811
+) -> None:
+    """Seen in a full suite run: another command held `turns dev`'s preferred
+    port, so the first server took a free one; when that server died, its
+    replacement asked for the preferred port again, found it still taken and
+    took yet another, so every client of the first address lost the server.
+    The replacement now asks for the ports the command was serving (Temporal
+    Web's too)."""
+    home.mkdir(parents=True)
+    with (
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held,
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM) as held_ui,
+    ):
+        for s in (held, held_ui):
+            s.bind(("127.0.0.1", 0))
+            s.listen()
+        wanted, wanted_ui = held.getsockname()[1], held_ui.getsockname()[1]
+        proc = subprocess.Popen(
+            [sys.executable, "-m", "turnclient.cli", "dev", "--json", "--no-web"]
+            + ["--port", str(wanted), "--ui-port", str(wanted_ui)],
+            cwd=home.parent,
+            env=environment(home),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        assert proc.stdout is not None and proc.stderr is not None
+        try:
+            first = _next_json(proc.stdout)
+            # Both taken: free ones instead.
+            assert first["address"] != f"127.0.0.1:{wanted}"
+            assert first["uiUrl"] != f"http://127.0.0.1:{wanted_ui}"
+            state = json.loads((home / "temporal" / "server.json").read_text())
+            os.kill(state["pid"], signal.SIGKILL)
+            second = _next_json(proc.stdout)  # ready again, on a new server
+            assert (second["address"], second["uiUrl"]) == (first["address"], first["uiUrl"])
+        finally:
+            proc.send_signal(signal.SIGTERM)
+            try:
+                proc.wait(timeout=60)
+            finally:
+                if proc.poll() is None:
+                    proc.kill()
+    assert proc.returncode == 0, proc.stderr.read()
