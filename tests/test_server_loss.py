@@ -42,20 +42,35 @@ def _next_json(stream: IO[str]) -> dict[str, object]:
     raise AssertionError(f"the command ended before printing JSON: {text!r}")
 
 
+def _serve(work: Path, *args: str) -> subprocess.Popen[str]:
+    """``turns ARGS --json`` in the background, on the work dir ``work``."""
+    return subprocess.Popen(
+        [sys.executable, "-m", "turnclient.cli", *args, "--json"],
+        cwd=work.parent,
+        env=environment(work),
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+    )
+
+
+def _stop(proc: subprocess.Popen[str]) -> None:
+    """SIGTERM, as a service manager stops it; killed only if it outlives a minute."""
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+
+
 @pytest.mark.parametrize("command", [["worker"], ["dev", "--ui-port", "0"]])
 def test_a_killed_embedded_server_is_replaced_on_the_same_database(
     home: Path,  # noqa: F811
     command: list[str],
 ) -> None:
     home.mkdir(parents=True)
-    proc = subprocess.Popen(
-        [sys.executable, "-m", "turnclient.cli", *command, "--json"],
-        cwd=home.parent,
-        env=environment(home),
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-    )
+    proc = _serve(home, *command)
     assert proc.stdout is not None and proc.stderr is not None
     try:
         first = _next_json(proc.stdout)
@@ -81,12 +96,7 @@ def test_a_killed_embedded_server_is_replaced_on_the_same_database(
         assert r.returncode == 0, (r.stdout, r.stderr)
         assert "✔ completed" in r.stdout
     finally:
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=60)
-        finally:
-            if proc.poll() is None:
-                proc.kill()
+        _stop(proc)
     err = proc.stderr.read()
     assert proc.returncode == 0, err
     assert "embedded Temporal server" in err and "died" in err
@@ -114,15 +124,7 @@ def test_turns_dev_keeps_the_port_it_fell_back_to_across_a_restart(
             s.bind(("127.0.0.1", 0))
             s.listen()
         wanted, wanted_ui = held.getsockname()[1], held_ui.getsockname()[1]
-        proc = subprocess.Popen(
-            [sys.executable, "-m", "turnclient.cli", "dev", "--json", "--no-web"]
-            + ["--port", str(wanted), "--ui-port", str(wanted_ui)],
-            cwd=home.parent,
-            env=environment(home),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        proc = _serve(home, "dev", "--no-web", "--port", str(wanted), "--ui-port", str(wanted_ui))
         assert proc.stdout is not None and proc.stderr is not None
         try:
             first = _next_json(proc.stdout)
@@ -134,10 +136,5 @@ def test_turns_dev_keeps_the_port_it_fell_back_to_across_a_restart(
             second = _next_json(proc.stdout)  # ready again, on a new server
             assert (second["address"], second["uiUrl"]) == (first["address"], first["uiUrl"])
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=60)
-            finally:
-                if proc.poll() is None:
-                    proc.kill()
+            _stop(proc)
     assert proc.returncode == 0, proc.stderr.read()
