@@ -638,8 +638,10 @@ async def run_worker(
                         # Clients now use the ports this server got, not the ones asked
                         # for where those were taken: a replacement asks for these, or
                         # `turns dev` and its Temporal Web would move at every restart.
-                        port = served.port if port else port
-                        ui_port = served.ui_port if ui_port else ui_port
+                        if port:
+                            port = served.port
+                        if ui_port:
+                            ui_port = served.ui_port or ui_port
                     async with contextlib.AsyncExitStack() as stack:
                         if worker:
                             await stack.enter_async_context(

@@ -20,12 +20,15 @@ from turncore.model.scripted import call_index
 from turncore.tools import ToolContext
 
 
-async def wait_for_type(h: Harness, turn_id: str, type_: str, timeout: float = 20.0) -> None:
+async def wait_for_type(
+    h: Harness, turn_id: str, type_: str, timeout: float = 20.0, count: int = 1
+) -> None:
+    """Until the file holds ``count`` events of ``type_``."""
     for _ in range(int(timeout / 0.05)):
-        if type_ in h.types(turn_id):
+        if h.types(turn_id).count(type_) >= count:
             return
         await asyncio.sleep(0.05)
-    raise AssertionError(f"{type_} never appeared in {h.types(turn_id)}")
+    raise AssertionError(f"{type_} never appeared {count} times in {h.types(turn_id)}")
 
 
 def noop(value: Any, ctx: ToolContext) -> Any:
@@ -483,8 +486,7 @@ async def test_work_a_stopping_worker_gave_up_is_recovered_only_by_a_worker_taki
         own = await Client.connect(h.client.service_client.config.target_host)
         first = 0
         for given_up in range(1, rounds + 1):
-            while h.types(turn_id).count(opened) < given_up:
-                await asyncio.sleep(0.05)
+            await wait_for_type(h, turn_id, opened, count=given_up)
             before = h.types(turn_id)
             first = first or len(before)
             stand_in = Worker(
